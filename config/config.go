@@ -1,0 +1,280 @@
+// Package config owns ringgate's configuration: the TOML file format, its
+// defaults, its validation, and the command-line flag and RINGGATE_*
+// environment overrides applied on top of it.
+//
+// It produces a plain, validated [Config] value and nothing else. It knows
+// nothing of HTTP, gossip, Redis clients or limiters: those packages read the
+// fields they need from a Config.
+//
+// # Errors
+//
+// A bad file is reported as one short message naming the file, line and key,
+// for example
+//
+//	config.toml:14: tenants[1].rpm: must be >= 0 (got -5)
+//
+// When a file has several problems, the one on the earliest line is reported.
+// Values that came from a flag or an environment override name that instead
+// of a file line ("flag -listen: node.listen: ..."). Errors are *[Error]
+// values. Secret values (cluster.secret, admin.token, api_key, tenant keys)
+// are never echoed in messages.
+//
+// # env: values
+//
+// Any string value written "env:NAME" (NAME a shell-style variable name) is
+// replaced by that environment variable. A missing or empty variable is an
+// error naming the key and line, except for cluster.secret, admin.token and
+// upstreams[].api_key, where an empty variable just means an empty value
+// (no gossip encryption / loopback-only admin / no upstream key), so that a
+// single config file serves both development and production. There is no
+// escape for a literal string starting with "env:".
+//
+// # Durations and limits
+//
+// Durations are TOML strings in Go syntax ("60s", "15ms", "1m30s"). Integer
+// limits (rpm, tpm, concurrency) of 0 mean "no limit on that dimension".
+package config
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"os"
+	"strings"
+	"time"
+)
+
+// Config is a complete, validated ringgate configuration.
+type Config struct {
+	Node      Node
+	Cluster   Cluster
+	Admin     Admin
+	Redis     Redis
+	Limits    Limits
+	Upstreams []Upstream
+	Tenants   []Tenant
+
+	Path string // file it was loaded from; "" for Default()
+
+	// lines maps key paths ("tenants[1].rpm") to the line they were
+	// written on; origin maps key paths set by a flag or env override to
+	// a label ("flag -listen"). Both only feed error messages.
+	lines  map[string]int
+	origin map[string]string
+}
+
+// Node is the [node] table: this process's identity and addresses.
+type Node struct {
+	Name      string   // name; default os.Hostname()
+	Listen    string   // listen: HTTP host:port for clients, peers and admin
+	Gossip    string   // gossip: memberlist bind host:port
+	Advertise string   // advertise: gossip host:port peers use; "" = Gossip
+	Join      []string // join: seed members' gossip addresses; empty = new cluster
+
+	DrainTimeout time.Duration // drain_timeout, default 30s
+}
+
+// Cluster is the [cluster] table: settings shared by all members.
+type Cluster struct {
+	// Secret (key secret) is base64 of exactly 32 bytes; it encrypts gossip
+	// and signs peer traffic. Empty is allowed (single node, tests).
+	Secret []byte
+
+	ForwardConnectTimeout time.Duration // forward_connect_timeout, default 15ms
+	ForwardTimeout        time.Duration // forward_timeout, default 0 = use upstream timeouts
+	HopSkew               time.Duration // hop_skew, default 5s
+}
+
+// Admin is the [admin] table.
+type Admin struct {
+	Token string // token: bearer token for the admin API; "" = admin on loopback only
+}
+
+// Redis is the [redis] table.
+type Redis struct {
+	Addr             string        // addr: host:port; "" = no Redis
+	SnapshotInterval time.Duration // snapshot_interval, default 1s
+	Timeout          time.Duration // timeout, default 15ms: past this a call counts as failed
+	HandoffWait      time.Duration // handoff_wait, default 100ms
+}
+
+// Limits is the [limits] table: gateway-wide limiter settings.
+type Limits struct {
+	Window       time.Duration // window, default 60s: sliding window for rpm/tpm
+	SlotTTL      time.Duration // slot_ttl, default 10m
+	MaxBodyBytes int64         // max_body_bytes, default 8 MiB
+
+	// DefaultCompletion (default_completion, default 256) is the expected
+	// number of completion tokens when a tenant/model has no history.
+	DefaultCompletion int
+}
+
+// Upstream is one [[upstreams]] entry: an LLM provider endpoint.
+type Upstream struct {
+	Name    string   // name, unique, required
+	Kind    string   // kind: "openai" (default) or "anthropic"
+	BaseURL string   // base_url: absolute http(s) URL, trailing "/" removed
+	APIKey  string   // api_key; may be empty
+	Models  []string // models routed here; the first upstream is the default
+
+	RPM, TPM, Concurrency int // the provider's own limits; 0 = none
+
+	ConnectTimeout    time.Duration // connect_timeout, default 2s
+	Timeout           time.Duration // timeout, default 600s: max wait for response headers / a whole JSON body
+	StreamIdleTimeout time.Duration // stream_idle_timeout, default 120s: max silence between stream chunks
+	AnthropicVersion  string        // anthropic_version, default "2023-06-01"
+}
+
+// Tenant is one [[tenants]] entry: a client with its keys and limits.
+type Tenant struct {
+	Name string
+	// Keys are the client bearer keys, either plain or "sha256:<64 hex>"
+	// (the SHA-256 of the plain key). Use KeyHashes to match them.
+	Keys                  []string
+	RPM, TPM, Concurrency int    // 0 = no limit on that dimension
+	Priority              string // "interactive" (default) or "batch"
+}
+
+// Upstream kinds and tenant priorities.
+const (
+	KindOpenAI          = "openai"
+	KindAnthropic       = "anthropic"
+	PriorityInteractive = "interactive"
+	PriorityBatch       = "batch"
+)
+
+// Default values.
+const (
+	DefaultListen           = "127.0.0.1:8080"
+	DefaultGossip           = "127.0.0.1:7946"
+	DefaultAnthropicVersion = "2023-06-01"
+	DefaultMaxBodyBytes     = 8 << 20
+)
+
+// Default returns a usable single-node configuration: listen on
+// 127.0.0.1:8080, gossip on 127.0.0.1:7946, no Redis, no secret, no
+// upstreams and no tenants. Node.Name is the host name ("ringgate" if it
+// cannot be read).
+func Default() *Config {
+	name, err := os.Hostname()
+	if err != nil || name == "" {
+		name = "ringgate"
+	}
+	return &Config{
+		Node: Node{
+			Name:         name,
+			Listen:       DefaultListen,
+			Gossip:       DefaultGossip,
+			DrainTimeout: 30 * time.Second,
+		},
+		Cluster: Cluster{
+			ForwardConnectTimeout: 15 * time.Millisecond,
+			HopSkew:               5 * time.Second,
+		},
+		Redis: Redis{
+			SnapshotInterval: time.Second,
+			Timeout:          15 * time.Millisecond,
+			HandoffWait:      100 * time.Millisecond,
+		},
+		Limits: Limits{
+			Window:            60 * time.Second,
+			SlotTTL:           10 * time.Minute,
+			MaxBodyBytes:      DefaultMaxBodyBytes,
+			DefaultCompletion: 256,
+		},
+	}
+}
+
+func defaultUpstream() Upstream {
+	return Upstream{
+		Kind:              KindOpenAI,
+		ConnectTimeout:    2 * time.Second,
+		Timeout:           600 * time.Second,
+		StreamIdleTimeout: 120 * time.Second,
+		AnthropicVersion:  DefaultAnthropicVersion,
+	}
+}
+
+func defaultTenant() Tenant {
+	return Tenant{Priority: PriorityInteractive}
+}
+
+// Load reads and parses the file at path. env: values are read with
+// os.Getenv.
+func Load(path string) (*Config, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	return Parse(data, path)
+}
+
+// Parse decodes a TOML document, applies defaults and validates the result.
+// name is the file name used in error messages and stored in Config.Path.
+// env: values are read with os.Getenv.
+func Parse(data []byte, name string) (*Config, error) {
+	return parse(data, name, os.Getenv)
+}
+
+func parse(data []byte, name string, getenv func(string) string) (*Config, error) {
+	c, err := decode(data, name, getenv)
+	if err != nil {
+		return nil, err
+	}
+	if err := c.finish(); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// finish fills the defaults that depend on the host and validates.
+func (c *Config) finish() error {
+	if c.Node.Name == "" {
+		h, err := os.Hostname()
+		if err != nil || h == "" {
+			return c.errAt("node.name", "not set and the host name is unknown")
+		}
+		c.Node.Name = h
+	}
+	return c.Validate()
+}
+
+// KeyHash returns the SHA-256 of a key as presented by a client. Tenants are
+// looked up by this hash, never by comparing plaintext.
+func KeyHash(presented []byte) [32]byte {
+	return sha256.Sum256(presented)
+}
+
+// KeyHashes returns the hash of each of t.Keys, in order: plain keys are
+// hashed with KeyHash, "sha256:<64 hex>" keys are decoded.
+func (t Tenant) KeyHashes() ([][32]byte, error) {
+	out := make([][32]byte, 0, len(t.Keys))
+	for i, k := range t.Keys {
+		h, err := keyHash(k)
+		if err != nil {
+			return nil, fmt.Errorf("tenant %q: keys[%d]: %s", t.Name, i, err)
+		}
+		out = append(out, h)
+	}
+	return out, nil
+}
+
+const hashPrefix = "sha256:"
+
+// keyHash's messages never contain the key itself.
+func keyHash(k string) ([32]byte, error) {
+	var h [32]byte
+	if hexs, ok := strings.CutPrefix(k, hashPrefix); ok {
+		if len(hexs) != 64 {
+			return h, fmt.Errorf("must be sha256:<64 hex digits> (got %d characters)", len(hexs))
+		}
+		if _, err := hex.Decode(h[:], []byte(hexs)); err != nil {
+			return h, fmt.Errorf("must be sha256:<64 hex digits> (not hex)")
+		}
+		return h, nil
+	}
+	if k == "" {
+		return h, fmt.Errorf("must not be empty")
+	}
+	return KeyHash([]byte(k)), nil
+}

@@ -1,0 +1,574 @@
+package config
+
+import (
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/hex"
+	"errors"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+)
+
+func envMap(m map[string]string) func(string) string {
+	return func(k string) string { return m[k] }
+}
+
+var noEnv = envMap(nil)
+
+// sha256 of "k1"
+var k1Hash = func() string { h := sha256.Sum256([]byte("k1")); return hex.EncodeToString(h[:]) }()
+
+var secret32 = base64.StdEncoding.EncodeToString(make([]byte, 32))
+
+func TestValidationErrors(t *testing.T) {
+	tests := []struct {
+		name string
+		doc  string
+		want string
+	}{
+		// Shape: unknown keys and types.
+		{"unknown key with suggestion", `
+[node]
+listen = "127.0.0.1:1"
+lisen = "x"`, `t.toml:4: node.lisen: unknown key (did you mean "listen"?)`},
+		{"unknown key no suggestion", `
+[redis]
+colour = "blue"`, `t.toml:3: redis.colour: unknown key`},
+		{"unknown table", `
+[nodes]
+name = "a"`, `t.toml:2: nodes: unknown key (did you mean "node"?)`},
+		{"unknown key in array table", `
+[[tenants]]
+name = "a"
+keys = ["k"]
+[[tenants]]
+name = "b"
+key = ["k2"]`, `t.toml:7: tenants[1].key: unknown key (did you mean "keys"?)`},
+		{"unknown key dotted", `
+node.listen = "127.0.0.1:1"
+node.bogus = 1`, `t.toml:3: node.bogus: unknown key`},
+		{"string expected", `
+[node]
+listen = 8080`, `t.toml:3: node.listen: must be a string (got integer)`},
+		{"table expected", `
+node = 5`, `t.toml:2: node: must be a table (got integer)`},
+		{"array of tables expected", `
+[tenants]
+name = "x"`, `t.toml:2: tenants: must be an array of tables, written [[tenants]] (got table)`},
+		{"array of strings expected", `
+[node]
+join = "a:1"`, `t.toml:3: node.join: must be an array of strings (got string)`},
+		{"array element type", `
+[node]
+join = [
+  "a:1",
+  2,
+]`, `t.toml:5: node.join[1]: must be a string (got integer)`},
+		{"integer expected", `
+[[tenants]]
+name = "a"
+keys = ["k"]
+rpm = 1.5`, `t.toml:5: tenants[0].rpm: must be an integer (got float)`},
+		{"duration type", `
+[limits]
+window = 60`, `t.toml:3: limits.window: must be a duration string like "15s" (got integer)`},
+		{"duration syntax", `
+[limits]
+window = "60"`, `t.toml:3: limits.window: bad duration "60" (use a number and unit, e.g. "15s", "100ms")`},
+
+		// Limits.
+		{"window zero", `
+[limits]
+window = "0s"`, `t.toml:3: limits.window: must be > 0 (got 0s)`},
+		{"slot_ttl negative", `
+[limits]
+slot_ttl = "-1m"`, `t.toml:3: limits.slot_ttl: must be > 0 (got -1m0s)`},
+		{"max_body_bytes zero", `
+[limits]
+
+max_body_bytes = 0`, `t.toml:4: limits.max_body_bytes: must be > 0 (got 0)`},
+		{"default_completion negative", `
+[limits]
+default_completion = -1`, `t.toml:3: limits.default_completion: must be >= 0 (got -1)`},
+
+		// Node.
+		{"listen no port", `
+[node]
+listen = "localhost"`, `t.toml:3: node.listen: must be host:port (got "localhost": missing port in address)`},
+		{"gossip bad port", `
+[node]
+gossip = "127.0.0.1:http"`, `t.toml:3: node.gossip: port must be a number 0-65535 (got "127.0.0.1:http")`},
+		{"advertise needs host", `
+[node]
+advertise = ":7946"`, `t.toml:3: node.advertise: needs a host, not just a port (got ":7946")`},
+		{"join element", `
+[node]
+join = ["10.0.0.1:7946",
+        "10.0.0.2"]`, `t.toml:4: node.join[1]: must be host:port (got "10.0.0.2": missing port in address)`},
+		{"drain_timeout negative", `
+[node]
+drain_timeout = "-1s"`, `t.toml:3: node.drain_timeout: must be >= 0 (got -1s)`},
+
+		// Cluster, Redis.
+		{"secret not base64", `
+[cluster]
+secret = "not base64!"`, `t.toml:3: cluster.secret: must be base64 of 32 bytes (not valid base64; try: openssl rand -base64 32)`},
+		{"secret wrong length", `
+[cluster]
+secret = "` + base64.StdEncoding.EncodeToString(make([]byte, 16)) + `"`, `t.toml:3: cluster.secret: must be base64 of exactly 32 bytes (got 16 bytes; try: openssl rand -base64 32)`},
+		{"forward_connect_timeout zero", `
+[cluster]
+forward_connect_timeout = "0s"`, `t.toml:3: cluster.forward_connect_timeout: must be > 0 (got 0s)`},
+		{"redis addr", `
+[redis]
+addr = "redis"`, `t.toml:3: redis.addr: must be host:port (got "redis": missing port in address)`},
+		{"redis timeout zero", `
+[redis]
+timeout = "0ms"`, `t.toml:3: redis.timeout: must be > 0 (got 0s)`},
+
+		// Upstreams.
+		{"upstream kind", `
+[[upstreams]]
+name = "u"
+kind = "azure"
+base_url = "https://x"`, `t.toml:4: upstreams[0].kind: must be "openai" or "anthropic" (got "azure")`},
+		{"upstream base_url relative", `
+[[upstreams]]
+name = "u"
+base_url = "api.openai.com"`, `t.toml:4: upstreams[0].base_url: must be an absolute http:// or https:// URL (got "api.openai.com")`},
+		{"upstream base_url scheme", `
+[[upstreams]]
+name = "u"
+base_url = "ftp://host"`, `t.toml:4: upstreams[0].base_url: must be an absolute http:// or https:// URL (got "ftp://host")`},
+		{"upstream base_url query", `
+[[upstreams]]
+name = "u"
+base_url = "https://host/?a=b"`, `t.toml:4: upstreams[0].base_url: must not have a query or fragment (got "https://host/?a=b")`},
+		{"upstream base_url missing", `
+[[upstreams]]
+name = "u"`, `t.toml:2: upstreams[0].base_url: must be set to an http:// or https:// URL`},
+		{"upstream name empty", `
+[[upstreams]]
+base_url = "https://x"`, `t.toml:2: upstreams[0].name: must not be empty`},
+		{"upstream name duplicate", `
+[[upstreams]]
+name = "u"
+base_url = "https://x"
+[[upstreams]]
+name = "u"
+base_url = "https://y"`, `t.toml:6: upstreams[1].name: duplicate upstream name "u" (also upstreams[0])`},
+		{"model in two upstreams", `
+[[upstreams]]
+name = "a"
+base_url = "https://x"
+models = ["m1", "m2"]
+[[upstreams]]
+name = "b"
+base_url = "https://y"
+models = [
+  "m3",
+  "m2",
+]`, `t.toml:11: upstreams[1].models[1]: model "m2" is already listed by upstreams[0].models[1]`},
+		{"upstream rpm negative", `
+[[upstreams]]
+name = "a"
+base_url = "https://x"
+rpm = -1`, `t.toml:5: upstreams[0].rpm: must be >= 0 (got -1)`},
+		{"upstream timeout zero", `
+[[upstreams]]
+name = "a"
+base_url = "https://x"
+stream_idle_timeout = "0s"`, `t.toml:5: upstreams[0].stream_idle_timeout: must be > 0 (got 0s)`},
+
+		// Tenants.
+		{"tenant rpm negative (line 14)", `# comment
+[node]
+name = "n"
+
+[[tenants]]
+name = "a"
+keys = ["ka"]
+
+[[tenants]]
+name = "b"
+keys = ["kb"]
+tpm = 5
+concurrency = 1
+rpm = -5
+`, `t.toml:14: tenants[1].rpm: must be >= 0 (got -5)`},
+		{"tenant name empty", `
+[[tenants]]
+keys = ["k"]`, `t.toml:2: tenants[0].name: must not be empty`},
+		{"tenant name slash", `
+[[tenants]]
+name = "a/b"
+keys = ["k"]`, `t.toml:3: tenants[0].name: must not contain '/', spaces or control characters (got "a/b")`},
+		{"tenant name duplicate", `
+[[tenants]]
+name = "a"
+keys = ["k1"]
+[[tenants]]
+name = "a"
+keys = ["k2"]`, `t.toml:6: tenants[1].name: duplicate tenant name "a" (also tenants[0])`},
+		{"tenant no keys", `
+[[tenants]]
+name = "a"`, `t.toml:2: tenants[0].keys: needs at least one key`},
+		{"tenant empty keys array", `
+[[tenants]]
+name = "a"
+keys = []`, `t.toml:4: tenants[0].keys: needs at least one key`},
+		{"tenant empty key", `
+[[tenants]]
+name = "a"
+keys = [""]`, `t.toml:4: tenants[0].keys[0]: must not be empty`},
+		{"tenant key duplicate across tenants (hash form)", `
+[[tenants]]
+name = "a"
+keys = ["k1"]
+[[tenants]]
+name = "b"
+keys = ["other",
+  "sha256:` + k1Hash + `"]`, `t.toml:8: tenants[1].keys[1]: same key as tenants[0].keys[0]`},
+		{"tenant key duplicate within tenant", `
+[[tenants]]
+name = "a"
+keys = ["k1", "k1"]`, `t.toml:4: tenants[0].keys[1]: same key as tenants[0].keys[0]`},
+		{"tenant sha256 short", `
+[[tenants]]
+name = "a"
+keys = ["sha256:abcd"]`, `t.toml:4: tenants[0].keys[0]: must be sha256:<64 hex digits> (got 4 characters)`},
+		{"tenant sha256 not hex", `
+[[tenants]]
+name = "a"
+keys = ["sha256:` + strings.Repeat("zz", 32) + `"]`, `t.toml:4: tenants[0].keys[0]: must be sha256:<64 hex digits> (not hex)`},
+		{"tenant priority", `
+[[tenants]]
+name = "a"
+keys = ["k"]
+priority = "low"`, `t.toml:5: tenants[0].priority: must be "interactive" or "batch" (got "low")`},
+		{"tenant concurrency negative inline", `
+tenants = [
+  {name = "a", keys = ["k"]},
+  {name = "b", keys = ["k2"], concurrency = -2},
+]`, `t.toml:4: tenants[1].concurrency: must be >= 0 (got -2)`},
+		{"unknown key in inline table", `
+tenants = [
+  {name = "a", keys = ["k"]},
+  {name = "b", keys = ["k2"],
+   rmp = 3},
+]`, `t.toml:5: tenants[1].rmp: unknown key (did you mean "rpm"?)`},
+
+		// env: references.
+		{"env missing", `
+[[upstreams]]
+name = "u"
+base_url = "env:NOPE_BASE"`, `t.toml:4: upstreams[0].base_url: environment variable NOPE_BASE is not set`},
+		{"env missing in list", `
+[[tenants]]
+name = "a"
+keys = ["k", "env:NOPE_KEY"]`, `t.toml:4: tenants[0].keys[1]: environment variable NOPE_KEY is not set`},
+		{"env bad name", `
+[node]
+name = "env:1X"`, `t.toml:3: node.name: bad environment variable name "1X" after "env:"`},
+		{"env value validated", `
+[node]
+listen = "env:BAD_LISTEN"`, `t.toml:3: node.listen: must be host:port (got "nope": missing port in address)`},
+
+		// Earliest line wins.
+		{"first error by line", `
+[[tenants]]
+name = "a"
+keys = ["k"]
+rpm = -1
+[limits]
+window = "0s"
+[node]
+listen = "x"`, `t.toml:5: tenants[0].rpm: must be >= 0 (got -1)`},
+
+		// TOML syntax.
+		{"syntax error", `
+[node]
+listen = "127.0.0.1:1"
+gossip = 
+`, `t.toml:4: invalid TOML: `},
+		{"unclosed table header", `
+[node
+`, `t.toml:2: invalid TOML: `},
+		{"duplicate key", `
+[node]
+listen = "127.0.0.1:1"
+
+listen = "127.0.0.1:2"`, `t.toml:5: invalid TOML: `},
+	}
+	env := envMap(map[string]string{"BAD_LISTEN": "nope"})
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c, err := parse([]byte(tt.doc), "t.toml", env)
+			if err == nil {
+				t.Fatalf("no error; got config %+v", c)
+			}
+			var ce *Error
+			if !errors.As(err, &ce) {
+				t.Fatalf("error %v is %T, not *Error", err, err)
+			}
+			got := err.Error()
+			if strings.HasSuffix(tt.want, "invalid TOML: ") {
+				if !strings.HasPrefix(got, tt.want) {
+					t.Fatalf("got  %s\nwant prefix %s", got, tt.want)
+				}
+				return
+			}
+			if got != tt.want {
+				t.Fatalf("got  %s\nwant %s", got, tt.want)
+			}
+		})
+	}
+}
+
+func TestSecretsNotEchoed(t *testing.T) {
+	docs := []string{
+		"[cluster]\nsecret = \"TOPSECRET\"",
+		"[cluster]\nsecret = \"env:S\"",
+		"[[tenants]]\nname = \"a\"\nkeys = [\"sha256:TOPSECRET\"]",
+	}
+	for _, doc := range docs {
+		_, err := parse([]byte(doc), "t.toml", envMap(map[string]string{"S": "TOPSECRET"}))
+		if err == nil {
+			t.Fatalf("%q: no error", doc)
+		}
+		if strings.Contains(err.Error(), "TOPSECRET") {
+			t.Errorf("%q: error echoes the secret: %v", doc, err)
+		}
+	}
+}
+
+func TestDefaults(t *testing.T) {
+	c, err := parse(nil, "empty.toml", noEnv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := Default()
+	want.Path = "empty.toml"
+	if c.Node.Name == "" || c.Node.Name != want.Node.Name {
+		t.Errorf("node.name = %q, want host name %q", c.Node.Name, want.Node.Name)
+	}
+	c.lines, c.origin = nil, nil
+	if !reflect.DeepEqual(c, want) {
+		t.Errorf("empty file:\n got %+v\nwant %+v", c, want)
+	}
+	if err := Default().Validate(); err != nil {
+		t.Errorf("Default() does not validate: %v", err)
+	}
+	d := Default()
+	checks := []struct {
+		name      string
+		got, want any
+	}{
+		{"listen", d.Node.Listen, "127.0.0.1:8080"},
+		{"gossip", d.Node.Gossip, "127.0.0.1:7946"},
+		{"drain_timeout", d.Node.DrainTimeout, 30 * time.Second},
+		{"forward_connect_timeout", d.Cluster.ForwardConnectTimeout, 15 * time.Millisecond},
+		{"forward_timeout", d.Cluster.ForwardTimeout, time.Duration(0)},
+		{"hop_skew", d.Cluster.HopSkew, 5 * time.Second},
+		{"redis.addr", d.Redis.Addr, ""},
+		{"snapshot_interval", d.Redis.SnapshotInterval, time.Second},
+		{"redis.timeout", d.Redis.Timeout, 15 * time.Millisecond},
+		{"handoff_wait", d.Redis.HandoffWait, 100 * time.Millisecond},
+		{"window", d.Limits.Window, 60 * time.Second},
+		{"slot_ttl", d.Limits.SlotTTL, 10 * time.Minute},
+		{"max_body_bytes", d.Limits.MaxBodyBytes, int64(8 << 20)},
+		{"default_completion", d.Limits.DefaultCompletion, 256},
+		{"secret", len(d.Cluster.Secret), 0},
+		{"upstreams", len(d.Upstreams), 0},
+		{"tenants", len(d.Tenants), 0},
+	}
+	for _, ch := range checks {
+		if !reflect.DeepEqual(ch.got, ch.want) {
+			t.Errorf("default %s = %v, want %v", ch.name, ch.got, ch.want)
+		}
+	}
+
+	c, err = parse([]byte(`
+[[upstreams]]
+name = "u"
+base_url = "https://x.example/"
+[[tenants]]
+name = "t"
+keys = ["k"]
+`), "t.toml", noEnv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantU := Upstream{Name: "u", Kind: "openai", BaseURL: "https://x.example", ConnectTimeout: 2 * time.Second,
+		Timeout: 600 * time.Second, StreamIdleTimeout: 120 * time.Second, AnthropicVersion: "2023-06-01"}
+	if !reflect.DeepEqual(c.Upstreams[0], wantU) {
+		t.Errorf("upstream defaults:\n got %+v\nwant %+v", c.Upstreams[0], wantU)
+	}
+	wantT := Tenant{Name: "t", Keys: []string{"k"}, Priority: "interactive"}
+	if !reflect.DeepEqual(c.Tenants[0], wantT) {
+		t.Errorf("tenant defaults:\n got %+v\nwant %+v", c.Tenants[0], wantT)
+	}
+}
+
+func TestEnvSubstitution(t *testing.T) {
+	doc := `
+[node]
+name = "env:NODE_NAME"
+join = ["env:SEED"]
+[cluster]
+secret = "env:SECRET"
+[admin]
+token = "env:TOKEN"
+[redis]
+timeout = "env:REDIS_TIMEOUT"
+[[upstreams]]
+name = "u"
+base_url = "env:BASE"
+api_key = "env:API_KEY"
+[[tenants]]
+name = "t"
+keys = ["env:TENANT_KEY", "plain"]
+`
+	env := map[string]string{
+		"NODE_NAME":     "n1",
+		"SEED":          "10.0.0.1:7946",
+		"SECRET":        secret32,
+		"TOKEN":         "tok",
+		"REDIS_TIMEOUT": "20ms",
+		"BASE":          "http://127.0.0.1:9000",
+		"API_KEY":       "sk-up",
+		"TENANT_KEY":    "sk-t",
+	}
+	c, err := parse([]byte(doc), "t.toml", envMap(env))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Node.Name != "n1" || c.Node.Join[0] != "10.0.0.1:7946" || len(c.Cluster.Secret) != 32 ||
+		c.Admin.Token != "tok" || c.Redis.Timeout != 20*time.Millisecond ||
+		c.Upstreams[0].BaseURL != "http://127.0.0.1:9000" || c.Upstreams[0].APIKey != "sk-up" ||
+		!reflect.DeepEqual(c.Tenants[0].Keys, []string{"sk-t", "plain"}) {
+		t.Errorf("substitution wrong: %+v", c)
+	}
+
+	// Secrets may come from an empty/unset variable: they are then empty.
+	for _, k := range []string{"SECRET", "TOKEN", "API_KEY"} {
+		delete(env, k)
+	}
+	c, err = parse([]byte(doc), "t.toml", envMap(env))
+	if err != nil {
+		t.Fatalf("unset secret variables: %v", err)
+	}
+	if c.Cluster.Secret != nil || c.Admin.Token != "" || c.Upstreams[0].APIKey != "" {
+		t.Errorf("unset secrets not empty: %+v", c)
+	}
+
+	// Other keys may not.
+	for k, want := range map[string]string{
+		"NODE_NAME":  "t.toml:3: node.name: environment variable NODE_NAME is not set",
+		"TENANT_KEY": "t.toml:17: tenants[0].keys[0]: environment variable TENANT_KEY is not set",
+	} {
+		e2 := map[string]string{}
+		for a, b := range env {
+			e2[a] = b
+		}
+		delete(e2, k)
+		_, err := parse([]byte(doc), "t.toml", envMap(e2))
+		if err == nil || err.Error() != want {
+			t.Errorf("unset %s: got %v, want %s", k, err, want)
+		}
+	}
+}
+
+func TestParseUsesOSEnv(t *testing.T) {
+	t.Setenv("RINGGATE_TEST_TOKEN", "from-os")
+	c, err := Parse([]byte("[admin]\ntoken = \"env:RINGGATE_TEST_TOKEN\"\n"), "t.toml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Admin.Token != "from-os" || c.Path != "t.toml" {
+		t.Errorf("token %q path %q", c.Admin.Token, c.Path)
+	}
+}
+
+func TestLoad(t *testing.T) {
+	_, err := Load(t.TempDir() + "/missing.toml")
+	if err == nil || !strings.Contains(err.Error(), "missing.toml") {
+		t.Errorf("missing file: %v", err)
+	}
+}
+
+func TestExample(t *testing.T) {
+	env := envMap(map[string]string{
+		"RINGGATE_SECRET":      secret32,
+		"RINGGATE_ADMIN_TOKEN": "admin-tok",
+		"OPENAI_API_KEY":       "sk-openai",
+		"ANTHROPIC_API_KEY":    "sk-ant",
+	})
+	c, err := parse([]byte(Example), "example.toml", env)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Node.Name != "node-1" || len(c.Cluster.Secret) != 32 || c.Admin.Token != "admin-tok" ||
+		len(c.Upstreams) != 2 || c.Upstreams[1].Kind != "anthropic" || c.Upstreams[1].APIKey != "sk-ant" ||
+		len(c.Tenants) != 2 || c.Tenants[1].Priority != "batch" || c.Redis.Addr != "127.0.0.1:6379" {
+		t.Errorf("example parsed oddly: %+v", c)
+	}
+	// The sha256 key in the example is that of the key named in its comment.
+	hs, err := c.Tenants[1].KeyHashes()
+	if err != nil || hs[0] != KeyHash([]byte("sk-nightly-1")) {
+		t.Errorf("example sha256 key does not match sk-nightly-1: %v", err)
+	}
+	if _, err := parse([]byte(Example), "example.toml", noEnv); err != nil {
+		t.Errorf("example without env: %v", err)
+	}
+}
+
+func TestKeyHashes(t *testing.T) {
+	tn := Tenant{Name: "a", Keys: []string{"k1", "sha256:" + k1Hash, "sha256:" + strings.ToUpper(k1Hash)}}
+	hs, err := tn.KeyHashes()
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := KeyHash([]byte("k1"))
+	for i, h := range hs {
+		if h != want {
+			t.Errorf("hash %d = %x, want %x", i, h, want)
+		}
+	}
+	if _, err := (Tenant{Name: "a", Keys: []string{"sha256:xyz"}}).KeyHashes(); err == nil {
+		t.Error("bad sha256 key accepted")
+	}
+}
+
+func TestKeyLines(t *testing.T) {
+	doc := `a = 1
+[x.y]
+b = [
+  1,
+  [2, 3],
+]
+[[t]]
+c = {d = 1, e.f = 2}
+[[t]]
+[t.sub]
+g = 1
+[[t.arr]]
+h = 1
+[[t.arr]]
+h = 2
+`
+	lines := keyLines([]byte(doc))
+	want := map[string]int{
+		"a": 1, "x": 2, "x.y": 2, "x.y.b": 3, "x.y.b[0]": 4, "x.y.b[1]": 5, "x.y.b[1][1]": 5,
+		"t[0]": 7, "t[0].c": 8, "t[0].c.d": 8, "t[0].c.e.f": 8,
+		"t[1]": 9, "t[1].sub": 10, "t[1].sub.g": 11,
+		"t[1].arr[0]": 12, "t[1].arr[0].h": 13, "t[1].arr[1]": 14, "t[1].arr[1].h": 15,
+	}
+	for k, l := range want {
+		if lines[k] != l {
+			t.Errorf("line of %s = %d, want %d", k, lines[k], l)
+		}
+	}
+}

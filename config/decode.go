@@ -1,0 +1,513 @@
+package config
+
+import (
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"math"
+	"sort"
+	"strings"
+	"time"
+
+	toml "github.com/pelletier/go-toml/v2"
+	"github.com/pelletier/go-toml/v2/unstable"
+)
+
+// decode turns a TOML document into a Config with defaults applied, checking
+// the document's shape (known keys, value types, env: references, duration
+// syntax). Semantic checks are left to Validate.
+//
+// go-toml decodes into a generic map (it owns TOML syntax: duplicate keys,
+// table redefinition, ...); a second pass with its unstable parser records the
+// line of every key path; the map is then walked against the schema below,
+// which gives messages in ringgate's words rather than reflection's.
+func decode(data []byte, name string, getenv func(string) string) (*Config, error) {
+	var raw map[string]any
+	if err := toml.Unmarshal(data, &raw); err != nil {
+		return nil, syntaxError(name, err)
+	}
+	c := Default()
+	c.Node.Name = "" // filled from the host name after overrides
+	c.Path = name
+	c.lines = keyLines(data)
+	d := &decoder{c: c, getenv: getenv}
+	d.table("", raw, d.rootFields())
+	if err := firstError(d.errs); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+func syntaxError(name string, err error) error {
+	e := &Error{File: name, Msg: err.Error()}
+	var de *toml.DecodeError
+	if errors.As(err, &de) {
+		e.Line, _ = de.Position()
+		e.Msg = strings.TrimPrefix(de.Error(), "toml: ")
+	}
+	e.Msg = "invalid TOML: " + e.Msg
+	return e
+}
+
+type decoder struct {
+	c      *Config
+	getenv func(string) string
+	errs   []*Error
+}
+
+func (d *decoder) errf(path, format string, args ...any) {
+	d.errs = append(d.errs, d.c.errAt(path, format, args...))
+}
+
+// field decodes the value v found at key path.
+type field func(d *decoder, path string, v any)
+
+func join(path, key string) string {
+	if path == "" {
+		return key
+	}
+	return path + "." + key
+}
+
+// table decodes a TOML table against fields; keys not in fields are errors.
+func (d *decoder) table(path string, v any, fields map[string]field) {
+	m, ok := v.(map[string]any)
+	if !ok {
+		d.errf(path, "must be a table (got %s)", typeName(v))
+		return
+	}
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		p := join(path, k)
+		f, ok := fields[k]
+		if !ok {
+			if s := suggest(k, fields); s != "" {
+				d.errf(p, "unknown key (did you mean %q?)", s)
+			} else {
+				d.errf(p, "unknown key")
+			}
+			continue
+		}
+		f(d, p, m[k])
+	}
+}
+
+// suggest returns the known key closest to k, if it is close enough to be a
+// plausible typo.
+func suggest(k string, fields map[string]field) string {
+	best, bestD := "", 3
+	for f := range fields {
+		if dd := editDistance(strings.ToLower(k), f); dd < bestD || dd == bestD && f < best {
+			best, bestD = f, dd
+		}
+	}
+	if bestD > 2 {
+		return ""
+	}
+	return best
+}
+
+func editDistance(a, b string) int {
+	if len(a) > 64 || len(b) > 64 {
+		return 99
+	}
+	prev := make([]int, len(b)+1)
+	cur := make([]int, len(b)+1)
+	for j := range prev {
+		prev[j] = j
+	}
+	for i := 1; i <= len(a); i++ {
+		cur[0] = i
+		for j := 1; j <= len(b); j++ {
+			cost := 1
+			if a[i-1] == b[j-1] {
+				cost = 0
+			}
+			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
+		}
+		prev, cur = cur, prev
+	}
+	return prev[len(b)]
+}
+
+func typeName(v any) string {
+	switch v.(type) {
+	case string:
+		return "string"
+	case int64:
+		return "integer"
+	case float64:
+		return "float"
+	case bool:
+		return "boolean"
+	case []any:
+		return "array"
+	case map[string]any:
+		return "table"
+	case nil:
+		return "nothing"
+	default:
+		return "date/time"
+	}
+}
+
+// str resolves a string value, substituting env: references. emptyEnvOK
+// allows an env reference to an unset or empty variable (secrets).
+func (d *decoder) str(path string, v any, emptyEnvOK bool) (string, bool) {
+	s, ok := v.(string)
+	if !ok {
+		d.errf(path, "must be a string (got %s)", typeName(v))
+		return "", false
+	}
+	name, ok := strings.CutPrefix(s, "env:")
+	if !ok {
+		return s, true
+	}
+	if !validEnvName(name) {
+		d.errf(path, "bad environment variable name %q after \"env:\"", name)
+		return "", false
+	}
+	val := d.getenv(name)
+	if val == "" && !emptyEnvOK {
+		d.errf(path, "environment variable %s is not set", name)
+		return "", false
+	}
+	return val, true
+}
+
+func validEnvName(s string) bool {
+	if s == "" {
+		return false
+	}
+	for i, r := range s {
+		switch {
+		case r == '_', 'a' <= r && r <= 'z', 'A' <= r && r <= 'Z':
+		case '0' <= r && r <= '9' && i > 0:
+		default:
+			return false
+		}
+	}
+	return true
+}
+
+func fStr(dst *string) field {
+	return func(d *decoder, path string, v any) {
+		if s, ok := d.str(path, v, false); ok {
+			*dst = s
+		}
+	}
+}
+
+// fSecret is fStr for secrets: an empty env variable means empty.
+func fSecret(dst *string) field {
+	return func(d *decoder, path string, v any) {
+		if s, ok := d.str(path, v, true); ok {
+			*dst = s
+		}
+	}
+}
+
+func fStrs(dst *[]string) field {
+	return func(d *decoder, path string, v any) {
+		a, ok := v.([]any)
+		if !ok {
+			d.errf(path, "must be an array of strings (got %s)", typeName(v))
+			return
+		}
+		out := make([]string, 0, len(a))
+		for i, e := range a {
+			if s, ok := d.str(fmt.Sprintf("%s[%d]", path, i), e, false); ok {
+				out = append(out, s)
+			}
+		}
+		*dst = out
+	}
+}
+
+func fDur(dst *time.Duration) field {
+	return func(d *decoder, path string, v any) {
+		if _, isStr := v.(string); !isStr {
+			d.errf(path, "must be a duration string like \"15s\" (got %s)", typeName(v))
+			return
+		}
+		s, ok := d.str(path, v, false)
+		if !ok {
+			return
+		}
+		dur, err := time.ParseDuration(s)
+		if err != nil {
+			d.errf(path, "bad duration %q (use a number and unit, e.g. \"15s\", \"100ms\")", s)
+			return
+		}
+		*dst = dur
+	}
+}
+
+func (d *decoder) integer(path string, v any) (int64, bool) {
+	n, ok := v.(int64)
+	if !ok {
+		d.errf(path, "must be an integer (got %s)", typeName(v))
+	}
+	return n, ok
+}
+
+func fInt(dst *int) field {
+	return func(d *decoder, path string, v any) {
+		if n, ok := d.integer(path, v); ok {
+			if n > math.MaxInt || n < math.MinInt {
+				d.errf(path, "too large (got %d)", n)
+				return
+			}
+			*dst = int(n)
+		}
+	}
+}
+
+func fInt64(dst *int64) field {
+	return func(d *decoder, path string, v any) {
+		if n, ok := d.integer(path, v); ok {
+			*dst = n
+		}
+	}
+}
+
+// fBase64 decodes a secret written in base64 (standard or URL alphabet,
+// padding optional). An empty env variable means empty.
+func fBase64(dst *[]byte) field {
+	return func(d *decoder, path string, v any) {
+		s, ok := d.str(path, v, true)
+		if !ok {
+			return
+		}
+		s = strings.TrimSpace(s)
+		if s == "" {
+			*dst = nil
+			return
+		}
+		for _, enc := range []*base64.Encoding{base64.StdEncoding, base64.RawStdEncoding, base64.URLEncoding, base64.RawURLEncoding} {
+			if b, err := enc.DecodeString(s); err == nil {
+				*dst = b
+				return
+			}
+		}
+		d.errf(path, "must be base64 of 32 bytes (not valid base64; try: openssl rand -base64 32)")
+	}
+}
+
+func fTable(fields map[string]field) field {
+	return func(d *decoder, path string, v any) { d.table(path, v, fields) }
+}
+
+// fTables decodes an array of tables, calling each(i, path, table) per element.
+func fTables(each func(d *decoder, path string, v any)) field {
+	return func(d *decoder, path string, v any) {
+		a, ok := v.([]any)
+		if !ok {
+			if m, ok := v.([]map[string]any); ok {
+				a = make([]any, len(m))
+				for i := range m {
+					a[i] = m[i]
+				}
+			} else {
+				d.errf(path, "must be an array of tables, written [[%s]] (got %s)", path, typeName(v))
+				return
+			}
+		}
+		for i, e := range a {
+			each(d, fmt.Sprintf("%s[%d]", path, i), e)
+		}
+	}
+}
+
+func (d *decoder) rootFields() map[string]field {
+	c := d.c
+	return map[string]field{
+		"node": fTable(map[string]field{
+			"name":          fStr(&c.Node.Name),
+			"listen":        fStr(&c.Node.Listen),
+			"gossip":        fStr(&c.Node.Gossip),
+			"advertise":     fStr(&c.Node.Advertise),
+			"join":          fStrs(&c.Node.Join),
+			"drain_timeout": fDur(&c.Node.DrainTimeout),
+		}),
+		"cluster": fTable(map[string]field{
+			"secret":                  fBase64(&c.Cluster.Secret),
+			"forward_connect_timeout": fDur(&c.Cluster.ForwardConnectTimeout),
+			"forward_timeout":         fDur(&c.Cluster.ForwardTimeout),
+			"hop_skew":                fDur(&c.Cluster.HopSkew),
+		}),
+		"admin": fTable(map[string]field{
+			"token": fSecret(&c.Admin.Token),
+		}),
+		"redis": fTable(map[string]field{
+			"addr":              fStr(&c.Redis.Addr),
+			"snapshot_interval": fDur(&c.Redis.SnapshotInterval),
+			"timeout":           fDur(&c.Redis.Timeout),
+			"handoff_wait":      fDur(&c.Redis.HandoffWait),
+		}),
+		"limits": fTable(map[string]field{
+			"window":             fDur(&c.Limits.Window),
+			"slot_ttl":           fDur(&c.Limits.SlotTTL),
+			"max_body_bytes":     fInt64(&c.Limits.MaxBodyBytes),
+			"default_completion": fInt(&c.Limits.DefaultCompletion),
+		}),
+		"upstreams": fTables(func(d *decoder, path string, v any) {
+			u := defaultUpstream()
+			d.table(path, v, map[string]field{
+				"name":                fStr(&u.Name),
+				"kind":                fStr(&u.Kind),
+				"base_url":            fStr(&u.BaseURL),
+				"api_key":             fSecret(&u.APIKey),
+				"models":              fStrs(&u.Models),
+				"rpm":                 fInt(&u.RPM),
+				"tpm":                 fInt(&u.TPM),
+				"concurrency":         fInt(&u.Concurrency),
+				"connect_timeout":     fDur(&u.ConnectTimeout),
+				"timeout":             fDur(&u.Timeout),
+				"stream_idle_timeout": fDur(&u.StreamIdleTimeout),
+				"anthropic_version":   fStr(&u.AnthropicVersion),
+			})
+			u.BaseURL = strings.TrimRight(u.BaseURL, "/")
+			c.Upstreams = append(c.Upstreams, u)
+		}),
+		"tenants": fTables(func(d *decoder, path string, v any) {
+			t := defaultTenant()
+			d.table(path, v, map[string]field{
+				"name":        fStr(&t.Name),
+				"keys":        fStrs(&t.Keys),
+				"rpm":         fInt(&t.RPM),
+				"tpm":         fInt(&t.TPM),
+				"concurrency": fInt(&t.Concurrency),
+				"priority":    fStr(&t.Priority),
+			})
+			c.Tenants = append(c.Tenants, t)
+		}),
+	}
+}
+
+// keyLines maps every key path in a (syntactically valid) document to the
+// line it is written on: "node.listen", "tenants[1].rpm", "node.join[0]",
+// and tables such as "tenants[1]" to their header line.
+func keyLines(data []byte) map[string]int {
+	var nl []int
+	for i, b := range data {
+		if b == '\n' {
+			nl = append(nl, i)
+		}
+	}
+	var lineOf func(n *unstable.Node) int
+	lineOf = func(n *unstable.Node) int {
+		if n == nil {
+			return 0
+		}
+		if n.Raw.Length == 0 {
+			if n.Kind == unstable.Array { // no range of its own: use its first element's
+				return lineOf(n.Child())
+			}
+			return 0
+		}
+		return sort.SearchInts(nl, int(n.Raw.Offset)) + 1
+	}
+	lines := map[string]int{}
+	set := func(path string, line int) {
+		if _, ok := lines[path]; !ok && line > 0 {
+			lines[path] = line
+		}
+	}
+	keyParts := func(n *unstable.Node) ([]string, int) {
+		var parts []string
+		line := 0
+		it := n.Key()
+		for it.Next() {
+			k := it.Node()
+			if line == 0 {
+				line = lineOf(k)
+			}
+			parts = append(parts, string(k.Data))
+		}
+		return parts, line
+	}
+
+	var value func(path string, n *unstable.Node, line int)
+	value = func(path string, n *unstable.Node, line int) {
+		switch n.Kind {
+		case unstable.Array:
+			i := 0
+			for it := n.Children(); it.Next(); {
+				e := it.Node()
+				if e.Kind == unstable.Comment {
+					continue
+				}
+				p := fmt.Sprintf("%s[%d]", path, i)
+				l := lineOf(e)
+				if l == 0 {
+					l = line
+				}
+				set(p, l)
+				value(p, e, l)
+				i++
+			}
+		case unstable.InlineTable:
+			for it := n.Children(); it.Next(); {
+				kv := it.Node()
+				if kv.Kind != unstable.KeyValue {
+					continue
+				}
+				parts, l := keyParts(kv)
+				p := path
+				for _, part := range parts {
+					p = join(p, part)
+					set(p, l)
+				}
+				value(p, kv.Value(), l)
+			}
+		}
+	}
+
+	arrays := map[string]int{} // array-table path -> number of elements so far
+	resolve := func(parts []string, line int) string {
+		p := ""
+		for _, part := range parts {
+			p = join(p, part)
+			if n := arrays[p]; n > 0 {
+				p = fmt.Sprintf("%s[%d]", p, n-1)
+			}
+			set(p, line)
+		}
+		return p
+	}
+
+	var p unstable.Parser
+	p.Reset(data)
+	cur := ""
+	for p.NextExpression() {
+		e := p.Expression()
+		switch e.Kind {
+		case unstable.Table:
+			parts, l := keyParts(e)
+			cur = resolve(parts, l)
+		case unstable.ArrayTable:
+			parts, l := keyParts(e)
+			base := resolve(parts[:len(parts)-1], l)
+			base = join(base, parts[len(parts)-1])
+			set(base, l)
+			n := arrays[base]
+			arrays[base] = n + 1
+			cur = fmt.Sprintf("%s[%d]", base, n)
+			lines[cur] = l
+		case unstable.KeyValue:
+			parts, l := keyParts(e)
+			path := cur
+			for _, part := range parts {
+				path = join(path, part)
+				set(path, l)
+			}
+			value(path, e.Value(), l)
+		}
+	}
+	return lines
+}

@@ -1,0 +1,86 @@
+package config
+
+// Example is a complete, commented config.toml showing every key with its
+// default or a typical value. It parses as is; the env: values it names
+// (RINGGATE_SECRET, RINGGATE_ADMIN_TOKEN, OPENAI_API_KEY, ANTHROPIC_API_KEY)
+// may be unset, which leaves those secrets empty.
+const Example = `# ringgate configuration. Durations are strings: "15ms", "60s", "10m".
+# Any string value may be written "env:NAME" to read it from the environment;
+# an unset variable is an error, except for cluster.secret, admin.token and
+# upstreams api_key, which are then empty.
+# Flags -node -listen -gossip -advertise -join -redis (or RINGGATE_LISTEN etc.)
+# override the keys they name.
+
+[node]
+name = "node-1"               # unique in the cluster; default: the host name
+listen = "127.0.0.1:8080"     # HTTP for clients, peers and admin
+gossip = "127.0.0.1:7946"     # memberlist bind address (TCP and UDP)
+# advertise = "10.0.0.5:7946" # gossip address peers use, if not the bind one
+join = []                     # seed members' gossip addresses; empty: start a new cluster
+drain_timeout = "30s"         # on SIGTERM, how long in-flight requests may take
+
+[cluster]
+secret = "env:RINGGATE_SECRET"    # base64 of 32 bytes (openssl rand -base64 32); encrypts gossip, signs peer traffic
+forward_connect_timeout = "15ms"  # connecting to the node that owns a tenant
+forward_timeout = "0s"            # 0: forwarded requests use the upstream timeouts
+hop_skew = "5s"                   # accepted clock skew on signed peer requests
+
+[admin]
+token = "env:RINGGATE_ADMIN_TOKEN" # bearer token for the admin API; empty: admin on loopback only
+
+[redis]
+addr = "127.0.0.1:6379"     # "" = no Redis (single node, demo)
+snapshot_interval = "1s"    # how often tenant state is saved
+timeout = "15ms"            # past this, a Redis call counts as failed
+handoff_wait = "100ms"      # on a ring change, how long to wait for a peer's state
+
+[limits]
+window = "60s"              # sliding window for rpm/tpm; shorter windows make limits "per window"
+slot_ttl = "10m"            # a concurrency slot never released (lost stream) frees itself after this
+max_body_bytes = 8388608    # larger request bodies get 413
+default_completion = 256    # completion tokens assumed when a tenant/model has no history
+
+# Upstreams: requests whose "model" is listed go to that upstream; the first
+# upstream takes all other models.
+[[upstreams]]
+name = "openai"
+kind = "openai"                      # or "anthropic"
+base_url = "https://api.openai.com"
+api_key = "env:OPENAI_API_KEY"
+models = ["gpt-4o", "gpt-4o-mini"]
+rpm = 10000                          # the provider's own limits, shared by all tenants; 0 = none
+tpm = 2000000
+concurrency = 500
+connect_timeout = "2s"
+timeout = "600s"                     # max wait for the answer to start (a whole JSON answer)
+stream_idle_timeout = "120s"         # max silence between stream chunks
+
+[[upstreams]]
+name = "anthropic"
+kind = "anthropic"
+base_url = "https://api.anthropic.com"
+api_key = "env:ANTHROPIC_API_KEY"
+models = ["claude-sonnet-4-5", "claude-haiku-4-5"]
+rpm = 4000
+tpm = 400000
+concurrency = 0
+anthropic_version = "2023-06-01"
+
+# Tenants: clients, each with bearer keys and limits (0 = no limit).
+[[tenants]]
+name = "acme"
+keys = ["sk-acme-1"]         # plain keys, or "sha256:<hex>" of the key
+rpm = 600
+tpm = 100000
+concurrency = 10
+priority = "interactive"     # or "batch": queued behind interactive traffic
+
+[[tenants]]
+name = "nightly-jobs"
+# sha256 of "sk-nightly-1"; generate with: printf %s KEY | sha256sum
+keys = ["sha256:420609a7f57264d1831e47c76baa8d2ffebb7d429420ff5b175ce8cd940fc34f"]
+rpm = 60
+tpm = 1000000
+concurrency = 2
+priority = "batch"
+`

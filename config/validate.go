@@ -1,0 +1,234 @@
+package config
+
+import (
+	"fmt"
+	"net"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+	"unicode"
+)
+
+// Validate checks c and returns the problem on the earliest line of its
+// file (an *Error), or nil. Parse, Load and FromArgs call it; call it again
+// after changing a Config by hand.
+func (c *Config) Validate() error {
+	v := &validator{c: c}
+	v.node()
+	v.cluster()
+	v.redis()
+	v.limits()
+	v.upstreams()
+	v.tenants()
+	return firstError(v.errs)
+}
+
+type validator struct {
+	c    *Config
+	errs []*Error
+}
+
+func (v *validator) errf(path, format string, args ...any) {
+	v.errs = append(v.errs, v.c.errAt(path, format, args...))
+}
+
+// hostPort checks a host:port address; needHost rejects ":port".
+func (v *validator) hostPort(path, s string, needHost bool) {
+	if s == "" {
+		v.errf(path, "must be host:port (got nothing)")
+		return
+	}
+	host, port, err := net.SplitHostPort(s)
+	if err != nil {
+		msg := err.Error()
+		if ae, ok := err.(*net.AddrError); ok {
+			msg = ae.Err
+		}
+		v.errf(path, "must be host:port (got %q: %s)", s, msg)
+		return
+	}
+	if _, err := strconv.ParseUint(port, 10, 16); err != nil {
+		v.errf(path, "port must be a number 0-65535 (got %q)", s)
+		return
+	}
+	if needHost && host == "" {
+		v.errf(path, "needs a host, not just a port (got %q)", s)
+	}
+}
+
+func (v *validator) positive(path string, d time.Duration) {
+	if d <= 0 {
+		v.errf(path, "must be > 0 (got %s)", d)
+	}
+}
+
+func (v *validator) nonNegative(path string, d time.Duration) {
+	if d < 0 {
+		v.errf(path, "must be >= 0 (got %s)", d)
+	}
+}
+
+func (v *validator) limit(path string, n int) {
+	if n < 0 {
+		v.errf(path, "must be >= 0 (got %d)", n)
+	}
+}
+
+// name checks an upstream or tenant name: it appears in URLs, logs and
+// metric labels.
+func (v *validator) name(path, s string) bool {
+	if s == "" {
+		v.errf(path, "must not be empty")
+		return false
+	}
+	for _, r := range s {
+		if r == '/' || unicode.IsSpace(r) || !unicode.IsPrint(r) {
+			v.errf(path, "must not contain '/', spaces or control characters (got %q)", s)
+			return false
+		}
+	}
+	return true
+}
+
+func (v *validator) node() {
+	n := v.c.Node
+	if n.Name == "" {
+		v.errf("node.name", "must not be empty")
+	}
+	v.hostPort("node.listen", n.Listen, false)
+	v.hostPort("node.gossip", n.Gossip, false)
+	if n.Advertise != "" {
+		v.hostPort("node.advertise", n.Advertise, true)
+	}
+	for i, j := range n.Join {
+		v.hostPort(fmt.Sprintf("node.join[%d]", i), j, true)
+	}
+	v.nonNegative("node.drain_timeout", n.DrainTimeout)
+}
+
+func (v *validator) cluster() {
+	c := v.c.Cluster
+	if len(c.Secret) != 0 && len(c.Secret) != 32 {
+		v.errf("cluster.secret", "must be base64 of exactly 32 bytes (got %d bytes; try: openssl rand -base64 32)", len(c.Secret))
+	}
+	v.positive("cluster.forward_connect_timeout", c.ForwardConnectTimeout)
+	v.nonNegative("cluster.forward_timeout", c.ForwardTimeout)
+	v.positive("cluster.hop_skew", c.HopSkew)
+}
+
+func (v *validator) redis() {
+	r := v.c.Redis
+	if r.Addr != "" {
+		v.hostPort("redis.addr", r.Addr, false)
+	}
+	v.positive("redis.snapshot_interval", r.SnapshotInterval)
+	v.positive("redis.timeout", r.Timeout)
+	v.nonNegative("redis.handoff_wait", r.HandoffWait)
+}
+
+func (v *validator) limits() {
+	l := v.c.Limits
+	v.positive("limits.window", l.Window)
+	v.positive("limits.slot_ttl", l.SlotTTL)
+	if l.MaxBodyBytes <= 0 {
+		v.errf("limits.max_body_bytes", "must be > 0 (got %d)", l.MaxBodyBytes)
+	}
+	v.limit("limits.default_completion", l.DefaultCompletion)
+}
+
+func (v *validator) upstreams() {
+	names := map[string]int{}
+	models := map[string]string{} // model -> path that listed it first
+	for i, u := range v.c.Upstreams {
+		p := fmt.Sprintf("upstreams[%d]", i)
+		if v.name(p+".name", u.Name) {
+			if j, dup := names[u.Name]; dup {
+				v.errf(p+".name", "duplicate upstream name %q (also upstreams[%d])", u.Name, j)
+			} else {
+				names[u.Name] = i
+			}
+		}
+		switch u.Kind {
+		case KindOpenAI, KindAnthropic:
+		default:
+			v.errf(p+".kind", "must be %q or %q (got %q)", KindOpenAI, KindAnthropic, u.Kind)
+		}
+		v.baseURL(p+".base_url", u.BaseURL)
+		for k, m := range u.Models {
+			mp := fmt.Sprintf("%s.models[%d]", p, k)
+			if m == "" {
+				v.errf(mp, "must not be empty")
+				continue
+			}
+			if prev, dup := models[m]; dup {
+				v.errf(mp, "model %q is already listed by %s", m, prev)
+				continue
+			}
+			models[m] = mp
+		}
+		v.limit(p+".rpm", u.RPM)
+		v.limit(p+".tpm", u.TPM)
+		v.limit(p+".concurrency", u.Concurrency)
+		v.positive(p+".connect_timeout", u.ConnectTimeout)
+		v.positive(p+".timeout", u.Timeout)
+		v.positive(p+".stream_idle_timeout", u.StreamIdleTimeout)
+		if u.Kind == KindAnthropic && u.AnthropicVersion == "" {
+			v.errf(p+".anthropic_version", "must not be empty")
+		}
+	}
+}
+
+func (v *validator) baseURL(path, s string) {
+	if s == "" {
+		v.errf(path, "must be set to an http:// or https:// URL")
+		return
+	}
+	u, err := url.Parse(s)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		v.errf(path, "must be an absolute http:// or https:// URL (got %q)", s)
+		return
+	}
+	if u.RawQuery != "" || u.Fragment != "" || strings.Contains(s, "#") {
+		v.errf(path, "must not have a query or fragment (got %q)", s)
+	}
+}
+
+func (v *validator) tenants() {
+	names := map[string]int{}
+	keys := map[[32]byte]string{} // key hash -> path that listed it first
+	for i, t := range v.c.Tenants {
+		p := fmt.Sprintf("tenants[%d]", i)
+		if v.name(p+".name", t.Name) {
+			if j, dup := names[t.Name]; dup {
+				v.errf(p+".name", "duplicate tenant name %q (also tenants[%d])", t.Name, j)
+			} else {
+				names[t.Name] = i
+			}
+		}
+		if len(t.Keys) == 0 {
+			v.errf(p+".keys", "needs at least one key")
+		}
+		for k, key := range t.Keys {
+			kp := fmt.Sprintf("%s.keys[%d]", p, k)
+			h, err := keyHash(key)
+			if err != nil {
+				v.errf(kp, "%s", err)
+				continue
+			}
+			if prev, dup := keys[h]; dup {
+				v.errf(kp, "same key as %s", prev)
+				continue
+			}
+			keys[h] = kp
+		}
+		v.limit(p+".rpm", t.RPM)
+		v.limit(p+".tpm", t.TPM)
+		v.limit(p+".concurrency", t.Concurrency)
+		switch t.Priority {
+		case PriorityInteractive, PriorityBatch:
+		default:
+			v.errf(p+".priority", "must be %q or %q (got %q)", PriorityInteractive, PriorityBatch, t.Priority)
+		}
+	}
+}

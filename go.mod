@@ -1,0 +1,42 @@
+module github.com/ringgate/ringgate
+
+go 1.26.8
+
+require (
+	github.com/buraksezer/consistent v1.0.0
+	github.com/cespare/xxhash/v2 v2.3.0
+	github.com/hashicorp/memberlist v0.7.0
+	github.com/pelletier/go-toml/v2 v2.4.3
+	github.com/prometheus/client_golang v1.25.0
+	github.com/tidwall/gjson v1.20.3
+	github.com/tidwall/sjson v1.2.9
+	github.com/tiktoken-go/tokenizer v0.10.0
+	github.com/valyala/fasthttp v1.78.0
+)
+
+require (
+	github.com/beorn7/perks v1.0.1 // indirect
+	github.com/dlclark/regexp2/v2 v2.5.1 // indirect
+	github.com/google/btree v1.1.3 // indirect
+	github.com/hashicorp/errwrap v1.1.0 // indirect
+	github.com/hashicorp/go-immutable-radix v1.3.1 // indirect
+	github.com/hashicorp/go-metrics v0.7.0 // indirect
+	github.com/hashicorp/go-msgpack/v2 v2.1.5 // indirect
+	github.com/hashicorp/go-multierror v1.1.1 // indirect
+	github.com/hashicorp/go-sockaddr v1.0.7 // indirect
+	github.com/hashicorp/golang-lru v1.0.2 // indirect
+	github.com/klauspost/compress v1.20.3 // indirect
+	github.com/miekg/dns v1.1.73 // indirect
+	github.com/molecule-man/go-brrr v1.3.1 // indirect
+	github.com/munnerz/goautoneg v0.0.0-20191010083416-a7dc8b61c822 // indirect
+	github.com/prometheus/client_model v0.6.3 // indirect
+	github.com/prometheus/common v0.72.0 // indirect
+	github.com/prometheus/procfs v0.22.0 // indirect
+	github.com/sean-/seed v0.0.0-20170313163322-e2103e2c3529 // indirect
+	github.com/tidwall/match v1.1.1 // indirect
+	github.com/tidwall/pretty v1.3.0 // indirect
+	github.com/valyala/bytebufferpool v1.0.0 // indirect
+	golang.org/x/net v0.62.0 // indirect
+	golang.org/x/sys v0.49.0 // indirect
+	google.golang.org/protobuf v1.36.12 // indirect
+)

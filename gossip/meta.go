@@ -1,0 +1,55 @@
+package gossip
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+
+	"github.com/hashicorp/memberlist"
+)
+
+// metaVersion is the version of the node metadata encoding. A member whose
+// metadata carries another version is treated as an unknown member.
+const metaVersion = 1
+
+// wireMeta is the node metadata gossiped with every alive message. JSON with
+// one-letter keys: compact (about 50 bytes for a typical address), easy to
+// read in a packet dump, and decoding arbitrary bytes cannot panic.
+type wireMeta struct {
+	V int    `json:"v"`
+	H string `json:"h"` // HTTP address
+	S State  `json:"s"` // state
+}
+
+var errBadMeta = errors.New("gossip: invalid member metadata")
+
+// encodeMeta encodes the metadata and checks memberlist's size limit.
+func encodeMeta(httpAddr string, s State) ([]byte, error) {
+	b, err := json.Marshal(wireMeta{V: metaVersion, H: httpAddr, S: s})
+	if err != nil {
+		return nil, err
+	}
+	if len(b) > memberlist.MetaMaxSize {
+		return nil, fmt.Errorf("gossip: node metadata is %d bytes, limit is %d (HTTPAddr too long?)", len(b), memberlist.MetaMaxSize)
+	}
+	return b, nil
+}
+
+// decodeMeta decodes metadata received from the network. Any input, however
+// malformed, returns an error rather than panicking.
+func decodeMeta(b []byte) (httpAddr string, s State, err error) {
+	if len(b) == 0 || len(b) > memberlist.MetaMaxSize {
+		return "", "", errBadMeta
+	}
+	var m wireMeta
+	if err := json.Unmarshal(b, &m); err != nil {
+		return "", "", fmt.Errorf("%w: %v", errBadMeta, err)
+	}
+	if m.V != metaVersion {
+		return "", "", fmt.Errorf("%w: version %d", errBadMeta, m.V)
+	}
+	if !m.S.valid() {
+		return "", "", fmt.Errorf("%w: state %q", errBadMeta, m.S)
+	}
+	return m.H, m.S, nil
+}

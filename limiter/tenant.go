@@ -1,0 +1,240 @@
+package limiter
+
+import (
+	"sync"
+	"time"
+)
+
+// Limits are one tenant's limits; a value <= 0 means no limit on that
+// dimension.
+type Limits struct {
+	Requests    int64 // per window
+	Tokens      int64 // per window
+	Concurrency int64 // slots held at once
+}
+
+// Dimension names what a refusal was about.
+type Dimension uint8
+
+const (
+	None Dimension = iota
+	Requests
+	Tokens
+	Concurrency
+)
+
+func (d Dimension) String() string {
+	switch d {
+	case Requests:
+		return "requests"
+	case Tokens:
+		return "tokens"
+	case Concurrency:
+		return "concurrency"
+	}
+	return "none"
+}
+
+// Decision is the outcome of Admit together with what the rate-limit headers
+// report. Remaining values are -1 for an unlimited dimension.
+type Decision struct {
+	Allowed bool
+	// Limited is the first dimension that refused, when !Allowed.
+	Limited Dimension
+	// TooLarge means the request alone exceeds the limit of Limited: waiting
+	// will never admit it.
+	TooLarge bool
+	// RetryAfter is how long until the refused dimension has room, when
+	// !Allowed. For concurrency it is an estimate (a slot frees when a
+	// stream ends, which no clock predicts).
+	RetryAfter time.Duration
+
+	LimitRequests, RemainingRequests int64
+	LimitTokens, RemainingTokens     int64
+	LimitConcurrency, InFlight       int64
+	ResetRequests, ResetTokens       time.Duration
+}
+
+// Ticket is what an admitted request keeps to settle its tokens and release
+// its slot. The zero Ticket is not admitted.
+type Ticket struct {
+	bucket     int64 // request and token bucket
+	slotBucket int64
+	tokens     int64 // tokens charged so far
+	admitted   bool
+	released   bool
+}
+
+// Tokens reports the tokens currently charged for the ticket.
+func (t *Ticket) Tokens() int64 { return t.tokens }
+
+// Tenant enforces one tenant's three dimensions. It is safe for concurrent
+// use; a decision takes one uncontended mutex and allocates nothing.
+type Tenant struct {
+	mu       sync.Mutex
+	limits   Limits
+	requests Window
+	tokens   Window
+	slots    Window
+}
+
+// NewTenant returns a tenant whose rpm/tpm are enforced over window and whose
+// concurrency slots expire after slotTTL if never released.
+func NewTenant(l Limits, window, slotTTL time.Duration) *Tenant {
+	return &Tenant{
+		limits:   l,
+		requests: NewWindow(l.Requests, window),
+		tokens:   NewWindow(l.Tokens, window),
+		slots:    NewWindow(l.Concurrency, slotTTL),
+	}
+}
+
+// Limits reports the tenant's limits.
+func (t *Tenant) Limits() Limits {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.limits
+}
+
+// Admit decides whether one request estimated at tokens fits all three
+// dimensions at now (Unix nanoseconds, >= 0). If it does, all three are
+// charged at once and the ticket must later go to Finish (or Settle and
+// Release); if not, nothing is charged.
+func (t *Tenant) Admit(now, tokens int64) (Ticket, Decision) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.advance(now)
+
+	var d Decision
+	switch {
+	case !t.requests.fits(1):
+		d.Limited = Requests
+		d.RetryAfter = time.Duration(t.requests.untilFits(now, 1))
+	case !t.tokens.fits(tokens):
+		d.Limited = Tokens
+		d.TooLarge = tokens > t.tokens.limit
+		d.RetryAfter = time.Duration(t.tokens.untilFits(now, tokens))
+	case !t.slots.fits(1):
+		d.Limited = Concurrency
+		d.RetryAfter = time.Duration(t.slots.untilFits(now, 1))
+		if d.RetryAfter > time.Second {
+			d.RetryAfter = time.Second
+		}
+	default:
+		d.Allowed = true
+	}
+	var tk Ticket
+	if d.Allowed {
+		tk = Ticket{
+			bucket:     t.requests.charge(1),
+			slotBucket: t.slots.charge(1),
+			tokens:     tokens,
+			admitted:   true,
+		}
+		t.tokens.charge(tokens)
+	}
+	t.fill(now, &d)
+	return tk, d
+}
+
+// Settle replaces the tokens charged for tk by actual: the difference is
+// credited back, or the excess debited. It may be called more than once (the
+// last call wins).
+func (t *Tenant) Settle(now int64, tk *Ticket, actual int64) {
+	if !tk.admitted || actual == tk.tokens {
+		return
+	}
+	t.mu.Lock()
+	t.advance(now)
+	t.tokens.adjust(tk.bucket, actual-tk.tokens)
+	t.mu.Unlock()
+	tk.tokens = actual
+}
+
+// Release frees tk's concurrency slot. Releasing twice is harmless.
+func (t *Tenant) Release(now int64, tk *Ticket) {
+	if !tk.admitted || tk.released {
+		return
+	}
+	t.mu.Lock()
+	t.advance(now)
+	t.slots.adjust(tk.slotBucket, -1)
+	t.mu.Unlock()
+	tk.released = true
+}
+
+// Finish settles tk at actual tokens and releases its slot under one lock.
+func (t *Tenant) Finish(now int64, tk *Ticket, actual int64) {
+	if !tk.admitted {
+		return
+	}
+	t.mu.Lock()
+	t.advance(now)
+	if actual != tk.tokens {
+		t.tokens.adjust(tk.bucket, actual-tk.tokens)
+		tk.tokens = actual
+	}
+	if !tk.released {
+		t.slots.adjust(tk.slotBucket, -1)
+		tk.released = true
+	}
+	t.mu.Unlock()
+}
+
+// Usage is a point-in-time view of a tenant for admin endpoints.
+type Usage struct {
+	Requests, Tokens, InFlight int64
+	Limits                     Limits
+}
+
+// Usage reports what the windows hold at now.
+func (t *Tenant) Usage(now int64) Usage {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.advance(now)
+	return Usage{
+		Requests: t.requests.used(),
+		Tokens:   t.tokens.used(),
+		InFlight: t.slots.used(),
+		Limits:   t.limits,
+	}
+}
+
+// Peek fills the header values of a decision without admitting anything, for
+// answers that carry the headers but did not ask for admission.
+func (t *Tenant) Peek(now int64) Decision {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.advance(now)
+	var d Decision
+	t.fill(now, &d)
+	return d
+}
+
+func (t *Tenant) advance(now int64) {
+	t.requests.advance(now)
+	t.tokens.advance(now)
+	t.slots.advance(now)
+}
+
+func (t *Tenant) fill(now int64, d *Decision) {
+	d.LimitRequests = t.requests.limit
+	d.RemainingRequests = t.requests.remaining()
+	d.ResetRequests = time.Duration(t.requests.untilEmpty(now))
+	d.LimitTokens = t.tokens.limit
+	d.RemainingTokens = t.tokens.remaining()
+	d.ResetTokens = time.Duration(t.tokens.untilEmpty(now))
+	d.LimitConcurrency = t.slots.limit
+	d.InFlight = t.slots.used()
+}
+
+// SetLimits changes the limits in place, keeping what the windows hold: a
+// reload does not hand a tenant a fresh window.
+func (t *Tenant) SetLimits(l Limits) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.limits = l
+	t.requests.limit = l.Requests
+	t.tokens.limit = l.Tokens
+	t.slots.limit = l.Concurrency
+}

@@ -1,0 +1,149 @@
+package limiter
+
+import "time"
+
+// Buckets is how many buckets span one window. A charge is counted for between
+// one window and one window plus one bucket, so under saturating demand a
+// window admits at least Buckets/(Buckets+1) ≈ 99.2 % of its limit over time.
+const Buckets = 128
+
+// ring holds one bucket more than Buckets: the bucket that straddles the
+// window's trailing edge is kept whole, which is what makes the count
+// conservative.
+const ring = Buckets + 1
+
+// Window is a sliding-window counter with O(1) memory and amortised O(1) time.
+// It is not safe for concurrent use; Tenant serialises access.
+type Window struct {
+	limit   int64 // <= 0: unlimited (still counted, for reporting)
+	width   int64 // bucket width in nanoseconds
+	head    int64 // absolute index of the newest bucket seen
+	newest  int64 // absolute index of the newest bucket holding a charge
+	total   int64 // sum of the live buckets
+	buckets [ring]int64
+}
+
+// NewWindow returns a window of the given length and limit. A length shorter
+// than Buckets nanoseconds is rounded up so a bucket is never empty of time.
+func NewWindow(limit int64, length time.Duration) Window {
+	width := int64(length) / Buckets
+	if width < 1 {
+		width = 1
+	}
+	return Window{limit: limit, width: width}
+}
+
+// Limit reports the configured limit (<= 0 means none).
+func (w *Window) Limit() int64 { return w.limit }
+
+// Length reports the span the window enforces.
+func (w *Window) Length() time.Duration { return time.Duration(w.width * Buckets) }
+
+// advance moves the window to now, dropping buckets that left it. Time that
+// runs backwards (a clock step) is treated as the newest time already seen.
+func (w *Window) advance(now int64) {
+	cur := now / w.width
+	if cur <= w.head {
+		return
+	}
+	if cur-w.head >= ring {
+		w.buckets = [ring]int64{}
+		w.total = 0
+	} else {
+		for i := w.head + 1; i <= cur; i++ {
+			slot := i % ring
+			w.total -= w.buckets[slot]
+			w.buckets[slot] = 0
+		}
+	}
+	w.head = cur
+}
+
+// fits reports whether n more fits under the limit, after advance.
+func (w *Window) fits(n int64) bool {
+	return w.limit <= 0 || w.total+n <= w.limit
+}
+
+// charge adds n to the newest bucket and returns that bucket's index, which
+// the caller keeps to adjust the charge later.
+func (w *Window) charge(n int64) int64 {
+	w.buckets[w.head%ring] += n
+	w.total += n
+	if n > 0 {
+		w.newest = w.head
+	}
+	return w.head
+}
+
+// live reports whether the bucket at absolute index b still counts.
+func (w *Window) live(b int64) bool {
+	return b <= w.head && b > w.head-ring
+}
+
+// adjust changes the charge made in bucket b by delta. A credit for a bucket
+// that already left the window is dropped (it no longer counts anyway); a
+// debit for one is charged now, because the usage is real and must weigh on
+// the window that follows.
+func (w *Window) adjust(b, delta int64) {
+	switch {
+	case delta == 0:
+	case w.live(b):
+		slot := b % ring
+		if w.buckets[slot]+delta < 0 {
+			delta = -w.buckets[slot]
+		}
+		w.buckets[slot] += delta
+		w.total += delta
+		if delta > 0 && b > w.newest {
+			w.newest = b
+		}
+	case delta > 0:
+		w.charge(delta)
+	}
+}
+
+// Used reports the charges inside the window, after advance.
+func (w *Window) used() int64 { return w.total }
+
+// remaining reports how much more fits, after advance (unlimited: -1).
+func (w *Window) remaining() int64 {
+	if w.limit <= 0 {
+		return -1
+	}
+	if r := w.limit - w.total; r > 0 {
+		return r
+	}
+	return 0
+}
+
+// expiry is when a charge in bucket b stops counting.
+func (w *Window) expiry(b int64) int64 {
+	return (b + ring) * w.width
+}
+
+// untilFits is how long until n more fits, after advance. If n can never fit
+// (it exceeds the limit on its own) it returns a whole window.
+func (w *Window) untilFits(now, n int64) int64 {
+	if w.fits(n) {
+		return 0
+	}
+	if n > w.limit {
+		return w.width * Buckets
+	}
+	excess := w.total + n - w.limit
+	for b := w.head - ring + 1; b <= w.head; b++ {
+		excess -= w.buckets[b%ring]
+		if excess <= 0 {
+			return w.expiry(b) - now
+		}
+	}
+	return w.width * Buckets
+}
+
+// untilEmpty is how long until every charge now counted has expired.
+func (w *Window) untilEmpty(now int64) int64 {
+	if w.total <= 0 || !w.live(w.newest) {
+		return 0
+	}
+	return w.expiry(w.newest) - now
+}

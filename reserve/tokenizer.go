@@ -1,0 +1,105 @@
+package reserve
+
+import (
+	"strings"
+	"sync"
+
+	"github.com/tiktoken-go/tokenizer"
+)
+
+// Tokenizer counts prompt tokens locally with OpenAI's BPE encodings
+// (cl100k_base and o200k_base). The vocabularies are compiled into the
+// binary (github.com/tiktoken-go/tokenizer); nothing is downloaded at run
+// time. Each encoding is set up lazily, once, on first use (about 20 ms and
+// a few MiB for o200k_base).
+//
+// Library choice: github.com/tiktoken-go/tokenizer v0.10.0 was measured
+// against github.com/pkoukk/tiktoken-go v0.1.8 (+ its offline loader) on a
+// 945-token English prompt (testdata/prompt_en.txt, 2 busy shared cores,
+// best-to-typical of 7 runs): 0.34-0.56 ms/op vs 0.75-1.02 ms/op for
+// cl100k_base and 0.41-0.56 ms/op vs 1.05-1.29 ms/op for o200k_base, i.e.
+// about 2x faster; 279 KB vs 440 KB allocated per call (~5.6k allocations
+// each, inside the regexp engines); ~20 ms vs ~260 ms and ~6 MiB vs ~22 MiB
+// to set up o200k_base. Both gave identical counts on both encodings for
+// every test string, and those counts match the reference tiktoken (Rust
+// core) on the same strings. It also merges long pieces in O(n log n) and
+// needs no process-global loader (pkoukk's SetBpeLoader is an unguarded
+// global). Its cost: the vocabularies are Go source, so a cold build takes
+// ~19 s instead of ~11 s (both counting the standard library).
+//
+// A Tokenizer is safe for concurrent use.
+type Tokenizer struct {
+	cl100k func() (tokenizer.Codec, error)
+	o200k  func() (tokenizer.Codec, error)
+}
+
+// NewTokenizer returns a Tokenizer. Encodings are loaded lazily; the error
+// is reserved for set-up failures and is currently always nil.
+func NewTokenizer() (*Tokenizer, error) {
+	return &Tokenizer{
+		cl100k: sync.OnceValues(func() (tokenizer.Codec, error) { return tokenizer.Get(tokenizer.Cl100kBase) }),
+		o200k:  sync.OnceValues(func() (tokenizer.Codec, error) { return tokenizer.Get(tokenizer.O200kBase) }),
+	}, nil
+}
+
+// Count returns the number of tokens text encodes to for model, as plain
+// text: special-token markers such as "<|endoftext|>" in text are counted as
+// the ordinary text they are, which is how providers bill user content.
+//
+// o200k_base is used for gpt-4o*, gpt-4.1*, gpt-4.5*, gpt-5*, o1*, o3*, o4*,
+// chatgpt-4o* and gpt-oss*; cl100k_base for everything else, including
+// claude-* and unknown or self-hosted models, where it is an approximation
+// (the router settles against the provider's reported usage anyway). A
+// routing prefix ("openai/gpt-4o") and a fine-tune prefix ("ft:gpt-4o-mini:org::id")
+// are ignored, and the match is case-insensitive.
+//
+// Count is CPU-bound, roughly 0.4 ms per 1000 tokens.
+func (t *Tokenizer) Count(model, text string) int {
+	if text == "" {
+		return 0
+	}
+	get := t.cl100k
+	if usesO200k(model) {
+		get = t.o200k
+	}
+	codec, err := get()
+	if err == nil {
+		if n, err := codec.Count(text); err == nil {
+			return n
+		}
+	}
+	// Defensive only: neither can fail with the default (non-strict) error
+	// mode and no match timeout. Fall back to the usual ~4 bytes per token.
+	return (len(text) + 3) / 4
+}
+
+// CountBytes is Count for a byte slice (e.g. a request body field). Invalid
+// UTF-8 is tokenized as is; its count is an approximation.
+func (t *Tokenizer) CountBytes(model string, text []byte) int {
+	if len(text) == 0 {
+		return 0
+	}
+	return t.Count(model, string(text))
+}
+
+// o200kPrefixes are the model-name prefixes tokenized with o200k_base.
+var o200kPrefixes = [...]string{
+	"gpt-4o", "gpt-4.1", "gpt-4.5", "gpt-5", "o1", "o3", "o4", "chatgpt-4o", "gpt-oss",
+}
+
+// usesO200k reports whether model is tokenized with o200k_base. It does not
+// allocate.
+func usesO200k(model string) bool {
+	if i := strings.LastIndexByte(model, '/'); i >= 0 {
+		model = model[i+1:]
+	}
+	if len(model) > 3 && strings.EqualFold(model[:3], "ft:") {
+		model = model[3:]
+	}
+	for _, p := range o200kPrefixes {
+		if len(model) >= len(p) && strings.EqualFold(model[:len(p)], p) {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,146 @@
+package router
+
+import (
+	"bytes"
+	"crypto/subtle"
+	"encoding/json"
+	"strings"
+
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/valyala/fasthttp"
+	"github.com/valyala/fasthttp/fasthttpadaptor"
+)
+
+// serveAdmin answers the health, cluster, tenant and metrics endpoints.
+// Health checks are open (load balancers call them); the rest needs the
+// admin token, or a loopback caller when no token is configured.
+func (r *Router) serveAdmin(ctx *fasthttp.RequestCtx) {
+	path := string(ctx.Path())
+	switch path {
+	case "/healthz":
+		writeJSON(ctx, fasthttp.StatusOK, map[string]string{"status": "ok"})
+		return
+	case "/readyz":
+		if r.draining.Load() {
+			writeJSON(ctx, fasthttp.StatusServiceUnavailable, map[string]string{"status": "draining"})
+			return
+		}
+		writeJSON(ctx, fasthttp.StatusOK, map[string]string{"status": "ready"})
+		return
+	}
+	if path != "/cluster" && path != "/metrics" && !strings.HasPrefix(path, "/tenants/") {
+		fail(ctx, fasthttp.StatusNotFound, "invalid_request_error", "not_found", "Unknown path "+path+".")
+		return
+	}
+	if !ctx.IsGet() {
+		ctx.Response.Header.Set("Allow", "GET")
+		fail(ctx, fasthttp.StatusMethodNotAllowed, "invalid_request_error", "method_not_allowed", "Use GET.")
+		return
+	}
+	if !r.adminAllowed(ctx) {
+		fail(ctx, fasthttp.StatusUnauthorized, "invalid_request_error", "invalid_admin_token",
+			"The admin API needs 'Authorization: Bearer <admin token>' (or, with no token configured, a loopback caller).")
+		return
+	}
+	switch {
+	case path == "/metrics":
+		r.metricsHandler(ctx)
+	case path == "/cluster":
+		writeJSON(ctx, fasthttp.StatusOK, r.clusterView())
+	default:
+		r.serveTenant(ctx, strings.TrimPrefix(path, "/tenants/"))
+	}
+}
+
+func (r *Router) adminAllowed(ctx *fasthttp.RequestCtx) bool {
+	token := r.state.Load().cfg.Admin.Token
+	if token == "" {
+		ip := ctx.RemoteIP()
+		return ip != nil && ip.IsLoopback()
+	}
+	got := ctx.Request.Header.Peek("Authorization")
+	if len(got) < 7 || !bytes.EqualFold(got[:7], []byte("Bearer ")) {
+		return false
+	}
+	return subtle.ConstantTimeCompare(bytes.TrimSpace(got[7:]), []byte(token)) == 1
+}
+
+// Member is one node as the admin API shows it.
+type Member struct {
+	Name  string `json:"name"`
+	Addr  string `json:"addr"`
+	State string `json:"state"`
+}
+
+type clusterView struct {
+	Self        string   `json:"self"`
+	RingVersion uint64   `json:"ring_version"`
+	Members     []Member `json:"members"`
+}
+
+func (r *Router) clusterView() clusterView {
+	st := "active"
+	if r.draining.Load() {
+		st = "draining"
+	}
+	return clusterView{
+		Self:        r.node,
+		RingVersion: 1,
+		Members:     []Member{{Name: r.node, Addr: r.state.Load().cfg.Node.Listen, State: st}},
+	}
+}
+
+type dimension struct {
+	Used  int64 `json:"used"`
+	Limit int64 `json:"limit"` // 0: no limit
+}
+
+type tenantView struct {
+	Name     string    `json:"name"`
+	Owner    string    `json:"owner"`
+	Node     string    `json:"node"`
+	Priority string    `json:"priority"`
+	Window   string    `json:"window"`
+	Requests dimension `json:"requests"`
+	Tokens   dimension `json:"tokens"`
+	InFlight dimension `json:"in_flight"`
+	Queued   int64     `json:"queued"`
+}
+
+func (r *Router) serveTenant(ctx *fasthttp.RequestCtx, name string) {
+	st := r.state.Load()
+	t := st.byName[name]
+	if t == nil {
+		fail(ctx, fasthttp.StatusNotFound, "invalid_request_error", "unknown_tenant", "No tenant named "+name+".")
+		return
+	}
+	u := t.lim.Usage(r.clock())
+	writeJSON(ctx, fasthttp.StatusOK, tenantView{
+		Name:     t.name,
+		Owner:    r.node,
+		Node:     r.node,
+		Priority: t.priority,
+		Window:   st.cfg.Limits.Window.String(),
+		Requests: dimension{Used: u.Requests, Limit: max(u.Limits.Requests, 0)},
+		Tokens:   dimension{Used: u.Tokens, Limit: max(u.Limits.Tokens, 0)},
+		InFlight: dimension{Used: u.InFlight, Limit: max(u.Limits.Concurrency, 0)},
+	})
+}
+
+func (r *Router) metricsHandler(ctx *fasthttp.RequestCtx) {
+	r.metricsOnce.Do(func() {
+		r.metricsHTTP = fasthttpadaptor.NewFastHTTPHandler(promhttp.HandlerFor(r.metrics.reg, promhttp.HandlerOpts{}))
+	})
+	r.metricsHTTP(ctx)
+}
+
+func writeJSON(ctx *fasthttp.RequestCtx, status int, v any) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		fail(ctx, fasthttp.StatusInternalServerError, "server_error", "encode", err.Error())
+		return
+	}
+	ctx.Response.Header.SetContentType("application/json")
+	ctx.SetStatusCode(status)
+	ctx.SetBody(b)
+}

@@ -1,0 +1,10 @@
+// Package router is the edge of a ringgate node: it takes a client's HTTP
+// request, finds the tenant by its key, asks the tenant's limiter for room
+// with a token estimate from reserve, hands the request to the upstream
+// provider, streams the answer back and settles the real usage.
+//
+// It composes limiter, reserve and upstream (and, in a cluster, the ring and
+// the peer hop); none of those knows about the others or about HTTP serving.
+// It owns the client-facing contract of ../shared/interface.md: status codes,
+// the OpenAI error shape, the x-ratelimit-* headers, and the admin endpoints.
+package router

@@ -1,0 +1,72 @@
+package router
+
+import (
+	"sync"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+)
+
+// metrics are the node's Prometheus counters. Each router has its own
+// registry so several nodes can live in one test process.
+type metrics struct {
+	reg       *prometheus.Registry
+	decisions *prometheus.CounterVec
+	tokens    *prometheus.CounterVec
+	upstream  *prometheus.CounterVec
+	inflight  prometheus.Gauge
+
+	mu      sync.Mutex
+	tenants map[string]*tenantCounters
+}
+
+// tenantCounters are resolved once per tenant so the hot path does no label
+// lookups.
+type tenantCounters struct {
+	allowed, requests, tokens, concurrency prometheus.Counter
+	reserved, settled                      prometheus.Counter
+}
+
+func newMetrics() *metrics {
+	m := &metrics{
+		reg: prometheus.NewRegistry(),
+		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "ringgate_decisions_total",
+			Help: "Admission decisions by tenant and result (allowed, or the dimension that refused).",
+		}, []string{"tenant", "result"}),
+		tokens: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "ringgate_tokens_total",
+			Help: "Tokens reserved before calls and settled after them, by tenant.",
+		}, []string{"tenant", "phase"}),
+		upstream: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "ringgate_upstream_responses_total",
+			Help: "Upstream answers by provider and status class (or transport error).",
+		}, []string{"upstream", "class"}),
+		inflight: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "ringgate_inflight_requests",
+			Help: "Client requests being served by this node.",
+		}),
+		tenants: make(map[string]*tenantCounters),
+	}
+	m.reg.MustRegister(m.decisions, m.tokens, m.upstream, m.inflight,
+		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	return m
+}
+
+func (m *metrics) tenant(name string) *tenantCounters {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if c, ok := m.tenants[name]; ok {
+		return c
+	}
+	c := &tenantCounters{
+		allowed:     m.decisions.WithLabelValues(name, "allowed"),
+		requests:    m.decisions.WithLabelValues(name, "requests"),
+		tokens:      m.decisions.WithLabelValues(name, "tokens"),
+		concurrency: m.decisions.WithLabelValues(name, "concurrency"),
+		reserved:    m.tokens.WithLabelValues(name, "reserved"),
+		settled:     m.tokens.WithLabelValues(name, "settled"),
+	}
+	m.tenants[name] = c
+	return c
+}

@@ -1,0 +1,339 @@
+package router
+
+import (
+	"bufio"
+	"bytes"
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"io"
+	"sync"
+
+	"github.com/valyala/fasthttp"
+
+	"github.com/ringgate/ringgate/limiter"
+	"github.com/ringgate/ringgate/reserve"
+	"github.com/ringgate/ringgate/upstream"
+)
+
+// maxAnswerBytes caps a buffered (non-stream) upstream answer.
+const maxAnswerBytes = 64 << 20
+
+// call is one admitted request on its way through the upstream and back.
+type call struct {
+	t    *tenant
+	prov *upstream.Provider
+	req  upstream.Request
+	res  reserve.Reservation
+	tk   limiter.Ticket
+}
+
+// serveAPI handles a client API request. It reports true when a stream took
+// over the response; the stream then calls r.done itself.
+func (r *Router) serveAPI(ctx *fasthttp.RequestCtx, ep upstream.Endpoint) bool {
+	st := r.state.Load()
+	ctx.Response.Header.Set("x-ringgate-node", r.node)
+	t := st.authenticate(&ctx.Request.Header)
+	if t == nil {
+		fail(ctx, fasthttp.StatusUnauthorized, "invalid_request_error", "invalid_api_key",
+			"Missing or unknown API key. Send it as 'Authorization: Bearer <key>'.")
+		return false
+	}
+	req, err := upstream.ParseRequest(ep, ctx.PostBody())
+	if err != nil {
+		d := t.lim.Peek(r.clock())
+		setRateHeaders(&ctx.Response.Header, &d)
+		var ce *upstream.ClientError
+		if errors.As(err, &ce) {
+			failParam(ctx, ce)
+		} else {
+			fail(ctx, fasthttp.StatusBadRequest, "invalid_request_error", "invalid_request", err.Error())
+		}
+		return false
+	}
+	prov := st.provider(req.Model)
+	if prov == nil {
+		fail(ctx, fasthttp.StatusServiceUnavailable, "server_error", "no_upstream", "No upstream is configured.")
+		return false
+	}
+	if (ep == upstream.Messages) != (prov.Kind == upstream.Anthropic) {
+		d := t.lim.Peek(r.clock())
+		setRateHeaders(&ctx.Response.Header, &d)
+		fail(ctx, fasthttp.StatusBadRequest, "invalid_request_error", "wrong_endpoint",
+			fmt.Sprintf("Model %q is served by upstream %q, which does not take %s.", req.Model, prov.Name, ctx.Path()))
+		return false
+	}
+
+	c := &call{t: t, prov: prov, req: req}
+	c.res = r.est.Estimate(reserve.Key{Tenant: t.name, Model: req.Model}, r.promptTokens(&req), req.MaxTokens, req.Generates)
+	if req.Choices > 1 {
+		// n completions are generated and billed; history stays per completion.
+		c.res.Completion *= req.Choices
+		c.res.Total = c.res.Prompt + c.res.Completion
+	}
+	var d limiter.Decision
+	c.tk, d = t.lim.Admit(r.clock(), int64(c.res.Total))
+	setRateHeaders(&ctx.Response.Header, &d)
+	if !d.Allowed {
+		switch d.Limited {
+		case limiter.Requests:
+			t.counts.requests.Inc()
+		case limiter.Tokens:
+			t.counts.tokens.Inc()
+		case limiter.Concurrency:
+			t.counts.concurrency.Inc()
+		}
+		refuse(ctx, &d, st.cfg.Limits.Window, int64(c.res.Total))
+		return false
+	}
+	t.counts.allowed.Inc()
+	t.counts.reserved.Add(float64(c.res.Total))
+	return r.forward(ctx, c)
+}
+
+// promptTokens counts the prompt with the local tokenizer, plus the few
+// tokens of framing every chat message costs.
+func (r *Router) promptTokens(req *upstream.Request) int {
+	n := req.TokenInputs
+	for _, text := range req.Texts {
+		n += r.tok.Count(req.Model, text)
+	}
+	if req.Messages > 0 {
+		n += 3*req.Messages + 3
+	}
+	return n
+}
+
+// authenticate finds the tenant by the hash of the presented key: no
+// plaintext comparison, so no timing leak of how much of a key matched.
+func (st *state) authenticate(h *fasthttp.RequestHeader) *tenant {
+	key := h.Peek("Authorization")
+	if len(key) > 7 && bytes.EqualFold(key[:7], []byte("Bearer ")) {
+		key = bytes.TrimSpace(key[7:])
+	} else {
+		key = h.Peek("x-api-key")
+	}
+	if len(key) == 0 {
+		return nil
+	}
+	return st.byKey[sha256.Sum256(key)]
+}
+
+// forward sends an admitted call upstream and answers the client. It reports
+// true when the answer is a stream that finishes later.
+func (r *Router) forward(ctx *fasthttp.RequestCtx, c *call) bool {
+	body, err := upstream.PrepareBody(c.req, ctx.PostBody())
+	if err != nil {
+		r.finish(c, upstream.Usage{}, false, 0)
+		fail(ctx, fasthttp.StatusBadRequest, "invalid_request_error", "invalid_request", err.Error())
+		return false
+	}
+	upReq := fasthttp.AcquireRequest()
+	c.prov.Prepare(upReq, ctx.Path(), body, &ctx.Request.Header)
+	resp := fasthttp.AcquireResponse()
+	err = c.prov.Do(upReq, resp)
+	fasthttp.ReleaseRequest(upReq)
+	if err != nil {
+		fasthttp.ReleaseResponse(resp)
+		r.finish(c, upstream.Usage{}, false, 0)
+		r.upstreamFailed(ctx, c.prov, err)
+		return false
+	}
+	status := resp.StatusCode()
+	r.metrics.upstream.WithLabelValues(c.prov.Name, statusClass(status)).Inc()
+	if status == fasthttp.StatusUnauthorized || status == fasthttp.StatusForbidden {
+		// The upstream refused the gateway's own key: not the client's fault.
+		fasthttp.ReleaseResponse(resp)
+		r.finish(c, upstream.Usage{}, false, 0)
+		r.log.Error("upstream", "upstream", c.prov.Name, "status", status, "detail", "upstream rejected the configured api_key")
+		fail(ctx, fasthttp.StatusBadGateway, "upstream_error", "upstream_auth",
+			fmt.Sprintf("Upstream %q rejected the gateway's credentials.", c.prov.Name))
+		return false
+	}
+	copyHeaders(&ctx.Response.Header, &resp.Header)
+	ctx.SetStatusCode(status)
+	if status == fasthttp.StatusOK && bytes.HasPrefix(resp.Header.ContentType(), []byte("text/event-stream")) {
+		r.stream(ctx, c, resp)
+		return true
+	}
+
+	ctx.Response.ResetBody()
+	err = readAnswer(ctx.Response.BodyWriter(), resp)
+	fasthttp.ReleaseResponse(resp)
+	if err != nil {
+		ctx.Response.ResetBody()
+		r.finish(c, upstream.Usage{}, false, 0)
+		r.upstreamFailed(ctx, c.prov, err)
+		return false
+	}
+	answer := ctx.Response.Body()
+	ok := status >= 200 && status < 300
+	u := upstream.UsageFromJSON(c.prov.Kind, answer)
+	completion := 0
+	if ok && !u.Reported {
+		completion = r.countCompletion(c, answer)
+	}
+	r.finish(c, u, ok, completion)
+	return false
+}
+
+// readAnswer copies a buffered answer, failing past maxAnswerBytes.
+func readAnswer(w io.Writer, resp *fasthttp.Response) error {
+	s := resp.BodyStream()
+	if s == nil {
+		_, err := w.Write(resp.Body())
+		return err
+	}
+	n, err := io.Copy(w, io.LimitReader(s, maxAnswerBytes+1))
+	if err != nil {
+		return upstream.ReadError(err)
+	}
+	if n > maxAnswerBytes {
+		return fmt.Errorf("%w: answer over %d bytes", upstream.ErrUnreachable, maxAnswerBytes)
+	}
+	return nil
+}
+
+var streamBufs = sync.Pool{New: func() any { b := make([]byte, 16<<10); return &b }}
+
+// stream relays an SSE answer event by event, flushing each, and settles when
+// it ends. A write error means the client hung up: the upstream call is cut
+// and the slot freed at once.
+func (r *Router) stream(ctx *fasthttp.RequestCtx, c *call, resp *fasthttp.Response) {
+	ctx.Response.Header.Set("Cache-Control", "no-cache")
+	ctx.Response.Header.Set("X-Accel-Buffering", "no")
+	ctx.SetBodyStreamWriter(func(w *bufio.Writer) {
+		defer r.done()
+		f := upstream.NewStreamFilter(c.prov.Kind, c.req.ClientWantsUsage)
+		bp := streamBufs.Get().(*[]byte)
+		defer streamBufs.Put(bp)
+		emit := func(ev []byte) error {
+			if _, err := w.Write(ev); err != nil {
+				return err
+			}
+			return w.Flush()
+		}
+		src := resp.BodyStream()
+		var clientGone, upstreamErr error
+		for src != nil {
+			n, err := src.Read(*bp)
+			if n > 0 {
+				if clientGone = f.Write((*bp)[:n], emit); clientGone != nil {
+					break
+				}
+			}
+			if err != nil {
+				if err != io.EOF {
+					upstreamErr = err
+				}
+				break
+			}
+		}
+		if clientGone == nil {
+			clientGone = f.Close(emit)
+		}
+		fasthttp.ReleaseResponse(resp) // closes the upstream connection if unread
+		u := f.Usage()
+		complete := clientGone == nil && upstreamErr == nil
+		completion := 0
+		if !u.Reported || !complete {
+			completion = r.tok.CountBytes(c.req.Model, f.Text())
+			if u.Reported && u.Completion > completion {
+				completion = u.Completion
+			}
+		}
+		if !complete {
+			// A cut stream is billed for what was generated, and kept out
+			// of the completion-length history it would bias low.
+			prompt := c.res.Prompt
+			if u.Reported && u.Prompt > 0 {
+				prompt = u.Prompt
+			}
+			r.finish(c, upstream.Usage{Prompt: prompt, Completion: completion, Reported: true}, false, 0)
+			r.log.Info("stream_cut", "tenant", c.t.name, "client_gone", clientGone != nil, "upstream_error", errString(upstreamErr))
+			return
+		}
+		r.finish(c, u, true, completion)
+	})
+}
+
+// finish settles a call's tokens and frees its slot. With usage reported, that
+// is the truth; without it, a successful call is charged its prompt estimate
+// plus the counted completion, and a failed one nothing (no provider bills a
+// refused call). Only successful calls teach the estimator.
+func (r *Router) finish(c *call, u upstream.Usage, ok bool, countedCompletion int) {
+	var actual int
+	switch {
+	case u.Reported:
+		actual = u.Prompt + u.Completion
+		if ok {
+			r.learn(c, u.Prompt, u.Completion)
+		}
+	case ok:
+		actual = c.res.Prompt + countedCompletion
+		r.learn(c, c.res.Prompt, countedCompletion)
+	}
+	c.t.lim.Finish(r.clock(), &c.tk, int64(actual))
+	c.t.counts.settled.Add(float64(actual))
+}
+
+// learn feeds a finished call's completion length to the estimator, per
+// completion when the call asked for several.
+func (r *Router) learn(c *call, prompt, completion int) {
+	res := c.res
+	if n := c.req.Choices; n > 1 {
+		res.Completion /= n
+		completion /= n
+	}
+	r.est.Settle(res, reserve.Usage{Prompt: prompt, Completion: completion})
+}
+
+// countCompletion counts the completion text of a JSON answer that reported
+// no usage.
+func (r *Router) countCompletion(c *call, answer []byte) int {
+	n := 0
+	upstream.CompletionText(c.req.Endpoint, answer, func(text []byte) {
+		n += r.tok.CountBytes(c.req.Model, text)
+	})
+	return n
+}
+
+func (r *Router) upstreamFailed(ctx *fasthttp.RequestCtx, p *upstream.Provider, err error) {
+	if errors.Is(err, upstream.ErrTimeout) {
+		r.metrics.upstream.WithLabelValues(p.Name, "timeout").Inc()
+		fail(ctx, fasthttp.StatusGatewayTimeout, "upstream_error", "upstream_timeout",
+			fmt.Sprintf("Upstream %q did not answer in time.", p.Name))
+		return
+	}
+	r.metrics.upstream.WithLabelValues(p.Name, "error").Inc()
+	r.log.Warn("upstream", "upstream", p.Name, "error", err.Error())
+	fail(ctx, fasthttp.StatusBadGateway, "upstream_error", "upstream_unreachable",
+		fmt.Sprintf("Upstream %q failed: %v", p.Name, err))
+}
+
+func copyHeaders(dst *fasthttp.ResponseHeader, src *fasthttp.ResponseHeader) {
+	for k, v := range src.All() {
+		if !upstream.IsHopHeader(k) {
+			dst.SetBytesKV(k, v)
+		}
+	}
+}
+
+func statusClass(status int) string {
+	switch {
+	case status < 300:
+		return "2xx"
+	case status < 400:
+		return "3xx"
+	case status < 500:
+		return "4xx"
+	}
+	return "5xx"
+}
+
+func errString(err error) string {
+	if err == nil {
+		return ""
+	}
+	return err.Error()
+}

@@ -1,0 +1,90 @@
+package router
+
+import (
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/valyala/fasthttp"
+
+	"github.com/ringgate/ringgate/limiter"
+	"github.com/ringgate/ringgate/upstream"
+)
+
+// fail answers with an error in OpenAI's shape.
+func fail(ctx *fasthttp.RequestCtx, status int, typ, code, message string) {
+	ctx.Response.Header.SetContentType("application/json")
+	ctx.SetStatusCode(status)
+	ctx.SetBody(upstream.ErrorBody(message, typ, code, ""))
+}
+
+// failParam is fail for a client error about one parameter.
+func failParam(ctx *fasthttp.RequestCtx, ce *upstream.ClientError) {
+	ctx.Response.Header.SetContentType("application/json")
+	status := ce.Status
+	if status < 400 || status > 499 {
+		status = fasthttp.StatusBadRequest
+	}
+	ctx.SetStatusCode(status)
+	ctx.SetBody(upstream.ErrorBody(ce.Message, "invalid_request_error", ce.Code, ce.Param))
+}
+
+// setRateHeaders writes OpenAI's x-ratelimit-* headers from a decision. A
+// dimension with no limit gets no headers: there is no true value to give.
+func setRateHeaders(h *fasthttp.ResponseHeader, d *limiter.Decision) {
+	var buf [32]byte
+	if d.LimitRequests > 0 {
+		h.SetBytesV("x-ratelimit-limit-requests", strconv.AppendInt(buf[:0], d.LimitRequests, 10))
+		h.SetBytesV("x-ratelimit-remaining-requests", strconv.AppendInt(buf[:0], d.RemainingRequests, 10))
+		h.SetBytesV("x-ratelimit-reset-requests", appendReset(buf[:0], d.ResetRequests))
+	}
+	if d.LimitTokens > 0 {
+		h.SetBytesV("x-ratelimit-limit-tokens", strconv.AppendInt(buf[:0], d.LimitTokens, 10))
+		h.SetBytesV("x-ratelimit-remaining-tokens", strconv.AppendInt(buf[:0], d.RemainingTokens, 10))
+		h.SetBytesV("x-ratelimit-reset-tokens", appendReset(buf[:0], d.ResetTokens))
+	}
+}
+
+// appendReset formats a reset time the way OpenAI does ("1s", "6m0s",
+// "120ms"), rounded up to the millisecond so it is never early.
+func appendReset(b []byte, d time.Duration) []byte {
+	if d <= 0 {
+		return append(b, "0s"...)
+	}
+	d = (d + time.Millisecond - 1).Truncate(time.Millisecond)
+	return append(b, d.String()...)
+}
+
+// refuse answers a limiter refusal: 429, Retry-After in whole seconds
+// (rounded up) and in milliseconds, and a message naming the dimension.
+func refuse(ctx *fasthttp.RequestCtx, d *limiter.Decision, window time.Duration, requested int64) {
+	secs := int64((d.RetryAfter + time.Second - 1) / time.Second)
+	if secs < 1 {
+		secs = 1
+	}
+	ctx.Response.Header.Set("Retry-After", strconv.FormatInt(secs, 10))
+	ms := int64((d.RetryAfter + time.Millisecond - 1) / time.Millisecond)
+	ctx.Response.Header.Set("retry-after-ms", strconv.FormatInt(ms, 10))
+	var msg string
+	switch d.Limited {
+	case limiter.Requests:
+		msg = fmt.Sprintf("Rate limit reached for requests: limit %d per %s. Please try again in %s.",
+			d.LimitRequests, window, roundUp(d.RetryAfter))
+	case limiter.Tokens:
+		if d.TooLarge {
+			msg = fmt.Sprintf("Request too large: it needs about %d tokens, more than the limit of %d per %s. Lower max_tokens or the prompt.",
+				requested, d.LimitTokens, window)
+		} else {
+			msg = fmt.Sprintf("Rate limit reached for tokens: limit %d per %s, requested %d. Please try again in %s.",
+				d.LimitTokens, window, requested, roundUp(d.RetryAfter))
+		}
+	case limiter.Concurrency:
+		msg = fmt.Sprintf("Too many concurrent requests: limit %d in flight. Please try again in %s.",
+			d.LimitConcurrency, roundUp(d.RetryAfter))
+	}
+	fail(ctx, fasthttp.StatusTooManyRequests, d.Limited.String(), "rate_limit_exceeded", msg)
+}
+
+func roundUp(d time.Duration) time.Duration {
+	return (d + time.Millisecond - 1).Truncate(time.Millisecond)
+}

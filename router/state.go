@@ -1,0 +1,96 @@
+package router
+
+import (
+	"fmt"
+
+	"github.com/ringgate/ringgate/config"
+	"github.com/ringgate/ringgate/limiter"
+	"github.com/ringgate/ringgate/upstream"
+)
+
+// tenant is one configured tenant with its live limiter.
+type tenant struct {
+	name     string
+	priority string
+	lim      *limiter.Tenant
+	counts   *tenantCounters
+}
+
+// state is everything a reload replaces at once; requests read it through an
+// atomic pointer and never see half of a reload.
+type state struct {
+	cfg       *config.Config
+	byKey     map[[32]byte]*tenant
+	byName    map[string]*tenant
+	byModel   map[string]*upstream.Provider
+	providers []*upstream.Provider // the first is the default
+}
+
+// buildState makes a state from cfg, keeping the limiter (and so the usage) of
+// every tenant that prev already had under the same name.
+func buildState(cfg *config.Config, prev *state, m *metrics) (*state, error) {
+	st := &state{
+		cfg:     cfg,
+		byKey:   make(map[[32]byte]*tenant),
+		byName:  make(map[string]*tenant, len(cfg.Tenants)),
+		byModel: make(map[string]*upstream.Provider),
+	}
+	for _, uc := range cfg.Upstreams {
+		kind, err := upstream.ParseKind(uc.Kind)
+		if err != nil {
+			return nil, fmt.Errorf("upstream %s: %w", uc.Name, err)
+		}
+		p, err := upstream.NewProvider(upstream.ProviderConfig{
+			Name:             uc.Name,
+			Kind:             kind,
+			BaseURL:          uc.BaseURL,
+			APIKey:           uc.APIKey,
+			AnthropicVersion: uc.AnthropicVersion,
+			ConnectTimeout:   uc.ConnectTimeout,
+			Timeout:          uc.Timeout,
+			StreamIdle:       uc.StreamIdleTimeout,
+		})
+		if err != nil {
+			return nil, err
+		}
+		st.providers = append(st.providers, p)
+		for _, model := range uc.Models {
+			st.byModel[model] = p
+		}
+	}
+	for _, tc := range cfg.Tenants {
+		limits := limiter.Limits{Requests: int64(tc.RPM), Tokens: int64(tc.TPM), Concurrency: int64(tc.Concurrency)}
+		var lim *limiter.Tenant
+		if prev != nil {
+			if old := prev.byName[tc.Name]; old != nil && prev.cfg.Limits.Window == cfg.Limits.Window &&
+				prev.cfg.Limits.SlotTTL == cfg.Limits.SlotTTL {
+				lim = old.lim
+				lim.SetLimits(limits)
+			}
+		}
+		if lim == nil {
+			lim = limiter.NewTenant(limits, cfg.Limits.Window, cfg.Limits.SlotTTL)
+		}
+		t := &tenant{name: tc.Name, priority: tc.Priority, lim: lim, counts: m.tenant(tc.Name)}
+		st.byName[tc.Name] = t
+		hashes, err := tc.KeyHashes()
+		if err != nil {
+			return nil, fmt.Errorf("tenant %s: %w", tc.Name, err)
+		}
+		for _, h := range hashes {
+			st.byKey[h] = t
+		}
+	}
+	return st, nil
+}
+
+// provider picks the upstream serving model; unknown models go to the first.
+func (st *state) provider(model string) *upstream.Provider {
+	if p, ok := st.byModel[model]; ok {
+		return p
+	}
+	if len(st.providers) == 0 {
+		return nil
+	}
+	return st.providers[0]
+}

@@ -1,0 +1,57 @@
+package upstream
+
+import (
+	"strings"
+	"testing"
+)
+
+func BenchmarkStreamFilter(b *testing.B) {
+	for _, tc := range streamCases() {
+		if strings.Contains(tc.name, "crlf") {
+			continue
+		}
+		b.Run(strings.ReplaceAll(tc.name, " ", "_"), func(b *testing.B) {
+			in := []byte(tc.input)
+			nEvents := len(events(tc.input))
+			nop := func([]byte) error { return nil }
+			f := NewStreamFilter(tc.kind, tc.wantsUsage)
+			b.SetBytes(int64(len(in)))
+			b.ReportAllocs()
+			for b.Loop() {
+				f.Reset(tc.kind, tc.wantsUsage)
+				// Providers write about one event per read, often split.
+				for i := 0; i < len(in); i += 128 {
+					_ = f.Write(in[i:min(i+128, len(in))], nop)
+				}
+				_ = f.Close(nop)
+			}
+			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*nEvents), "ns/event")
+		})
+	}
+}
+
+var benchRequest Request
+
+func BenchmarkParseRequest(b *testing.B) {
+	body := []byte(`{"model":"gpt-4o-mini","stream":true,"max_tokens":256,"messages":[{"role":"system","content":"You are a helpful assistant."},{"role":"user","content":"Write a haiku about rate limits."}]}`)
+	b.SetBytes(int64(len(body)))
+	b.ReportAllocs()
+	for b.Loop() {
+		r, err := ParseRequest(Chat, body)
+		if err != nil {
+			b.Fatal(err)
+		}
+		benchRequest = r
+	}
+}
+
+func BenchmarkPrepareBody(b *testing.B) {
+	body := []byte(`{"model":"gpt-4o-mini","stream":true,"max_tokens":256,"messages":[{"role":"system","content":"You are a helpful assistant."},{"role":"user","content":"Write a haiku about rate limits."}]}`)
+	r, _ := ParseRequest(Chat, body)
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := PrepareBody(r, body); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

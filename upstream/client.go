@@ -1,0 +1,227 @@
+package upstream
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"net"
+	"net/url"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/valyala/fasthttp"
+)
+
+// Provider is one configured upstream: where it is, how to authenticate to
+// it, and a pooled connection to it.
+type Provider struct {
+	Name             string
+	Kind             Kind
+	apiKey           string
+	anthropicVersion string
+	prefix           string // base URL path, without a trailing "/v1" (the request brings its own)
+	scheme           string
+	host             string
+	hc               *fasthttp.HostClient
+}
+
+// ProviderConfig is what New needs to know about an upstream.
+type ProviderConfig struct {
+	Name             string
+	Kind             Kind
+	BaseURL          string
+	APIKey           string
+	AnthropicVersion string
+	ConnectTimeout   time.Duration
+	// Timeout is the longest the upstream may take to start answering (a
+	// JSON answer usually arrives whole, so this bounds it); StreamIdle the
+	// longest it may stay silent between two reads after that. Past either
+	// the call fails with ErrTimeout (a 504 for the client).
+	Timeout    time.Duration
+	StreamIdle time.Duration
+	// MaxConns bounds the pool; every live stream holds one connection.
+	MaxConns int
+}
+
+// Errors a call can end with, for the caller to map to 502 and 504.
+var (
+	ErrTimeout     = errors.New("upstream timed out")
+	ErrUnreachable = errors.New("upstream unreachable")
+)
+
+// NewProvider builds a provider and its connection pool.
+func NewProvider(c ProviderConfig) (*Provider, error) {
+	u, err := url.Parse(c.BaseURL)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return nil, fmt.Errorf("upstream %s: base_url %q is not an absolute http(s) URL", c.Name, c.BaseURL)
+	}
+	host := u.Host
+	if u.Port() == "" {
+		if u.Scheme == "https" {
+			host += ":443"
+		} else {
+			host += ":80"
+		}
+	}
+	prefix := strings.TrimSuffix(strings.TrimSuffix(u.Path, "/"), "/v1")
+	if c.MaxConns <= 0 {
+		c.MaxConns = 4096
+	}
+	if c.AnthropicVersion == "" {
+		c.AnthropicVersion = "2023-06-01"
+	}
+	first, idle := c.Timeout, c.StreamIdle
+	if first <= 0 {
+		first = 10 * time.Minute
+	}
+	if idle <= 0 {
+		idle = first
+	}
+	dialer := &net.Dialer{Timeout: c.ConnectTimeout, KeepAlive: 30 * time.Second}
+	if dialer.Timeout <= 0 {
+		dialer.Timeout = 2 * time.Second
+	}
+	p := &Provider{
+		Name:             c.Name,
+		Kind:             c.Kind,
+		apiKey:           c.APIKey,
+		anthropicVersion: c.AnthropicVersion,
+		prefix:           prefix,
+		scheme:           u.Scheme,
+		host:             u.Host,
+		hc: &fasthttp.HostClient{
+			Addr:  host,
+			Name:  "ringgate",
+			IsTLS: u.Scheme == "https",
+			Dial: func(addr string) (net.Conn, error) {
+				conn, err := dialer.Dial("tcp", addr)
+				if err != nil {
+					return nil, err
+				}
+				return &idleConn{Conn: conn, first: first, idle: idle}, nil
+			},
+			MaxConns:                      c.MaxConns,
+			MaxConnWaitTimeout:            time.Second,
+			MaxIdleConnDuration:           30 * time.Second,
+			StreamResponseBody:            true,
+			DisableHeaderNamesNormalizing: false,
+			NoDefaultUserAgentHeader:      true,
+			MaxResponseBodySize:           0,
+			ReadBufferSize:                16 << 10,
+		},
+	}
+	return p, nil
+}
+
+// idleConn gives every read its own deadline, so a silent upstream fails
+// while a long stream that keeps talking is never cut (fasthttp's ReadTimeout
+// would bound the whole streamed body). The first read after a request was
+// written waits up to first; later reads up to idle. An HTTP/1 client
+// connection never reads and writes at once, so fresh needs no lock.
+type idleConn struct {
+	net.Conn
+	first, idle time.Duration
+	fresh       bool
+}
+
+func (c *idleConn) Write(p []byte) (int, error) {
+	c.fresh = true
+	return c.Conn.Write(p)
+}
+
+func (c *idleConn) Read(p []byte) (int, error) {
+	wait := c.idle
+	if c.fresh {
+		wait, c.fresh = c.first, false
+	}
+	if err := c.Conn.SetReadDeadline(time.Now().Add(wait)); err != nil {
+		return 0, err
+	}
+	return c.Conn.Read(p)
+}
+
+// SetReadDeadline is ignored: the idle deadline is set on every read.
+func (c *idleConn) SetReadDeadline(time.Time) error { return nil }
+
+// Prepare fills req for this provider: method, URL, authentication and the
+// client headers that carry meaning for the provider. body is used as is.
+func (p *Provider) Prepare(req *fasthttp.Request, path []byte, body []byte, client *fasthttp.RequestHeader) {
+	req.Header.SetMethod(fasthttp.MethodPost)
+	req.SetRequestURI(p.prefix + string(path))
+	req.Header.SetHost(p.host)
+	req.URI().SetScheme(p.scheme)
+	req.Header.SetContentType("application/json")
+	req.Header.Set("Accept-Encoding", "identity")
+	switch p.Kind {
+	case Anthropic:
+		req.Header.Set("x-api-key", p.apiKey)
+		if v := client.Peek("anthropic-version"); len(v) > 0 {
+			req.Header.SetBytesV("anthropic-version", v)
+		} else {
+			req.Header.Set("anthropic-version", p.anthropicVersion)
+		}
+		if v := client.Peek("anthropic-beta"); len(v) > 0 {
+			req.Header.SetBytesV("anthropic-beta", v)
+		}
+	default:
+		if p.apiKey != "" {
+			req.Header.Set("Authorization", "Bearer "+p.apiKey)
+		}
+		for _, h := range []string{"OpenAI-Organization", "OpenAI-Project", "OpenAI-Beta"} {
+			if v := client.Peek(h); len(v) > 0 {
+				req.Header.SetBytesV(h, v)
+			}
+		}
+	}
+	if v := client.Peek("Accept"); len(v) > 0 {
+		req.Header.SetBytesV("Accept", v)
+	}
+	req.SetBodyRaw(body)
+}
+
+// Do sends req and reads the response headers; with a streamed answer the body
+// is left in resp.BodyStream for the caller to read and close.
+func (p *Provider) Do(req *fasthttp.Request, resp *fasthttp.Response) error {
+	err := p.hc.Do(req, resp)
+	if err == nil {
+		return nil
+	}
+	return classify(err)
+}
+
+// classify maps a transport error to ErrTimeout or ErrUnreachable.
+func classify(err error) error {
+	var ne net.Error
+	switch {
+	case errors.Is(err, fasthttp.ErrTimeout), errors.Is(err, os.ErrDeadlineExceeded),
+		errors.As(err, &ne) && ne.Timeout():
+		return fmt.Errorf("%w: %v", ErrTimeout, err)
+	default:
+		return fmt.Errorf("%w: %v", ErrUnreachable, err)
+	}
+}
+
+// ReadError maps an error met while reading a streamed body.
+func ReadError(err error) error { return classify(err) }
+
+// IsHopHeader reports headers that describe one connection, not the message,
+// and headers the gateway sets itself; none of them is copied from the
+// upstream's answer to the client.
+func IsHopHeader(k []byte) bool {
+	for _, h := range hopHeaders {
+		if bytes.EqualFold(k, h) {
+			return true
+		}
+	}
+	return len(k) >= len(rateLimitPrefix) && bytes.EqualFold(k[:len(rateLimitPrefix)], rateLimitPrefix)
+}
+
+var (
+	rateLimitPrefix = []byte("x-ratelimit-")
+	hopHeaders      = [][]byte{
+		[]byte("Connection"), []byte("Keep-Alive"), []byte("Proxy-Connection"), []byte("Transfer-Encoding"),
+		[]byte("Te"), []byte("Trailer"), []byte("Upgrade"), []byte("Content-Length"), []byte("Content-Encoding"),
+		[]byte("Date"), []byte("Server"), []byte("Set-Cookie"), []byte("Alt-Svc"),
+	}
+)

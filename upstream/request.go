@@ -1,0 +1,475 @@
+package upstream
+
+import (
+	"fmt"
+	"strconv"
+
+	"github.com/tidwall/gjson"
+	"github.com/tidwall/sjson"
+)
+
+// Request is what the gateway needs to know about a client's request before
+// it forwards it: enough to estimate its cost and to prepare it.
+type Request struct {
+	Endpoint Endpoint
+	Model    string
+	Stream   bool
+	// MaxTokens is the client's cap on generated tokens, 0 when absent:
+	// max_tokens, or for OpenAI chat max_completion_tokens when given (it
+	// wins over the deprecated max_tokens). Always set for Messages.
+	MaxTokens int
+	// Choices is how many completions the provider generates and bills:
+	// OpenAI's n (or best_of on /v1/completions, if larger); 1 when absent,
+	// 0 for embeddings. A reservation should be MaxTokens*Choices.
+	Choices int
+	// ClientWantsUsage: OpenAI stream_options.include_usage is true in the
+	// client's own body (so the usage chunk must reach it).
+	ClientWantsUsage bool
+	// Texts are the pieces of prompt text to tokenize: message contents
+	// (strings or text parts, tool calls' arguments, tool results), the
+	// Anthropic system prompt, prompt/input strings, and the raw JSON of tool
+	// definitions (which providers also bill as prompt tokens). Images and
+	// audio are not counted. The strings share one copy of the body.
+	Texts []string
+	// TokenInputs counts the tokens given directly as integer arrays in
+	// prompt (completions) or input (embeddings).
+	TokenInputs int
+	// Messages is the number of messages, for the per-message overhead.
+	Messages int
+	// Generates is false for embeddings, which produce no completion tokens.
+	Generates bool
+}
+
+const (
+	maxMaxTokens = 10_000_000
+	maxChoices   = 128
+	maxJSONDepth = 256
+)
+
+// The top-level fields ParseRequest reads. A body that repeats one of them is
+// refused: JSON parsers disagree on which copy wins, and the gateway must
+// count the same request the provider runs.
+const (
+	fModel = iota
+	fStream
+	fMaxTokens
+	fMaxCompletionTokens
+	fMessages
+	fSystem
+	fPrompt
+	fInput
+	fStreamOptions
+	fTools
+	fFunctions
+	fN
+	fBestOf
+	numFields
+)
+
+var fieldNames = [numFields]string{
+	fModel:               "model",
+	fStream:              "stream",
+	fMaxTokens:           "max_tokens",
+	fMaxCompletionTokens: "max_completion_tokens",
+	fMessages:            "messages",
+	fSystem:              "system",
+	fPrompt:              "prompt",
+	fInput:               "input",
+	fStreamOptions:       "stream_options",
+	fTools:               "tools",
+	fFunctions:           "functions",
+	fN:                   "n",
+	fBestOf:              "best_of",
+}
+
+func fieldIndex(k string) int {
+	switch k {
+	case "model":
+		return fModel
+	case "stream":
+		return fStream
+	case "max_tokens":
+		return fMaxTokens
+	case "max_completion_tokens":
+		return fMaxCompletionTokens
+	case "messages":
+		return fMessages
+	case "system":
+		return fSystem
+	case "prompt":
+		return fPrompt
+	case "input":
+		return fInput
+	case "stream_options":
+		return fStreamOptions
+	case "tools":
+		return fTools
+	case "functions":
+		return fFunctions
+	case "n":
+		return fN
+	case "best_of":
+		return fBestOf
+	}
+	return -1
+}
+
+// present reports a field that is there and not null (the APIs treat an
+// explicit null like an absent optional field).
+func present(r gjson.Result) bool { return r.Exists() && r.Type != gjson.Null }
+
+// ParseRequest validates a client's request body for endpoint ep and
+// extracts what the gateway needs. A body the provider would certainly
+// refuse is refused here with a *ClientError (status 400), before anything is
+// reserved or sent. Fields the gateway does not read are left to the
+// provider. It never panics, whatever the body.
+func ParseRequest(ep Endpoint, body []byte) (Request, error) {
+	if !ep.valid() {
+		return Request{}, fmt.Errorf("upstream: ParseRequest: invalid endpoint %d", uint8(ep))
+	}
+	if tooDeep(body, maxJSONDepth) {
+		return Request{}, badRequest("invalid_json", "", "JSON body nests too deeply")
+	}
+	if !gjson.ValidBytes(body) {
+		return Request{}, badRequest("invalid_json", "", "malformed JSON body")
+	}
+	// One copy of the body backs every string the Request keeps.
+	root := gjson.Parse(string(body))
+	if !root.IsObject() {
+		return Request{}, badRequest("invalid_type", "", "body must be a JSON object")
+	}
+
+	var f [numFields]gjson.Result
+	dup := -1
+	root.ForEach(func(k, v gjson.Result) bool {
+		i := fieldIndex(k.Str)
+		if i < 0 {
+			return true
+		}
+		if f[i].Exists() {
+			dup = i
+			return false
+		}
+		f[i] = v
+		return true
+	})
+	if dup >= 0 {
+		return Request{}, badRequest("duplicate_parameter", fieldNames[dup],
+			fmt.Sprintf("%q appears more than once in the body", fieldNames[dup]))
+	}
+
+	r := Request{Endpoint: ep, Generates: ep != Embeddings}
+
+	switch m := f[fModel]; {
+	case !present(m):
+		return r, badRequest("missing_required_parameter", "model", "you must provide a model parameter")
+	case m.Type != gjson.String || m.Str == "":
+		return r, badRequest("invalid_type", "model", "model must be a non-empty string")
+	default:
+		r.Model = m.Str
+	}
+
+	if s := f[fStream]; present(s) {
+		if s.Type != gjson.True && s.Type != gjson.False {
+			return r, badRequest("invalid_type", "stream", "stream must be a boolean")
+		}
+		r.Stream = s.Type == gjson.True
+	}
+
+	var err error
+	switch ep {
+	case Chat:
+		if r.MaxTokens, err = intParam(f[fMaxTokens], "max_tokens", 1, maxMaxTokens); err != nil {
+			return r, err
+		}
+		mct, err := intParam(f[fMaxCompletionTokens], "max_completion_tokens", 1, maxMaxTokens)
+		if err != nil {
+			return r, err
+		}
+		if mct > 0 {
+			r.MaxTokens = mct
+		}
+	case Completions:
+		if r.MaxTokens, err = intParam(f[fMaxTokens], "max_tokens", 1, maxMaxTokens); err != nil {
+			return r, err
+		}
+	case Messages:
+		if !present(f[fMaxTokens]) {
+			return r, badRequest("missing_required_parameter", "max_tokens", "max_tokens is required")
+		}
+		if r.MaxTokens, err = intParam(f[fMaxTokens], "max_tokens", 1, maxMaxTokens); err != nil {
+			return r, err
+		}
+	}
+
+	if r.Generates {
+		r.Choices = 1
+	}
+	if ep == Chat || ep == Completions {
+		n, err := intParam(f[fN], "n", 1, maxChoices)
+		if err != nil {
+			return r, err
+		}
+		r.Choices = max(r.Choices, n)
+		if ep == Completions {
+			bo, err := intParam(f[fBestOf], "best_of", 1, maxChoices)
+			if err != nil {
+				return r, err
+			}
+			r.Choices = max(r.Choices, bo)
+		}
+		if so := f[fStreamOptions]; present(so) {
+			if !so.IsObject() {
+				return r, badRequest("invalid_type", "stream_options", "stream_options must be an object")
+			}
+			var iu gjson.Result
+			dupIU := false
+			so.ForEach(func(k, v gjson.Result) bool {
+				if k.Str == "include_usage" {
+					if iu.Exists() {
+						dupIU = true
+						return false
+					}
+					iu = v
+				}
+				return true
+			})
+			switch {
+			case dupIU:
+				return r, badRequest("duplicate_parameter", "stream_options.include_usage",
+					`"include_usage" appears more than once in stream_options`)
+			case present(iu) && iu.Type != gjson.True && iu.Type != gjson.False:
+				return r, badRequest("invalid_type", "stream_options.include_usage",
+					"stream_options.include_usage must be a boolean")
+			}
+			r.ClientWantsUsage = iu.Type == gjson.True
+		}
+	}
+
+	switch ep {
+	case Chat, Messages:
+		msgs := f[fMessages]
+		switch {
+		case !present(msgs):
+			return r, badRequest("missing_required_parameter", "messages", "messages is required")
+		case !msgs.IsArray():
+			return r, badRequest("invalid_type", "messages", "messages must be an array")
+		}
+		r.Texts = make([]string, 0, 8)
+		var bad int = -1
+		msgs.ForEach(func(_, m gjson.Result) bool {
+			if !m.IsObject() {
+				bad = r.Messages
+				return false
+			}
+			r.Messages++
+			r.Texts = messageTexts(r.Texts, m)
+			return true
+		})
+		switch {
+		case bad >= 0:
+			return r, badRequest("invalid_type", "messages["+strconv.Itoa(bad)+"]", "each message must be an object")
+		case r.Messages == 0:
+			return r, badRequest("invalid_value", "messages", "messages must not be empty")
+		}
+		if ep == Messages {
+			switch s := f[fSystem]; {
+			case !present(s):
+			case s.Type == gjson.String:
+				r.Texts = appendText(r.Texts, s.Str)
+			case s.IsArray():
+				r.Texts = contentTexts(r.Texts, s, 0)
+			default:
+				return r, badRequest("invalid_type", "system", "system must be a string or an array of content blocks")
+			}
+		}
+		for _, t := range []int{fTools, fFunctions} {
+			if t == fFunctions && ep != Chat {
+				continue
+			}
+			if v := f[t]; v.IsArray() {
+				r.Texts = appendText(r.Texts, v.Raw)
+			}
+		}
+	case Completions:
+		// prompt is optional in practice: providers default it.
+		if err := r.inputs(f[fPrompt], "prompt"); err != nil {
+			return r, err
+		}
+	case Embeddings:
+		if !present(f[fInput]) {
+			return r, badRequest("missing_required_parameter", "input", "input is required")
+		}
+		if err := r.inputs(f[fInput], "input"); err != nil {
+			return r, err
+		}
+	}
+	return r, nil
+}
+
+// intParam validates an optional integer parameter: absent or null reads as
+// 0, anything else must be a plain JSON integer in [lo, hi].
+func intParam(v gjson.Result, name string, lo, hi int) (int, error) {
+	if !present(v) {
+		return 0, nil
+	}
+	if v.Type != gjson.Number {
+		return 0, badRequest("invalid_type", name, name+" must be an integer")
+	}
+	raw, neg := v.Raw, false
+	if raw != "" && raw[0] == '-' {
+		raw, neg = raw[1:], true
+	}
+	n := 0
+	for i := 0; i < len(raw); i++ {
+		c := raw[i]
+		if c < '0' || c > '9' {
+			return 0, badRequest("invalid_type", name, name+" must be an integer")
+		}
+		if n <= hi {
+			n = n*10 + int(c-'0')
+		}
+	}
+	switch {
+	case raw == "":
+		return 0, badRequest("invalid_type", name, name+" must be an integer")
+	case neg || n < lo:
+		return 0, badRequest("integer_below_min_value", name,
+			fmt.Sprintf("%s must be at least %d", name, lo))
+	case n > hi:
+		return 0, badRequest("integer_above_max_value", name,
+			fmt.Sprintf("%s must be at most %d", name, hi))
+	}
+	return n, nil
+}
+
+// inputs reads a completions prompt or an embeddings input: a string, an
+// array of strings, an array of token ids, or an array of arrays of token ids.
+func (r *Request) inputs(v gjson.Result, name string) error {
+	bad := func() error {
+		return badRequest("invalid_type", name,
+			name+" must be a string, an array of strings, an array of integers or an array of integer arrays")
+	}
+	switch {
+	case !present(v):
+		return nil
+	case v.Type == gjson.String:
+		r.Texts = appendText(r.Texts, v.Str)
+		return nil
+	case !v.IsArray():
+		return bad()
+	}
+	ok := true
+	v.ForEach(func(_, e gjson.Result) bool {
+		switch {
+		case e.Type == gjson.String:
+			r.Texts = appendText(r.Texts, e.Str)
+		case e.Type == gjson.Number:
+			r.TokenInputs++
+		case e.IsArray():
+			e.ForEach(func(_, t gjson.Result) bool {
+				ok = t.Type == gjson.Number
+				r.TokenInputs++
+				return ok
+			})
+		default:
+			ok = false
+		}
+		return ok
+	})
+	if !ok {
+		return bad()
+	}
+	return nil
+}
+
+func appendText(texts []string, s string) []string {
+	if s == "" {
+		return texts
+	}
+	return append(texts, s)
+}
+
+// messageTexts appends the text of one chat message (either dialect).
+func messageTexts(texts []string, m gjson.Result) []string {
+	m.ForEach(func(k, v gjson.Result) bool {
+		switch k.Str {
+		case "content":
+			texts = contentTexts(texts, v, 0)
+		case "tool_calls": // OpenAI assistant message
+			v.ForEach(func(_, call gjson.Result) bool {
+				fn := call.Get("function")
+				if n := fn.Get("name"); n.Type == gjson.String {
+					texts = appendText(texts, n.Str)
+				}
+				if a := fn.Get("arguments"); a.Type == gjson.String {
+					texts = appendText(texts, a.Str)
+				}
+				return true
+			})
+		case "refusal":
+			if v.Type == gjson.String {
+				texts = appendText(texts, v.Str)
+			}
+		}
+		return true
+	})
+	return texts
+}
+
+// contentTexts appends the text of a message content or system prompt: a
+// string, or an array of parts/blocks. Anthropic tool_result blocks nest a
+// content of their own (one level is followed).
+func contentTexts(texts []string, c gjson.Result, depth int) []string {
+	switch {
+	case c.Type == gjson.String:
+		return appendText(texts, c.Str)
+	case !c.IsArray():
+		return texts
+	}
+	c.ForEach(func(_, part gjson.Result) bool {
+		switch {
+		case part.Type == gjson.String:
+			texts = appendText(texts, part.Str)
+			return true
+		case !part.IsObject():
+			return true
+		}
+		part.ForEach(func(k, v gjson.Result) bool {
+			switch k.Str {
+			case "text", "thinking":
+				if v.Type == gjson.String {
+					texts = appendText(texts, v.Str)
+				}
+			case "input": // Anthropic tool_use: the arguments as JSON
+				if v.IsObject() {
+					texts = appendText(texts, v.Raw)
+				}
+			case "content": // Anthropic tool_result
+				if depth == 0 {
+					texts = contentTexts(texts, v, depth+1)
+				}
+			}
+			return true
+		})
+		return true
+	})
+	return texts
+}
+
+// PrepareBody returns the body to send to the provider. For a streamed
+// OpenAI chat or completions request it turns stream_options.include_usage
+// on (merged into any stream_options the client sent, everything else left
+// byte for byte), so the provider reports usage at the end of the stream;
+// the StreamFilter hides that usage again from a client that did not ask for
+// it. Any other body is returned as is, not copied.
+func PrepareBody(r Request, body []byte) ([]byte, error) {
+	if !r.Stream || r.ClientWantsUsage || (r.Endpoint != Chat && r.Endpoint != Completions) {
+		return body, nil
+	}
+	out, err := sjson.SetBytes(body, "stream_options.include_usage", true)
+	if err != nil {
+		return nil, fmt.Errorf("upstream: setting stream_options.include_usage: %w", err)
+	}
+	return out, nil
+}

@@ -1,0 +1,348 @@
+package upstream
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"strings"
+	"testing"
+)
+
+// openAIChunk renders a chat.completion.chunk as OpenAI sends it; withNull
+// adds the "usage":null that include_usage puts on every chunk.
+func openAIChunk(delta, finish string, withNull bool) string {
+	s := `data: {"id":"chatcmpl-B9MHDbslfkBeAs8l4bebGdFOJ6PeG","object":"chat.completion.chunk","created":1741570283,"model":"gpt-4o-2024-08-06","service_tier":"default","system_fingerprint":"fp_eb9dce56a8","choices":[{"index":0,"delta":` + delta + `,"logprobs":null,"finish_reason":` + finish + `}]`
+	if withNull {
+		s += `,"usage":null`
+	}
+	return s + "}\n\n"
+}
+
+const openAIUsageChunk = `data: {"id":"chatcmpl-B9MHDbslfkBeAs8l4bebGdFOJ6PeG","object":"chat.completion.chunk","created":1741570283,"model":"gpt-4o-2024-08-06","service_tier":"default","system_fingerprint":"fp_eb9dce56a8","choices":[],"usage":{"prompt_tokens":19,"completion_tokens":10,"total_tokens":29,"prompt_tokens_details":{"cached_tokens":0,"audio_tokens":0},"completion_tokens_details":{"reasoning_tokens":0,"audio_tokens":0,"accepted_prediction_tokens":0,"rejected_prediction_tokens":0}}}` + "\n\n"
+
+// openAIStream is a captured-style chat stream: what the provider sends
+// with include_usage on (withUsage), or what it sends without it.
+func openAIStream(withUsage bool) string {
+	var b strings.Builder
+	b.WriteString(openAIChunk(`{"role":"assistant","content":"","refusal":null}`, "null", withUsage))
+	for _, tok := range []string{"Hello", "!", " How", " can", " I", ` \"help\"`, `\n`, ` you`, ` today\u00e9`, "?"} {
+		b.WriteString(openAIChunk(`{"content":"`+tok+`"}`, "null", withUsage))
+	}
+	b.WriteString(openAIChunk(`{}`, `"stop"`, withUsage))
+	if withUsage {
+		b.WriteString(openAIUsageChunk)
+	}
+	b.WriteString("data: [DONE]\n\n")
+	return b.String()
+}
+
+const openAIText = "Hello! How can I \"help\"\n you todayé?"
+
+const anthropicStream = "event: message_start\n" +
+	`data: {"type":"message_start","message":{"id":"msg_01XFDUDYJgAACzvnptvVoYEL","type":"message","role":"assistant","content":[],"model":"claude-sonnet-4-5-20250929","stop_reason":null,"stop_sequence":null,"usage":{"input_tokens":25,"cache_creation_input_tokens":100,"cache_read_input_tokens":50,"output_tokens":1}}}` + "\n\n" +
+	"event: content_block_start\n" +
+	`data: {"type":"content_block_start","index":0,"content_block":{"type":"text","text":""}}` + "\n\n" +
+	"event: ping\n" +
+	`data: {"type": "ping"}` + "\n\n" +
+	": keep-alive comment\n\n" +
+	"event: content_block_delta\n" +
+	`data: {"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"Hello"}}` + "\n\n" +
+	"event: content_block_delta\n" +
+	`data: {"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"!\n\"World\" \u00e9"}}` + "\n\n" +
+	"event: content_block_stop\n" +
+	`data: {"type":"content_block_stop","index":0}` + "\n\n" +
+	"event: content_block_start\n" +
+	`data: {"type":"content_block_start","index":1,"content_block":{"type":"tool_use","id":"toolu_01","name":"get_weather","input":{}}}` + "\n\n" +
+	"event: content_block_delta\n" +
+	`data: {"type":"content_block_delta","index":1,"delta":{"type":"input_json_delta","partial_json":"{\"city\": \"Paris\"}"}}` + "\n\n" +
+	"event: content_block_stop\n" +
+	`data: {"type":"content_block_stop","index":1}` + "\n\n" +
+	"event: message_delta\n" +
+	`data: {"type":"message_delta","delta":{"stop_reason":"end_turn","stop_sequence":null},"usage":{"output_tokens":15}}` + "\n\n" +
+	"event: message_stop\n" +
+	`data: {"type":"message_stop"}` + "\n\n"
+
+const anthropicText = "Hello!\n\"World\" é{\"city\": \"Paris\"}"
+
+// run feeds input to a fresh filter in the given chunk sizes (cycled) and
+// returns the emitted events.
+func run(t testing.TB, f *StreamFilter, input string, sizes []int) []string {
+	t.Helper()
+	var out []string
+	emit := func(ev []byte) error { out = append(out, string(ev)); return nil }
+	for i, k := 0, 0; i < len(input); k++ {
+		n := min(sizes[k%len(sizes)], len(input)-i)
+		if err := f.Write([]byte(input[i:i+n]), emit); err != nil {
+			t.Fatal(err)
+		}
+		i += n
+	}
+	if err := f.Close(emit); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// events splits a well-formed stream into its events.
+func events(s string) []string {
+	var out []string
+	for s != "" {
+		i := strings.Index(s, "\n\n")
+		if j := strings.Index(s, "\n\r\n"); j >= 0 && (i < 0 || j < i) {
+			out, s = append(out, s[:j+3]), s[j+3:]
+			continue
+		}
+		if i < 0 {
+			return append(out, s)
+		}
+		out, s = append(out, s[:i+2]), s[i+2:]
+	}
+	return out
+}
+
+type streamCase struct {
+	name       string
+	kind       Kind
+	wantsUsage bool
+	input      string
+	want       []string
+	usage      Usage
+	text       string
+}
+
+func streamCases() []streamCase {
+	crlf := func(s string) string { return strings.ReplaceAll(s, "\n", "\r\n") }
+	return []streamCase{
+		{"openai injected usage", OpenAI, false, openAIStream(true), events(openAIStream(false)), Usage{19, 10, true}, openAIText},
+		{"openai client wants usage", OpenAI, true, openAIStream(true), events(openAIStream(true)), Usage{19, 10, true}, openAIText},
+		{"openai no usage at all", OpenAI, false, openAIStream(false), events(openAIStream(false)), Usage{}, openAIText},
+		{"openai crlf", OpenAI, false, crlf(openAIStream(true)), events(crlf(openAIStream(false))), Usage{19, 10, true}, openAIText},
+		{"anthropic", Anthropic, false, anthropicStream, events(anthropicStream), Usage{175, 15, true}, anthropicText},
+		{"anthropic crlf", Anthropic, false, crlf(anthropicStream), events(crlf(anthropicStream)), Usage{175, 15, true}, anthropicText},
+	}
+}
+
+func TestStreamFilterSplits(t *testing.T) {
+	for _, tc := range streamCases() {
+		t.Run(tc.name, func(t *testing.T) {
+			f := NewStreamFilter(tc.kind, tc.wantsUsage)
+			check := func(how string, got []string) {
+				t.Helper()
+				if strings.Join(got, "") != strings.Join(tc.want, "") || len(got) != len(tc.want) {
+					t.Fatalf("%s: emitted %d events:\n%q\nwant %d:\n%q", how, len(got), got, len(tc.want), tc.want)
+				}
+				if f.Usage() != tc.usage {
+					t.Fatalf("%s: usage %+v, want %+v", how, f.Usage(), tc.usage)
+				}
+				if string(f.Text()) != tc.text || f.TextBytes() != len(tc.text) {
+					t.Fatalf("%s: text %q (%d bytes), want %q", how, f.Text(), f.TextBytes(), tc.text)
+				}
+			}
+			check("whole", run(t, f, tc.input, []int{len(tc.input)}))
+			f.Reset(tc.kind, tc.wantsUsage)
+			check("byte by byte", run(t, f, tc.input, []int{1}))
+			for i := 0; i <= len(tc.input); i++ { // every split point
+				f.Reset(tc.kind, tc.wantsUsage)
+				check(fmt.Sprintf("split at %d", i), run(t, f, tc.input, []int{i, len(tc.input)}))
+			}
+			rng := rand.New(rand.NewPCG(1, uint64(len(tc.input))))
+			for range 200 {
+				sizes := make([]int, 1+rng.IntN(20))
+				for j := range sizes {
+					sizes[j] = 1 + rng.IntN(300)
+				}
+				f.Reset(tc.kind, tc.wantsUsage)
+				check(fmt.Sprintf("chunks %v", sizes), run(t, f, tc.input, sizes))
+			}
+		})
+	}
+}
+
+func TestStreamFilterUsageNull(t *testing.T) {
+	tests := []struct{ in, want string }{
+		{`data: {"a":1,"usage":null}`, `data: {"a":1}`},
+		{`data: {"usage":null,"a":1}`, `data: {"a":1}`},
+		{`data: {"usage":null}`, `data: {}`},
+		{`data: { "a" : 1 , "usage" : null , "b" : [2] }`, `data: { "a" : 1 , "b" : [2] }`},
+		{`data:{"choices":[{"delta":{"content":"\"usage\":null"}}],"usage":null}`, `data:{"choices":[{"delta":{"content":"\"usage\":null"}}]}`},
+		{`data: {"choices":[{"usage":null}]}`, `data: {"choices":[{"usage":null}]}`}, // not top-level
+		{`data: {"usage":{"prompt_tokens":1},"choices":[{"delta":{}}]}`, `data: {"usage":{"prompt_tokens":1},"choices":[{"delta":{}}]}`},
+	}
+	for _, tc := range tests {
+		for _, wants := range []bool{false, true} {
+			f := NewStreamFilter(OpenAI, wants)
+			got := run(t, f, tc.in+"\n\n", []int{7})
+			want := tc.want + "\n\n"
+			if wants {
+				want = tc.in + "\n\n"
+			}
+			if len(got) != 1 || got[0] != want {
+				t.Errorf("wants=%v %s: got %q, want %q", wants, tc.in, got, want)
+			}
+		}
+	}
+}
+
+func TestStreamFilterUsageChunk(t *testing.T) {
+	usageOnly := "data: {\"id\":\"x\",\"choices\":[],\"usage\":{\"prompt_tokens\":3,\"completion_tokens\":4}}\n\n"
+	for _, wants := range []bool{false, true} {
+		f := NewStreamFilter(OpenAI, wants)
+		got := run(t, f, usageOnly+"data: [DONE]\n\n", []int{5})
+		want := []string{usageOnly, "data: [DONE]\n\n"}
+		if !wants {
+			want = want[1:]
+		}
+		if strings.Join(got, "|") != strings.Join(want, "|") {
+			t.Errorf("wants=%v: got %q", wants, got)
+		}
+		if f.Usage() != (Usage{3, 4, true}) {
+			t.Errorf("usage %+v", f.Usage())
+		}
+	}
+	// Completions streams report the same way; a usage chunk with choices is
+	// forwarded (the provider sends it regardless of the option).
+	f := NewStreamFilter(OpenAI, false)
+	in := "data: {\"object\":\"text_completion\",\"choices\":[{\"text\":\"ab\",\"index\":0}],\"usage\":null}\n\n" +
+		"data: {\"choices\":[{\"text\":\"c\",\"index\":0}],\"usage\":{\"prompt_tokens\":1,\"completion_tokens\":2}}\n\n"
+	got := run(t, f, in, []int{1000})
+	if len(got) != 2 || got[0] != "data: {\"object\":\"text_completion\",\"choices\":[{\"text\":\"ab\",\"index\":0}]}\n\n" ||
+		string(f.Text()) != "abc" || f.Usage() != (Usage{1, 2, true}) {
+		t.Errorf("got %q text %q usage %+v", got, f.Text(), f.Usage())
+	}
+}
+
+func TestStreamFilterOddEvents(t *testing.T) {
+	in := ": ping\n\n" + // comment
+		"\n\n" + // empty event
+		"event: x\nid: 1\nretry: 5\ndata: {\"choices\":[{\"delta\":{\"content\":\"a\"}}],\n" + // data on two lines
+		"data: \"usage\":null}\n\n" +
+		"data: not json\n\n" +
+		"data: {\"choices\":[{\"delta\":{\"tool_calls\":[{\"index\":0,\"function\":{\"name\":\"f\",\"arguments\":\"{\\\"x\"}}]}}],\"usage\":null}\n\n" +
+		"data: {\"choices\":[],\"usage\":{\"prompt_tokens\":9,\"compl" // cut
+	f := NewStreamFilter(OpenAI, false)
+	got := run(t, f, in, []int{3})
+	want := []string{": ping\n\n", "\n\n",
+		"event: x\nid: 1\nretry: 5\ndata: {\"choices\":[{\"delta\":{\"content\":\"a\"}}],\ndata: \"usage\":null}\n\n",
+		"data: not json\n\n",
+		"data: {\"choices\":[{\"delta\":{\"tool_calls\":[{\"index\":0,\"function\":{\"name\":\"f\",\"arguments\":\"{\\\"x\"}}]}}]}\n\n",
+		"data: {\"choices\":[],\"usage\":{\"prompt_tokens\":9,\"compl",
+	}
+	if strings.Join(got, "|") != strings.Join(want, "|") {
+		t.Errorf("got\n%q\nwant\n%q", got, want)
+	}
+	if string(f.Text()) != "af{\"x" || f.Usage() != (Usage{}) {
+		t.Errorf("text %q usage %+v", f.Text(), f.Usage())
+	}
+
+	// A complete chunk missing only its blank line is still an event.
+	f.Reset(OpenAI, false)
+	got = run(t, f, "data: {\"choices\":[],\"usage\":{\"prompt_tokens\":9,\"completion_tokens\":8}}\n", []int{100})
+	if len(got) != 0 || f.Usage() != (Usage{9, 8, true}) {
+		t.Errorf("trailing usage chunk: %q %+v", got, f.Usage())
+	}
+	f.Reset(OpenAI, true)
+	got = run(t, f, "data: {\"choices\":[],\"usage\":{\"prompt_tokens\":9,\"completion_tokens\":8}}", []int{100})
+	if len(got) != 1 || f.Usage() != (Usage{9, 8, true}) {
+		t.Errorf("trailing usage chunk: %q %+v", got, f.Usage())
+	}
+}
+
+func TestStreamFilterAnthropic(t *testing.T) {
+	// Without event: lines, the data's type decides; message_delta may
+	// carry input and cache counts, which replace the earlier ones.
+	in := `data: {"type":"message_start","message":{"usage":{"input_tokens":10,"cache_read_input_tokens":5,"output_tokens":1}}}` + "\n\n" +
+		`data: {"delta":{"type":"thinking_delta","thinking":"hm"},"type":"content_block_delta"}` + "\n\n" +
+		`data: {"type":"content_block_delta","delta":{"type":"signature_delta","signature":"abc"}}` + "\n\n" +
+		`data: {"type":"message_delta","usage":{"output_tokens":7}}` + "\n\n" +
+		`data: {"type":"message_delta","usage":{"input_tokens":12,"cache_read_input_tokens":null,"output_tokens":9}}` + "\n\n" +
+		"event: message_delta\n" + `data: {"type":"message_delta","usage":{"output_tokens":"x"}}` + "\n\n" +
+		"event: error\n" + `data: {"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}` + "\n\n"
+	f := NewStreamFilter(Anthropic, false)
+	got := run(t, f, in, []int{1})
+	if strings.Join(got, "") != in || len(got) != 7 {
+		t.Errorf("got %q", got)
+	}
+	if f.Usage() != (Usage{17, 9, true}) || string(f.Text()) != "hm" {
+		t.Errorf("usage %+v text %q", f.Usage(), f.Text())
+	}
+}
+
+func TestStreamFilterEmitError(t *testing.T) {
+	gone := errors.New("client gone")
+	in := []byte(openAIStream(true))
+	f := NewStreamFilter(OpenAI, false)
+	calls := 0
+	err := f.Write(in, func([]byte) error {
+		calls++
+		if calls == 2 {
+			return gone
+		}
+		return nil
+	})
+	if !errors.Is(err, gone) || calls != 2 {
+		t.Fatalf("err %v after %d calls", err, calls)
+	}
+	// Close reports the error of the last emit too.
+	f.Reset(OpenAI, false)
+	_ = f.Write([]byte("data: {}\n\ndata: [DONE]"), func([]byte) error { return nil })
+	if err := f.Close(func([]byte) error { return gone }); !errors.Is(err, gone) {
+		t.Fatalf("Close: %v", err)
+	}
+}
+
+func TestStreamFilterTextCap(t *testing.T) {
+	f := NewStreamFilter(Anthropic, false)
+	ev := []byte("event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"text_delta\",\"text\":\"" +
+		strings.Repeat("x", 1000) + "\"}}\n\n")
+	nop := func([]byte) error { return nil }
+	for range 5000 {
+		if err := f.Write(ev, nop); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if len(f.Text()) != MaxStreamText || f.TextBytes() != 5000*1000 {
+		t.Errorf("text %d bytes, counted %d", len(f.Text()), f.TextBytes())
+	}
+	f.Reset(OpenAI, false)
+	if len(f.Text()) != 0 || f.TextBytes() != 0 || cap(f.text) != 0 {
+		t.Errorf("Reset kept a big text buffer (cap %d)", cap(f.text))
+	}
+}
+
+func TestStreamFilterOversizedEvent(t *testing.T) {
+	// Not SSE at all: a huge body without blank lines is forwarded, not held.
+	big := bytes.Repeat([]byte("0123456789abcdef"), maxPendingEvent/16+1000)
+	in := string(big) + "\n\ndata: {\"choices\":[],\"usage\":{\"prompt_tokens\":1,\"completion_tokens\":2}}\n\n"
+	f := NewStreamFilter(OpenAI, false)
+	got := run(t, f, in, []int{4096})
+	joined := strings.Join(got, "")
+	if !strings.HasPrefix(joined, string(big)+"\n\n") || len(joined) != len(big)+2 {
+		t.Errorf("got %d bytes in %d events", len(joined), len(got))
+	}
+	if f.Usage() != (Usage{1, 2, true}) {
+		t.Errorf("usage after oversized event: %+v", f.Usage())
+	}
+	if cap(f.buf) > 2*maxPendingEvent {
+		t.Errorf("buffer grew to %d", cap(f.buf))
+	}
+}
+
+func TestStreamFilterAllocs(t *testing.T) {
+	for _, tc := range streamCases() {
+		f := NewStreamFilter(tc.kind, tc.wantsUsage)
+		in := []byte(tc.input)
+		nop := func([]byte) error { return nil }
+		run := func() {
+			f.Reset(tc.kind, tc.wantsUsage)
+			for i := 0; i < len(in); i += 97 {
+				_ = f.Write(in[i:min(i+97, len(in))], nop)
+			}
+			_ = f.Close(nop)
+		}
+		run() // warm the buffers
+		if a := testing.AllocsPerRun(50, run); a != 0 {
+			t.Errorf("%s: %v allocations per stream", tc.name, a)
+		}
+	}
+}
