@@ -6,12 +6,12 @@ package demo
 
 import (
 	"context"
+	crand "crypto/rand"
 	"flag"
 	"fmt"
 	"io"
 	"log/slog"
 	"math/rand"
-	"net"
 	"sort"
 	"strings"
 	"sync"
@@ -73,47 +73,139 @@ func Run(ctx context.Context, args []string, out io.Writer) error {
 	}
 	defer fake.Close()
 
-	cfg := config.Default()
-	cfg.Node.Name = "node-1"
-	cfg.Node.Listen = "127.0.0.1:0"
-	cfg.Limits.Window = *window
-	cfg.Upstreams = []config.Upstream{{
+	secret := make([]byte, 32)
+	if _, err := crand.Read(secret); err != nil {
+		return err
+	}
+	base := config.Default()
+	base.Node.Listen = "127.0.0.1:0"
+	base.Node.Gossip = "127.0.0.1:0"
+	base.Node.DrainTimeout = 10 * time.Second
+	base.Cluster.Secret = secret
+	base.Limits.Window = *window
+	base.Upstreams = []config.Upstream{{
 		Name: "fake", Kind: config.KindOpenAI, BaseURL: "http://" + upAddr,
 		Models: []string{"gpt-4o-mini"}, ConnectTimeout: time.Second, Timeout: 30 * time.Second,
-		AnthropicVersion: config.DefaultAnthropicVersion,
+		StreamIdleTimeout: 30 * time.Second, AnthropicVersion: config.DefaultAnthropicVersion,
 	}}
 	for _, t := range tenants {
-		cfg.Tenants = append(cfg.Tenants, config.Tenant{
+		base.Tenants = append(base.Tenants, config.Tenant{
 			Name: t.name, Keys: []string{"sk-" + t.name}, RPM: t.rpm, TPM: t.tpm, Concurrency: t.conc,
 			Priority: config.PriorityInteractive,
 		})
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	var nodes []*node.Node
+	defer func() {
+		for _, n := range nodes {
+			_ = n.Close()
+		}
+	}()
+	start := func(name string) (*node.Node, error) {
+		cfg := *base
+		cfg.Node.Name = name
+		if len(nodes) > 0 {
+			cfg.Node.Join = []string{nodes[0].GossipAddr()}
+		}
+		n, err := node.Start(&cfg, node.Options{Logger: logger, Tokenizer: tok, DrainGrace: 300 * time.Millisecond})
+		if err != nil {
+			return nil, err
+		}
+		nodes = append(nodes, n)
+		return n, nil
+	}
+	fmt.Fprintf(out, "ringgate demo: fake upstream on %s, window %s\n", upAddr, *window)
+	for i := 1; i <= 3; i++ {
+		n, err := start(fmt.Sprintf("node-%d", i))
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(out, "  started %s on %s (gossip %s)\n", n.Name(), n.Addr(), n.GossipAddr())
+	}
+	if !converged(ctx, nodes, 3) {
+		return fmt.Errorf("the 3 nodes did not form a ring in time")
+	}
+	printOwners(out, nodes[0])
+
+	targets := &atomic.Pointer[[]string]{}
+	setTargets := func(ns []*node.Node) {
+		var addrs []string
+		for _, n := range ns {
+			addrs = append(addrs, n.Addr())
+		}
+		targets.Store(&addrs)
+	}
+	setTargets(nodes)
+	total := time.Duration(*windows) * *window
+	fmt.Fprintf(out, "\ndriving %s of load at up to 2x each tenant's limits, spread over every node...\n", total)
+	done := make(chan []outcome, 1)
+	go func() { done <- drive(ctx, targets, *window, *windows) }()
+
+	sleepCtx(ctx, total/3)
+	fmt.Fprintln(out, "\nscale up: adding node-4")
+	n4, err := start("node-4")
 	if err != nil {
 		return err
 	}
-	n, err := node.Start(cfg, node.Options{Logger: logger, Tokenizer: tok, Listener: ln})
-	if err != nil {
-		return err
-	}
-	defer n.Close()
+	converged(ctx, nodes, 4)
+	setTargets(nodes)
 
-	fmt.Fprintf(out, "ringgate demo: fake upstream on %s, node %s on %s, window %s\n", upAddr, n.Name(), n.Addr(), *window)
-	fmt.Fprintf(out, "driving %d windows of load at up to 2x each tenant's limit...\n\n", *windows)
+	sleepCtx(ctx, total/3)
+	fmt.Fprintln(out, "\nscale down: draining node-2 (the load balancer stops sending it new work)")
+	drained := nodes[1]
+	setTargets([]*node.Node{nodes[0], nodes[2], n4})
+	drainDone := make(chan bool, 1)
+	go func() { drainDone <- drained.Drain() }()
 
-	res := drive(ctx, []string{n.Addr()}, *window, *windows)
+	res := <-done
+	fmt.Fprintf(out, "  node-2 drained cleanly: %t\n\n", <-drainDone)
 	report(out, res, fake.Records(), *window)
 	return nil
+}
+
+// converged waits until every running node's ring has want members.
+func converged(ctx context.Context, nodes []*node.Node, want int) bool {
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) && ctx.Err() == nil {
+		ok := true
+		for _, n := range nodes {
+			if r := n.Ring(); r == nil || r.Len() != want {
+				ok = false
+			}
+		}
+		if ok {
+			return true
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	return false
+}
+
+func printOwners(out io.Writer, n *node.Node) {
+	r := n.Ring()
+	fmt.Fprintf(out, "  ring v%d %v:", r.Version(), r.Members())
+	for _, t := range tenants {
+		o, _ := r.Owner(t.name)
+		fmt.Fprintf(out, " %s→%s", t.name, o)
+	}
+	fmt.Fprintln(out)
+}
+
+func sleepCtx(ctx context.Context, d time.Duration) {
+	select {
+	case <-ctx.Done():
+	case <-time.After(d):
+	}
 }
 
 type outcome struct {
 	tenant string
 	at     time.Time
 	status int
+	node   string // x-ringgate-node: who enforced the tenant's limits
 }
 
 // drive offers each tenant its demand, spread evenly over the nodes.
-func drive(ctx context.Context, addrs []string, window time.Duration, windows int) []outcome {
+func drive(ctx context.Context, targets *atomic.Pointer[[]string], window time.Duration, windows int) []outcome {
 	client := &fasthttp.Client{MaxConnsPerHost: 512, ReadTimeout: 30 * time.Second}
 	deadline := time.Now().Add(time.Duration(windows) * window)
 	var mu sync.Mutex
@@ -136,14 +228,15 @@ func drive(ctx context.Context, addrs []string, window time.Duration, windows in
 					return
 				case <-tick.C:
 				}
+				addrs := *targets.Load()
 				addr := addrs[int(rr.Add(1))%len(addrs)]
 				words := 20 + rng.Intn(200)
 				inner.Add(1)
 				go func() {
 					defer inner.Done()
-					status := call(client, addr, t, words)
+					status, node := call(client, addr, t, words)
 					mu.Lock()
-					out = append(out, outcome{tenant: t.name, at: time.Now(), status: status})
+					out = append(out, outcome{tenant: t.name, at: time.Now(), status: status, node: node})
 					mu.Unlock()
 				}()
 			}
@@ -153,7 +246,7 @@ func drive(ctx context.Context, addrs []string, window time.Duration, windows in
 	return out
 }
 
-func call(c *fasthttp.Client, addr string, t demoTenant, words int) int {
+func call(c *fasthttp.Client, addr string, t demoTenant, words int) (int, string) {
 	req := fasthttp.AcquireRequest()
 	resp := fasthttp.AcquireResponse()
 	defer fasthttp.ReleaseRequest(req)
@@ -166,9 +259,9 @@ func call(c *fasthttp.Client, addr string, t demoTenant, words int) int {
 	req.SetBodyString(fmt.Sprintf(`{"model":"gpt-4o-mini","user":%q,"stream":%t,"max_tokens":2000,"messages":[{"role":"user","content":%q}]}`,
 		t.name, t.stream, prompt))
 	if err := c.DoTimeout(req, resp, 30*time.Second); err != nil {
-		return 0
+		return 0, ""
 	}
-	return resp.StatusCode()
+	return resp.StatusCode(), string(resp.Header.Peek("x-ringgate-node"))
 }
 
 // report prints, per tenant and window, what reached the upstream against the
@@ -201,14 +294,6 @@ func report(out io.Writer, res []outcome, recs []fakeupstream.Record, window tim
 		c.reqs++
 		c.tokens += r.PromptTokens + r.CompletionTokens
 	}
-	statuses := map[string]map[int]int{}
-	for _, o := range res {
-		if statuses[o.tenant] == nil {
-			statuses[o.tenant] = map[int]int{}
-		}
-		statuses[o.tenant][o.status]++
-	}
-
 	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "tenant\twindow\trequests\trpm limit\ttokens\ttpm limit\t")
 	for _, t := range tenants {
@@ -224,23 +309,68 @@ func report(out io.Writer, res []outcome, recs []fakeupstream.Record, window tim
 		}
 	}
 	tw.Flush()
-	fmt.Fprintln(out)
-	fmt.Fprintln(out, "answers the clients got:")
+
+	fmt.Fprintf(out, "\nthe auditor's view: the most any sliding %s window ever held, and what clients were told\n", window)
+	tw = tabwriter.NewWriter(out, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "tenant\tmax requests\trpm limit\tmax tokens\ttpm limit\t200\t429\tother\tenforced by\t")
 	for _, t := range tenants {
-		s := statuses[t.name]
-		fmt.Fprintf(out, "  %-8s 200: %d  429: %d  other: %d\n", t.name, s[200], s[429], len(res)-s[200]-s[429]-countOthers(res, t.name))
+		var times []time.Time
+		var toks []int
+		for _, r := range recs {
+			if r.User == t.name {
+				times = append(times, r.Received)
+				toks = append(toks, r.PromptTokens+r.CompletionTokens)
+			}
+		}
+		maxReq, maxTok := slidingMax(times, toks, window)
+		codes := map[int]int{}
+		nodes := map[string]int{}
+		for _, o := range res {
+			if o.tenant == t.name {
+				codes[o.status]++
+				if o.node != "" {
+					nodes[o.node]++
+				}
+			}
+		}
+		var names []string
+		for n := range nodes {
+			names = append(names, n)
+		}
+		sort.Strings(names)
+		other := 0
+		for c, k := range codes {
+			if c != 200 && c != 429 {
+				other += k
+			}
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%s\t\n", t.name, maxReq, t.rpm, maxTok, t.tpm,
+			codes[200], codes[429], other, strings.Join(names, ","))
 	}
-	fmt.Fprintf(out, "\n(windows are counted from the first request the upstream saw; limits are per %s sliding window)\n", window)
+	tw.Flush()
+	fmt.Fprintln(out, "\n(a tenant is enforced by its owner; it moves when the ring changes, and until Redis handoff")
+	fmt.Fprintln(out, " exists the new owner starts from a fresh window, which is what the scale-up and drain show)")
 }
 
-func countOthers(res []outcome, tenant string) int {
-	n := 0
-	for _, o := range res {
-		if o.tenant != tenant {
-			n++
-		}
+// slidingMax is the largest count and token sum in any window-long interval
+// ending at an arrival (times are in arrival order).
+func slidingMax(times []time.Time, toks []int, window time.Duration) (int, int) {
+	idx := make([]int, len(times))
+	for i := range idx {
+		idx[i] = i
 	}
-	return n
+	sort.Slice(idx, func(a, b int) bool { return times[idx[a]].Before(times[idx[b]]) })
+	maxReq, maxTok, lo, sum := 0, 0, 0, 0
+	for i, k := range idx {
+		sum += toks[k]
+		for !times[idx[lo]].After(times[k].Add(-window)) {
+			sum -= toks[idx[lo]]
+			lo++
+		}
+		maxReq = max(maxReq, i-lo+1)
+		maxTok = max(maxTok, sum)
+	}
+	return maxReq, maxTok
 }
 
 // eventLog prints the operational events (rebalance, handoff, fallback,

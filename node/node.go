@@ -1,7 +1,8 @@
 // Package node wires one ringgate process together: configuration, the
-// router, the HTTP server and (in a cluster) gossip and the ring; it owns
-// start-up order and the drain on shutdown. It holds no policy of its own:
-// limits live in limiter and reserve, routing in router.
+// router, the HTTP server, gossip and the ring; it owns start-up order, the
+// rebalance log and the drain on shutdown. It holds no policy of its own:
+// limits live in limiter and reserve, routing in router, membership in gossip,
+// ownership in ring.
 package node
 
 import (
@@ -9,12 +10,15 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"sync"
 	"time"
 
 	"github.com/valyala/fasthttp"
 
 	"github.com/ringgate/ringgate/config"
+	"github.com/ringgate/ringgate/gossip"
 	"github.com/ringgate/ringgate/reserve"
+	"github.com/ringgate/ringgate/ring"
 	"github.com/ringgate/ringgate/router"
 )
 
@@ -25,6 +29,14 @@ type Options struct {
 	Clock     func() int64
 	// Listener, if set, is used instead of listening on cfg.Node.Listen.
 	Listener net.Listener
+	// Timing overrides gossip timings (zero: gossip.LANFast).
+	Timing gossip.Timing
+	// RingDebounce coalesces bursts of membership events (0: ring default).
+	RingDebounce time.Duration
+	// DrainGrace is how long a draining node keeps answering after /readyz
+	// turned 503, so load balancers notice (default 1s, capped by the drain
+	// timeout).
+	DrainGrace time.Duration
 }
 
 // Node is a running ringgate node.
@@ -35,9 +47,20 @@ type Node struct {
 	server *fasthttp.Server
 	ln     net.Listener
 	served chan error
+	grace  time.Duration
+
+	gossip *gossip.Node // nil: standalone (node.gossip = "")
+	table  *ring.Table
+
+	mu          sync.Mutex
+	members     []gossip.Member
+	changedAt   time.Time
+	stopOnce    sync.Once
+	tenantNames []string
 }
 
-// Start builds and starts a node; it serves until Drain or Close.
+// Start builds and starts a node; it serves until Drain or Close. With
+// node.gossip empty the node runs standalone and enforces every tenant.
 func Start(cfg *config.Config, o Options) (*Node, error) {
 	if o.Logger == nil {
 		o.Logger = slog.Default()
@@ -54,43 +77,208 @@ func Start(cfg *config.Config, o Options) (*Node, error) {
 			return nil, fmt.Errorf("start node %s: listen %s: %w", cfg.Node.Name, cfg.Node.Listen, err)
 		}
 	}
-	n := &Node{cfg: cfg, log: log, router: rt, server: rt.Server(), ln: ln, served: make(chan error, 1)}
+	n := &Node{cfg: cfg, log: log, router: rt, server: rt.Server(), ln: ln, served: make(chan error, 1), grace: o.DrainGrace}
+	if n.grace <= 0 {
+		n.grace = time.Second
+	}
+	for _, t := range cfg.Tenants {
+		n.tenantNames = append(n.tenantNames, t.Name)
+	}
 	go func() { n.served <- n.server.Serve(ln) }()
-	log.Info("start", "listen", ln.Addr().String(), "tenants", len(cfg.Tenants), "upstreams", len(cfg.Upstreams))
+
+	if cfg.Node.Gossip != "" {
+		if len(cfg.Cluster.Secret) == 0 {
+			log.Warn("start", "detail", "no cluster.secret: gossip is unencrypted and peer hops are off; this node enforces its strict share of tenants it does not own")
+		}
+		rt.SetReady(false)
+		n.table = ring.NewTable(cfg.Node.Name, o.RingDebounce, n.onRing)
+		g, err := gossip.Start(gossip.Config{
+			Name:          cfg.Node.Name,
+			BindAddr:      cfg.Node.Gossip,
+			AdvertiseAddr: cfg.Node.Advertise,
+			HTTPAddr:      advertisedHTTP(ln.Addr().String(), cfg.Node.Advertise, cfg.Node.Gossip),
+			Seeds:         cfg.Node.Join,
+			SecretKey:     cfg.Cluster.Secret,
+			Timing:        o.Timing,
+			Logger:        log,
+			OnChange:      n.onMembers,
+		})
+		if err != nil {
+			n.table.Close()
+			_ = ln.Close()
+			n.shutdown()
+			return nil, fmt.Errorf("start node %s: gossip: %w", cfg.Node.Name, err)
+		}
+		n.mu.Lock()
+		n.gossip = g
+		n.mu.Unlock()
+	}
+	log.Info("start", "listen", ln.Addr().String(), "gossip", n.GossipAddr(), "tenants", len(cfg.Tenants), "upstreams", len(cfg.Upstreams))
 	return n, nil
+}
+
+// advertisedHTTP is the HTTP address peers should use: the listener's, with
+// an unspecified host (0.0.0.0, ::) replaced by the advertised or gossip host.
+func advertisedHTTP(listen, advertise, gossipBind string) string {
+	host, port, err := net.SplitHostPort(listen)
+	if err != nil {
+		return listen
+	}
+	if ip := net.ParseIP(host); ip != nil && !ip.IsUnspecified() {
+		return listen
+	}
+	for _, a := range []string{advertise, gossipBind} {
+		if h, _, err := net.SplitHostPort(a); err == nil {
+			if ip := net.ParseIP(h); h != "" && (ip == nil || !ip.IsUnspecified()) {
+				return net.JoinHostPort(h, port)
+			}
+		}
+	}
+	return listen
+}
+
+// onMembers runs on every membership change (from gossip's one goroutine).
+func (n *Node) onMembers(ms []gossip.Member) {
+	n.mu.Lock()
+	n.members = ms
+	n.changedAt = time.Now()
+	n.mu.Unlock()
+	var active []string
+	for _, m := range ms {
+		if m.State == gossip.StateActive {
+			active = append(active, m.Name)
+		}
+	}
+	n.table.Update(active)
+	n.publish(n.table.Current())
+}
+
+// onRing runs after each new ring is published (from the table's goroutine).
+func (n *Node) onRing(from, to *ring.Ring) {
+	n.publish(to)
+	moved := ring.Moved(from, to, n.tenantNames)
+	n.mu.Lock()
+	since := time.Since(n.changedAt)
+	n.mu.Unlock()
+	n.log.Info("rebalance",
+		"ring_version", to.Version(),
+		"members", to.Members(),
+		"moved", len(moved),
+		"moved_tenants", moved,
+		"partitions_moved", ring.MovedPartitions(from, to),
+		// No handoff yet: a moved tenant's new owner starts from fresh
+		// windows.
+		"state", map[string]int{"peer": 0, "redis": 0, "fresh": len(moved)},
+		"took_ms", since.Milliseconds(),
+	)
+}
+
+// publish gives the router the current ring and members, and turns the node
+// ready once it has joined and holds a ring.
+func (n *Node) publish(r *ring.Ring) {
+	n.mu.Lock()
+	ms, g := n.members, n.gossip
+	n.mu.Unlock()
+	if r.Len() > 0 && (len(n.cfg.Node.Join) == 0 || g != nil && g.Joined()) {
+		n.router.SetReady(true)
+	}
+	view := router.View{Ring: r}
+	for _, m := range ms {
+		view.Members = append(view.Members, router.Member{Name: m.Name, Addr: m.HTTPAddr, State: string(m.State)})
+	}
+	n.router.SetView(view)
 }
 
 // Addr is the HTTP address the node serves on.
 func (n *Node) Addr() string { return n.ln.Addr().String() }
 
+// GossipAddr is the gossip address peers join ("" standalone).
+func (n *Node) GossipAddr() string {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.gossip == nil {
+		return ""
+	}
+	return n.gossip.GossipAddr()
+}
+
 // Name is the node's name.
 func (n *Node) Name() string { return n.cfg.Node.Name }
 
-// Router exposes the node's router (tests and the demo read usage from it).
+// Router exposes the node's router (tests and the demo read from it).
 func (n *Node) Router() *router.Router { return n.router }
 
-// Reload applies a new configuration's tenants, limits and upstreams.
-func (n *Node) Reload(cfg *config.Config) error { return n.router.Reload(cfg) }
+// Ring is the node's current ring (nil standalone).
+func (n *Node) Ring() *ring.Ring {
+	if n.table == nil {
+		return nil
+	}
+	return n.table.Current()
+}
 
-// Drain stops taking new work gracefully: readiness turns 503, requests and
-// streams in flight finish (at most the drain timeout), then the server
-// stops. It reports whether everything in flight finished.
+// Reload applies a new configuration's tenants, limits and upstreams.
+func (n *Node) Reload(cfg *config.Config) error {
+	if err := n.router.Reload(cfg); err != nil {
+		return err
+	}
+	n.mu.Lock()
+	n.tenantNames = n.tenantNames[:0]
+	for _, t := range cfg.Tenants {
+		n.tenantNames = append(n.tenantNames, t.Name)
+	}
+	n.mu.Unlock()
+	return nil
+}
+
+// Drain leaves gracefully: /readyz turns 503 and the node tells the cluster
+// it is draining (peers take its tenants over and stop routing to it);
+// requests and streams in flight finish, at most the drain timeout; then it
+// leaves the gossip and stops serving. It reports whether everything in
+// flight finished.
 func (n *Node) Drain() bool {
 	timeout := n.cfg.Node.DrainTimeout
 	if timeout <= 0 {
 		timeout = 30 * time.Second
 	}
-	clean := n.router.Drain(timeout)
-	n.shutdown()
+	n.router.BeginDrain()
+	if n.gossip != nil {
+		if err := n.gossip.SetState(gossip.StateDraining); err != nil {
+			n.log.Warn("drain", "phase", "announce", "error", err.Error())
+		}
+	}
+	clean := n.router.WaitIdle(min(n.grace, timeout), timeout)
+	n.stop(true)
 	n.log.Info("drain", "phase", "done", "clean", clean)
 	return clean
 }
 
-// Close stops the node at once, cutting what is in flight.
+// Close stops the node at once, cutting what is in flight, without leaving
+// the gossip: to its peers it looks like a crash.
 func (n *Node) Close() error {
 	err := n.ln.Close()
-	n.shutdown()
+	n.stop(false)
 	return err
+}
+
+func (n *Node) stop(leave bool) {
+	n.stopOnce.Do(func() {
+		n.mu.Lock()
+		g := n.gossip
+		n.mu.Unlock()
+		if g != nil {
+			if leave {
+				if err := g.Leave(time.Second); err != nil {
+					n.log.Warn("drain", "phase", "leave", "error", err.Error())
+				}
+			} else {
+				_ = g.Shutdown()
+			}
+		}
+		if n.table != nil {
+			n.table.Close()
+		}
+		n.shutdown()
+	})
 }
 
 func (n *Node) shutdown() {
@@ -103,6 +291,7 @@ func (n *Node) shutdown() {
 	case <-done:
 	case <-time.After(2 * time.Second):
 		n.log.Warn("drain", "phase", "shutdown_timeout")
+		_ = n.ln.Close()
 	}
 	select {
 	case err := <-n.served:

@@ -25,6 +25,10 @@ func (r *Router) serveAdmin(ctx *fasthttp.RequestCtx) {
 			writeJSON(ctx, fasthttp.StatusServiceUnavailable, map[string]string{"status": "draining"})
 			return
 		}
+		if !r.ready.Load() {
+			writeJSON(ctx, fasthttp.StatusServiceUnavailable, map[string]string{"status": "joining"})
+			return
+		}
 		writeJSON(ctx, fasthttp.StatusOK, map[string]string{"status": "ready"})
 		return
 	}
@@ -79,15 +83,15 @@ type clusterView struct {
 }
 
 func (r *Router) clusterView() clusterView {
-	st := "active"
-	if r.draining.Load() {
-		st = "draining"
+	v := r.view.Load()
+	if v == nil {
+		st := "active"
+		if r.draining.Load() {
+			st = "draining"
+		}
+		return clusterView{Self: r.node, Members: []Member{{Name: r.node, Addr: r.state.Load().cfg.Node.Listen, State: st}}}
 	}
-	return clusterView{
-		Self:        r.node,
-		RingVersion: 1,
-		Members:     []Member{{Name: r.node, Addr: r.state.Load().cfg.Node.Listen, State: st}},
-	}
+	return clusterView{Self: r.node, RingVersion: v.version(), Members: v.members}
 }
 
 type dimension struct {
@@ -115,9 +119,13 @@ func (r *Router) serveTenant(ctx *fasthttp.RequestCtx, name string) {
 		return
 	}
 	u := t.lim.Usage(r.clock())
+	owner := r.view.Load().owner(t.name)
+	if owner == "" {
+		owner = r.node
+	}
 	writeJSON(ctx, fasthttp.StatusOK, tenantView{
 		Name:     t.name,
-		Owner:    r.node,
+		Owner:    owner,
 		Node:     r.node,
 		Priority: t.priority,
 		Window:   st.cfg.Limits.Window.String(),

@@ -10,11 +10,12 @@ import (
 // metrics are the node's Prometheus counters. Each router has its own
 // registry so several nodes can live in one test process.
 type metrics struct {
-	reg       *prometheus.Registry
-	decisions *prometheus.CounterVec
-	tokens    *prometheus.CounterVec
-	upstream  *prometheus.CounterVec
-	inflight  prometheus.Gauge
+	reg         *prometheus.Registry
+	decisions   *prometheus.CounterVec
+	tokens      *prometheus.CounterVec
+	upstream    *prometheus.CounterVec
+	inflight    prometheus.Gauge
+	hopsRefused prometheus.Counter
 
 	mu      sync.Mutex
 	tenants map[string]*tenantCounters
@@ -46,9 +47,13 @@ func newMetrics() *metrics {
 			Name: "ringgate_inflight_requests",
 			Help: "Client requests being served by this node.",
 		}),
+		hopsRefused: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "ringgate_hops_refused_total",
+			Help: "Peer requests refused for a bad signature, stale time, replay or wrong target.",
+		}),
 		tenants: make(map[string]*tenantCounters),
 	}
-	m.reg.MustRegister(m.decisions, m.tokens, m.upstream, m.inflight,
+	m.reg.MustRegister(m.decisions, m.tokens, m.upstream, m.inflight, m.hopsRefused,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }

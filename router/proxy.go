@@ -22,26 +22,69 @@ const maxAnswerBytes = 64 << 20
 // call is one admitted request on its way through the upstream and back.
 type call struct {
 	t    *tenant
+	lim  *limiter.Tenant // the owner's limiter, or the fallback share
 	prov *upstream.Provider
 	req  upstream.Request
 	res  reserve.Reservation
 	tk   limiter.Ticket
 }
 
-// serveAPI handles a client API request. It reports true when a stream took
-// over the response; the stream then calls r.done itself.
+// serveAPI handles a client API request: a hop from a peer is checked and
+// enforced here; a client request goes to the tenant's owner, or is enforced
+// here when this node owns the tenant (or, with the owner unreachable, under
+// this node's strict share). It reports true when a stream took over the
+// response; the stream then calls r.done itself.
 func (r *Router) serveAPI(ctx *fasthttp.RequestCtx, ep upstream.Endpoint) bool {
 	st := r.state.Load()
-	ctx.Response.Header.Set("x-ringgate-node", r.node)
+	if len(ctx.Request.Header.Peek(hopHeader)) > 0 || len(ctx.Request.Header.Peek(sigHeader)) > 0 {
+		if _, err := r.hops.verify(&ctx.Request, r.node); err != nil {
+			r.metrics.hopsRefused.Inc()
+			r.log.Warn("hop_refused", "remote", ctx.RemoteAddr().String(), "error", err.Error())
+			fail(ctx, fasthttp.StatusUnauthorized, "invalid_request_error", "invalid_peer_signature",
+				"Peer request refused: "+err.Error()+".")
+			return false
+		}
+		t := st.authenticate(&ctx.Request.Header)
+		if t == nil {
+			fail(ctx, fasthttp.StatusUnauthorized, "invalid_request_error", "invalid_api_key",
+				"Missing or unknown API key. Send it as 'Authorization: Bearer <key>'.")
+			return false
+		}
+		return r.serveLocal(ctx, ep, st, t, t.lim)
+	}
 	t := st.authenticate(&ctx.Request.Header)
 	if t == nil {
+		ctx.Response.Header.Set("x-ringgate-node", r.node)
 		fail(ctx, fasthttp.StatusUnauthorized, "invalid_request_error", "invalid_api_key",
 			"Missing or unknown API key. Send it as 'Authorization: Bearer <key>'.")
 		return false
 	}
+	v := r.view.Load()
+	owner := v.owner(t.name)
+	if owner == "" || owner == r.node {
+		return r.serveLocal(ctx, ep, st, t, t.lim)
+	}
+	handled, streaming := r.toOwner(ctx, v, owner, t)
+	if handled {
+		return streaming
+	}
+	lim, open := r.fallbackLimiter(t, v, owner)
+	if !open {
+		ctx.Response.Header.Set("x-ringgate-node", r.node)
+		ctx.Response.Header.Set("Retry-After", "1")
+		fail(ctx, fasthttp.StatusTooManyRequests, "requests", "rate_limit_exceeded",
+			"The node enforcing this tenant's limits is unreachable and this node's share of them is zero. Please try again in 1s.")
+		return false
+	}
+	return r.serveLocal(ctx, ep, st, t, lim)
+}
+
+// serveLocal enforces the tenant's limits on lim and serves the request.
+func (r *Router) serveLocal(ctx *fasthttp.RequestCtx, ep upstream.Endpoint, st *state, t *tenant, lim *limiter.Tenant) bool {
+	ctx.Response.Header.Set("x-ringgate-node", r.node)
 	req, err := upstream.ParseRequest(ep, ctx.PostBody())
 	if err != nil {
-		d := t.lim.Peek(r.clock())
+		d := lim.Peek(r.clock())
 		setRateHeaders(&ctx.Response.Header, &d)
 		var ce *upstream.ClientError
 		if errors.As(err, &ce) {
@@ -57,14 +100,14 @@ func (r *Router) serveAPI(ctx *fasthttp.RequestCtx, ep upstream.Endpoint) bool {
 		return false
 	}
 	if (ep == upstream.Messages) != (prov.Kind == upstream.Anthropic) {
-		d := t.lim.Peek(r.clock())
+		d := lim.Peek(r.clock())
 		setRateHeaders(&ctx.Response.Header, &d)
 		fail(ctx, fasthttp.StatusBadRequest, "invalid_request_error", "wrong_endpoint",
 			fmt.Sprintf("Model %q is served by upstream %q, which does not take %s.", req.Model, prov.Name, ctx.Path()))
 		return false
 	}
 
-	c := &call{t: t, prov: prov, req: req}
+	c := &call{t: t, lim: lim, prov: prov, req: req}
 	c.res = r.est.Estimate(reserve.Key{Tenant: t.name, Model: req.Model}, r.promptTokens(&req), req.MaxTokens, req.Generates)
 	if req.Choices > 1 {
 		// n completions are generated and billed; history stays per completion.
@@ -72,7 +115,7 @@ func (r *Router) serveAPI(ctx *fasthttp.RequestCtx, ep upstream.Endpoint) bool {
 		c.res.Total = c.res.Prompt + c.res.Completion
 	}
 	var d limiter.Decision
-	c.tk, d = t.lim.Admit(r.clock(), int64(c.res.Total))
+	c.tk, d = lim.Admit(r.clock(), int64(c.res.Total))
 	setRateHeaders(&ctx.Response.Header, &d)
 	if !d.Allowed {
 		switch d.Limited {
@@ -273,7 +316,7 @@ func (r *Router) finish(c *call, u upstream.Usage, ok bool, countedCompletion in
 		actual = c.res.Prompt + countedCompletion
 		r.learn(c, c.res.Prompt, countedCompletion)
 	}
-	c.t.lim.Finish(r.clock(), &c.tk, int64(actual))
+	c.lim.Finish(r.clock(), &c.tk, int64(actual))
 	c.t.counts.settled.Add(float64(actual))
 }
 

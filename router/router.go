@@ -38,8 +38,12 @@ type Router struct {
 
 	state    atomic.Pointer[state]
 	reloadMu sync.Mutex
+	view     atomic.Pointer[view]
+	hops     *signer
+	peers    *peers
 
 	draining atomic.Bool
+	ready    atomic.Bool
 	active   atomic.Int64 // client requests and streams being served
 	started  time.Time
 
@@ -79,7 +83,35 @@ func New(o Options) (*Router, error) {
 		return nil, err
 	}
 	r.state.Store(st)
+	r.ready.Store(true)
+	r.hops = newSigner(o.Config.Cluster.Secret, o.Config.Cluster.HopSkew, time.Now)
+	first, idle := peerTimeouts(o.Config)
+	connect := o.Config.Cluster.ForwardConnectTimeout
+	if connect <= 0 {
+		connect = 15 * time.Millisecond
+	}
+	r.peers = &peers{connect: connect, first: first, idle: idle, byAddr: make(map[string]*peer)}
 	return r, nil
+}
+
+// peerTimeouts are the read budgets of a hop: forward_timeout if set, else
+// the longest upstream budgets plus a margin, so the owner, not the edge,
+// decides when an upstream is too slow.
+func peerTimeouts(cfg *config.Config) (first, idle time.Duration) {
+	if t := cfg.Cluster.ForwardTimeout; t > 0 {
+		return t, t
+	}
+	for _, u := range cfg.Upstreams {
+		first = max(first, u.Timeout)
+		idle = max(idle, u.StreamIdleTimeout, u.Timeout)
+	}
+	if first <= 0 {
+		first = 10 * time.Minute
+	}
+	if idle <= 0 {
+		idle = first
+	}
+	return first + 5*time.Second, idle + 5*time.Second
 }
 
 // Reload swaps in a new configuration's tenants, limits and upstreams. Usage
@@ -141,6 +173,10 @@ func (r *Router) Handler(ctx *fasthttp.RequestCtx) {
 		}
 		r.active.Add(1)
 		r.metrics.inflight.Inc()
+		if r.draining.Load() {
+			// Clients must not reuse a connection to a node about to go.
+			ctx.SetConnectionClose()
+		}
 		if r.serveAPI(ctx, ep) {
 			return // a stream finishes (and calls done) later
 		}
@@ -155,23 +191,38 @@ func (r *Router) done() {
 	r.active.Add(-1)
 }
 
-// Drain marks the node as draining (readyz answers 503) and waits for the
-// requests and streams in flight to finish, at most timeout. It reports
-// whether everything finished.
-func (r *Router) Drain(timeout time.Duration) bool {
-	r.draining.Store(true)
-	r.log.Info("drain", "phase", "start", "timeout", timeout.String())
-	deadline := time.Now().Add(timeout)
-	for r.active.Load() > 0 {
+// BeginDrain marks the node as draining: /readyz answers 503 so load
+// balancers stop sending new connections, and every answer closes its
+// connection so clients do not reuse one to a node about to go.
+func (r *Router) BeginDrain() {
+	if r.draining.CompareAndSwap(false, true) {
+		r.log.Info("drain", "phase", "start", "in_flight", r.active.Load())
+	}
+}
+
+// SetReady says whether the node has joined and holds a ring; /readyz
+// answers 503 until then.
+func (r *Router) SetReady(ready bool) { r.ready.Store(ready) }
+
+// WaitIdle waits until no request or stream is in flight and at least grace
+// has passed (time for load balancers to see /readyz fail), at most timeout.
+// It reports whether the node went idle in time.
+func (r *Router) WaitIdle(grace, timeout time.Duration) bool {
+	start := time.Now()
+	deadline := start.Add(timeout)
+	for r.active.Load() > 0 || time.Since(start) < grace {
 		if time.Now().After(deadline) {
 			r.log.Warn("drain", "phase", "timeout", "in_flight", r.active.Load())
 			return false
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	r.log.Info("drain", "phase", "idle")
+	r.log.Info("drain", "phase", "idle", "waited_ms", time.Since(start).Milliseconds())
 	return true
 }
+
+// InFlight reports the client requests and streams being served.
+func (r *Router) InFlight() int64 { return r.active.Load() }
 
 // fasthttpLogger routes fasthttp's own messages into slog.
 type fasthttpLogger struct{ l *slog.Logger }

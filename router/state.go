@@ -2,6 +2,7 @@ package router
 
 import (
 	"fmt"
+	"sync/atomic"
 
 	"github.com/ringgate/ringgate/config"
 	"github.com/ringgate/ringgate/limiter"
@@ -12,8 +13,15 @@ import (
 type tenant struct {
 	name     string
 	priority string
+	limits   limiter.Limits
 	lim      *limiter.Tenant
 	counts   *tenantCounters
+
+	// fallback enforces this node's strict share of the limits while the
+	// tenant's owner cannot be reached; inFallback marks the episode so it
+	// is logged once.
+	fallback   *limiter.Tenant
+	inFallback atomic.Bool
 }
 
 // state is everything a reload replaces at once; requests read it through an
@@ -60,18 +68,19 @@ func buildState(cfg *config.Config, prev *state, m *metrics) (*state, error) {
 	}
 	for _, tc := range cfg.Tenants {
 		limits := limiter.Limits{Requests: int64(tc.RPM), Tokens: int64(tc.TPM), Concurrency: int64(tc.Concurrency)}
-		var lim *limiter.Tenant
+		var lim, fallback *limiter.Tenant
 		if prev != nil {
 			if old := prev.byName[tc.Name]; old != nil && prev.cfg.Limits.Window == cfg.Limits.Window &&
 				prev.cfg.Limits.SlotTTL == cfg.Limits.SlotTTL {
-				lim = old.lim
+				lim, fallback = old.lim, old.fallback
 				lim.SetLimits(limits)
 			}
 		}
 		if lim == nil {
 			lim = limiter.NewTenant(limits, cfg.Limits.Window, cfg.Limits.SlotTTL)
+			fallback = limiter.NewTenant(limits, cfg.Limits.Window, cfg.Limits.SlotTTL)
 		}
-		t := &tenant{name: tc.Name, priority: tc.Priority, lim: lim, counts: m.tenant(tc.Name)}
+		t := &tenant{name: tc.Name, priority: tc.Priority, limits: limits, lim: lim, fallback: fallback, counts: m.tenant(tc.Name)}
 		st.byName[tc.Name] = t
 		hashes, err := tc.KeyHashes()
 		if err != nil {

@@ -82,6 +82,7 @@ func NewProvider(c ProviderConfig) (*Provider, error) {
 	if dialer.Timeout <= 0 {
 		dialer.Timeout = 2 * time.Second
 	}
+	dial := IdleDialer(first, idle, func(addr string) (net.Conn, error) { return dialer.Dial("tcp", addr) })
 	p := &Provider{
 		Name:             c.Name,
 		Kind:             c.Kind,
@@ -91,16 +92,10 @@ func NewProvider(c ProviderConfig) (*Provider, error) {
 		scheme:           u.Scheme,
 		host:             u.Host,
 		hc: &fasthttp.HostClient{
-			Addr:  host,
-			Name:  "ringgate",
-			IsTLS: u.Scheme == "https",
-			Dial: func(addr string) (net.Conn, error) {
-				conn, err := dialer.Dial("tcp", addr)
-				if err != nil {
-					return nil, err
-				}
-				return &idleConn{Conn: conn, first: first, idle: idle}, nil
-			},
+			Addr:                          host,
+			Name:                          "ringgate",
+			IsTLS:                         u.Scheme == "https",
+			Dial:                          dial,
 			MaxConns:                      c.MaxConns,
 			MaxConnWaitTimeout:            time.Second,
 			MaxIdleConnDuration:           30 * time.Second,
@@ -112,6 +107,19 @@ func NewProvider(c ProviderConfig) (*Provider, error) {
 		},
 	}
 	return p, nil
+}
+
+// IdleDialer wraps dial so that every connection it makes gives each read its
+// own deadline: first for the first read after a request was written, idle
+// for the reads after it.
+func IdleDialer(first, idle time.Duration, dial fasthttp.DialFunc) fasthttp.DialFunc {
+	return func(addr string) (net.Conn, error) {
+		conn, err := dial(addr)
+		if err != nil {
+			return nil, err
+		}
+		return &idleConn{Conn: conn, first: first, idle: idle}, nil
+	}
 }
 
 // idleConn gives every read its own deadline, so a silent upstream fails

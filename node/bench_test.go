@@ -1,0 +1,453 @@
+package node
+
+// End-to-end latency and throughput of a request sent straight to the fake
+// provider ("direct") and the same request through a standalone ringgate
+// node in front of it ("ringgate"), measured in the same process and run, on
+// loopback only:
+//
+//	go test -run XXX -bench Proxy -benchtime 2000x ./node/
+//	RINGGATE_BENCH_REPORT=1 go test -run TestAddedLatencyReport -v ./node/
+//
+// The client, the node and the fake provider share the machine's cores, so
+// the figures are for comparing the two paths against each other, not
+// absolute numbers.
+
+import (
+	"bytes"
+	"fmt"
+	"io"
+	"log/slog"
+	"math"
+	"os"
+	"runtime"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/valyala/fasthttp"
+
+	"github.com/ringgate/ringgate/config"
+	"github.com/ringgate/ringgate/fakeupstream"
+	"github.com/ringgate/ringgate/reserve"
+)
+
+const (
+	benchKey        = "sk-bench"
+	benchBody       = `{"model":"gpt-4o-mini","max_tokens":20,"messages":[{"role":"user","content":"hello there"}]}`
+	benchStreamBody = `{"model":"gpt-4o-mini","max_tokens":20,"stream":true,"messages":[{"role":"user","content":"hello there"}]}`
+
+	// benchReqTimeout bounds every single request (client read and write).
+	benchReqTimeout = 10 * time.Second
+	// benchMaxLoop bounds every load loop in wall-clock time, on top of its
+	// bound in count.
+	benchMaxLoop = 3 * time.Minute
+	// benchMaxSamples caps the per-request durations kept by one
+	// sequential benchmark run (memory bound for huge -benchtime).
+	benchMaxSamples = 1 << 20
+	// benchWarmup requests go to each target before measuring: they open
+	// the keep-alive connections and load the tokenizer's encoding.
+	benchWarmup = 100
+	// benchParallelism is the RunParallel multiplier: GOMAXPROCS ×
+	// benchParallelism concurrent clients.
+	benchParallelism = 4
+)
+
+// benchTokenizer is shared by every benchmark in the binary: it is immutable
+// once loaded, and loading it is not what is measured.
+var benchTokenizer = sync.OnceValues(reserve.NewTokenizer)
+
+// benchEnv is a fake provider, a standalone ringgate node in front of it,
+// and a keep-alive client for each.
+type benchEnv struct {
+	fake   *fakeupstream.Server
+	node   *Node
+	direct *fasthttp.HostClient // client → fake
+	via    *fasthttp.HostClient // client → node → fake
+}
+
+// target is one path a request can take.
+type target struct {
+	name string
+	hc   *fasthttp.HostClient
+	body string
+	// stream: the answer must be an SSE stream ending in [DONE].
+	stream bool
+}
+
+func (e *benchEnv) targets(stream bool) (direct, via target) {
+	body := benchBody
+	if stream {
+		body = benchStreamBody
+	}
+	return target{name: "direct", hc: e.direct, body: body, stream: stream},
+		target{name: "ringgate", hc: e.via, body: body, stream: stream}
+}
+
+// newBenchEnv starts the fake provider and the node; both stop when tb ends.
+func newBenchEnv(tb testing.TB) *benchEnv {
+	tb.Helper()
+	tok, err := benchTokenizer()
+	if err != nil {
+		tb.Fatalf("tokenizer: %v", err)
+	}
+	fake := fakeupstream.New(fakeupstream.Options{
+		CompletionMin: 20, CompletionMax: 20, CountTokens: tok.Count,
+		// Records are kept for audits; a benchmark needs few of them, and
+		// keeping them all would grow the heap with b.N.
+		MaxRecords: 1000,
+	})
+	upAddr, err := fake.Start("127.0.0.1:0")
+	if err != nil {
+		tb.Fatalf("start fake upstream: %v", err)
+	}
+	tb.Cleanup(func() {
+		if err := fake.Close(); err != nil {
+			tb.Errorf("close fake upstream: %v", err)
+		}
+	})
+
+	cfg := config.Default()
+	cfg.Node.Name = "bench-1"
+	cfg.Node.Listen = "127.0.0.1:0"
+	cfg.Node.Gossip = "" // standalone
+	cfg.Limits.Window = 60 * time.Second
+	cfg.Upstreams = []config.Upstream{{
+		Name: "fake", Kind: config.KindOpenAI, BaseURL: "http://" + upAddr,
+		Models:         []string{"gpt-4o-mini"},
+		Timeout:        10 * time.Second,
+		ConnectTimeout: time.Second, StreamIdleTimeout: 10 * time.Second,
+		AnthropicVersion: config.DefaultAnthropicVersion,
+	}}
+	cfg.Tenants = []config.Tenant{{
+		Name: "bench", Keys: []string{benchKey},
+		RPM: 1 << 30, TPM: 1 << 30, Concurrency: 1 << 30,
+		Priority: config.PriorityInteractive,
+	}}
+	opts := Options{Tokenizer: tok, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	n, err := Start(cfg, opts)
+	if err != nil {
+		// A build of node that insists on a gossip address: give it a free
+		// loopback one (still a one-member cluster).
+		tb.Logf("start with no gossip address: %v; retrying with gossip 127.0.0.1:0", err)
+		cfg.Node.Gossip = "127.0.0.1:0"
+		if n, err = Start(cfg, opts); err != nil {
+			tb.Fatalf("start node: %v", err)
+		}
+	}
+	tb.Cleanup(func() { _ = n.Close() })
+
+	return &benchEnv{fake: fake, node: n, direct: benchClient(upAddr), via: benchClient(n.Addr())}
+}
+
+func benchClient(addr string) *fasthttp.HostClient {
+	if !strings.HasPrefix(addr, "127.0.0.1:") {
+		panic("benchmarks only talk to 127.0.0.1, not " + addr)
+	}
+	return &fasthttp.HostClient{
+		Addr:                     addr,
+		MaxConns:                 1024,
+		MaxConnWaitTimeout:       benchReqTimeout,
+		ReadTimeout:              benchReqTimeout,
+		WriteTimeout:             benchReqTimeout,
+		MaxIdleConnDuration:      time.Minute,
+		NoDefaultUserAgentHeader: true,
+	}
+}
+
+// client is one sequential client of a target: its request is built once
+// and reused, like a real keep-alive client's.
+type client struct {
+	t    target
+	req  *fasthttp.Request
+	resp *fasthttp.Response
+}
+
+func newClient(t target) *client {
+	req := fasthttp.AcquireRequest()
+	req.SetRequestURI("http://" + t.hc.Addr + "/v1/chat/completions")
+	req.Header.SetMethod(fasthttp.MethodPost)
+	req.Header.SetContentType("application/json")
+	req.Header.Set("Authorization", "Bearer "+benchKey)
+	req.SetBodyString(t.body)
+	return &client{t: t, req: req, resp: fasthttp.AcquireResponse()}
+}
+
+func (c *client) release() {
+	fasthttp.ReleaseRequest(c.req)
+	fasthttp.ReleaseResponse(c.resp)
+}
+
+var sseDone = []byte("data: [DONE]")
+
+// do sends one request and reads the whole answer (the client is not
+// streaming: a stream is read to its end). It checks the answer, not its
+// timing.
+func (c *client) do() error {
+	if err := c.t.hc.Do(c.req, c.resp); err != nil {
+		return fmt.Errorf("%s: %w", c.t.name, err)
+	}
+	body := c.resp.Body()
+	if c.resp.StatusCode() != fasthttp.StatusOK {
+		return fmt.Errorf("%s: status %d: %.300s", c.t.name, c.resp.StatusCode(), body)
+	}
+	if c.t.stream {
+		if !bytes.Contains(body, sseDone) {
+			return fmt.Errorf("%s: stream without [DONE]: %.300s", c.t.name, body)
+		}
+	} else if !bytes.Contains(body, []byte(`"chat.completion"`)) {
+		return fmt.Errorf("%s: not a chat completion: %.300s", c.t.name, body)
+	}
+	return nil
+}
+
+// timed is do with its wall-clock duration.
+func (c *client) timed() (time.Duration, error) {
+	start := time.Now()
+	err := c.do()
+	return time.Since(start), err
+}
+
+func (c *client) warm(tb testing.TB) {
+	tb.Helper()
+	for range benchWarmup {
+		if err := c.do(); err != nil {
+			tb.Fatalf("warm-up: %v", err)
+		}
+	}
+}
+
+// percentile is the nearest-rank q-quantile of sorted durations.
+func percentile(sorted []time.Duration, q float64) time.Duration {
+	if len(sorted) == 0 {
+		return 0
+	}
+	i := int(math.Ceil(q*float64(len(sorted)))) - 1
+	return sorted[min(max(i, 0), len(sorted)-1)]
+}
+
+func micros(d time.Duration) float64 { return float64(d) / float64(time.Microsecond) }
+
+// BenchmarkProxy measures sequential request latency (one request at a
+// time, keep-alive) straight to the fake provider and through ringgate.
+func BenchmarkProxy(b *testing.B) {
+	env := newBenchEnv(b)
+	for _, stream := range []bool{false, true} {
+		direct, via := env.targets(stream)
+		for _, t := range []target{direct, via} {
+			name := t.name
+			if stream {
+				name += "-stream"
+			}
+			b.Run(name, func(b *testing.B) { benchLatency(b, t) })
+		}
+	}
+}
+
+func benchLatency(b *testing.B, t target) {
+	c := newClient(t)
+	defer c.release()
+	c.warm(b)
+	durs := make([]time.Duration, 0, min(b.N, benchMaxSamples))
+	deadline := time.Now().Add(benchMaxLoop)
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		d, err := c.timed()
+		if err != nil {
+			b.Fatal(err)
+		}
+		if len(durs) < cap(durs) {
+			durs = append(durs, d)
+		}
+		if i%256 == 255 && time.Now().After(deadline) {
+			b.Fatalf("%d requests took over %s", i+1, benchMaxLoop)
+		}
+	}
+	b.StopTimer()
+	slices.Sort(durs)
+	b.ReportMetric(micros(percentile(durs, 0.50)), "p50-µs")
+	b.ReportMetric(micros(percentile(durs, 0.99)), "p99-µs")
+}
+
+// BenchmarkProxyParallel measures throughput with GOMAXPROCS ×
+// benchParallelism concurrent keep-alive clients.
+func BenchmarkProxyParallel(b *testing.B) {
+	env := newBenchEnv(b)
+	for _, stream := range []bool{false, true} {
+		direct, via := env.targets(stream)
+		for _, t := range []target{direct, via} {
+			name := t.name
+			if stream {
+				name += "-stream"
+			}
+			b.Run(name, func(b *testing.B) {
+				newClient(t).warmAndRelease(b)
+				b.SetParallelism(benchParallelism)
+				var failed atomic.Pointer[error]
+				deadline := time.Now().Add(benchMaxLoop)
+				b.ResetTimer()
+				b.RunParallel(func(pb *testing.PB) {
+					c := newClient(t)
+					defer c.release()
+					for i := 0; pb.Next(); i++ {
+						if err := c.do(); err != nil {
+							failed.CompareAndSwap(nil, &err)
+							return
+						}
+						if i%256 == 255 && time.Now().After(deadline) {
+							err := fmt.Errorf("parallel load ran over %s", benchMaxLoop)
+							failed.CompareAndSwap(nil, &err)
+							return
+						}
+					}
+				})
+				b.StopTimer()
+				if err := failed.Load(); err != nil {
+					b.Fatal(*err)
+				}
+				b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "req/s")
+			})
+		}
+	}
+}
+
+func (c *client) warmAndRelease(tb testing.TB) {
+	tb.Helper()
+	defer c.release()
+	c.warm(tb)
+}
+
+// TestAddedLatencyReport prints what ringgate adds to a request's latency
+// and takes from throughput, direct and through the node measured in the
+// same run, interleaved. It only reports: timing never fails it (only a
+// wrong answer does). Run it with RINGGATE_BENCH_REPORT=1 and -v.
+func TestAddedLatencyReport(t *testing.T) {
+	if os.Getenv("RINGGATE_BENCH_REPORT") != "1" {
+		t.Skip("set RINGGATE_BENCH_REPORT=1 to run the latency report")
+	}
+	const (
+		perTarget     = 3000 // sequential requests per target and workload
+		block         = 100  // interleaving block
+		parallelTotal = 6000 // requests per target in a throughput round
+		rounds        = 3    // throughput rounds per target, interleaved
+	)
+	env := newBenchEnv(t)
+	var out strings.Builder
+	fmt.Fprintf(&out, "\nsequential latency, %d requests per target, interleaved in blocks of %d, GOMAXPROCS=%d\n\n",
+		perTarget, block, runtime.GOMAXPROCS(0))
+	fmt.Fprintf(&out, "| workload | pct | direct µs | ringgate µs | added µs | ratio |\n")
+	fmt.Fprintf(&out, "| --- | --- | ---: | ---: | ---: | ---: |\n")
+	for _, stream := range []bool{false, true} {
+		dt, vt := env.targets(stream)
+		d, v := newClient(dt), newClient(vt)
+		d.warm(t)
+		v.warm(t)
+		dd := make([]time.Duration, 0, perTarget)
+		vd := make([]time.Duration, 0, perTarget)
+		deadline := time.Now().Add(benchMaxLoop)
+		for b := 0; b < perTarget/block; b++ {
+			if time.Now().After(deadline) {
+				t.Fatalf("sequential load ran over %s", benchMaxLoop)
+			}
+			// Alternate which path goes first, so neither always runs
+			// right after the other.
+			first, second := d, v
+			fd, sd := &dd, &vd
+			if b%2 == 1 {
+				first, second, fd, sd = v, d, &vd, &dd
+			}
+			for _, run := range []struct {
+				c *client
+				s *[]time.Duration
+			}{{first, fd}, {second, sd}} {
+				for range block {
+					el, err := run.c.timed()
+					if err != nil {
+						t.Fatal(err)
+					}
+					*run.s = append(*run.s, el)
+				}
+			}
+		}
+		d.release()
+		v.release()
+		slices.Sort(dd)
+		slices.Sort(vd)
+		workload := "json"
+		if stream {
+			workload = "stream"
+		}
+		for _, q := range []float64{0.50, 0.90, 0.99} {
+			pd, pv := percentile(dd, q), percentile(vd, q)
+			fmt.Fprintf(&out, "| %s | p%.0f | %.0f | %.0f | %+.0f | %.2f |\n",
+				workload, q*100, micros(pd), micros(pv), micros(pv-pd), float64(pv)/float64(pd))
+		}
+	}
+
+	workers := benchParallelism * runtime.GOMAXPROCS(0)
+	fmt.Fprintf(&out, "\nparallel throughput, %d clients, %d requests per round, best of %d interleaved rounds\n\n",
+		workers, parallelTotal, rounds)
+	fmt.Fprintf(&out, "| workload | direct req/s | ringgate req/s | ratio |\n")
+	fmt.Fprintf(&out, "| --- | ---: | ---: | ---: |\n")
+	for _, stream := range []bool{false, true} {
+		dt, vt := env.targets(stream)
+		var bestD, bestV float64
+		for r := 0; r < rounds; r++ {
+			order := []target{dt, vt}
+			if r%2 == 1 {
+				order = []target{vt, dt}
+			}
+			for _, tg := range order {
+				rps := throughput(t, tg, workers, parallelTotal)
+				if tg.name == "direct" {
+					bestD = max(bestD, rps)
+				} else {
+					bestV = max(bestV, rps)
+				}
+			}
+		}
+		workload := "json"
+		if stream {
+			workload = "stream"
+		}
+		fmt.Fprintf(&out, "| %s | %.0f | %.0f | %.2f |\n", workload, bestD, bestV, bestV/bestD)
+	}
+	t.Log(out.String())
+}
+
+// throughput sends total requests to tg from workers concurrent clients and
+// returns the rate achieved.
+func throughput(t *testing.T, tg target, workers, total int) float64 {
+	t.Helper()
+	var next atomic.Int64
+	var failed atomic.Pointer[error]
+	deadline := time.Now().Add(benchMaxLoop)
+	var wg sync.WaitGroup
+	start := time.Now()
+	for range workers {
+		wg.Go(func() {
+			c := newClient(tg)
+			defer c.release()
+			for next.Add(1) <= int64(total) && failed.Load() == nil {
+				if err := c.do(); err != nil {
+					failed.CompareAndSwap(nil, &err)
+					return
+				}
+				if time.Now().After(deadline) {
+					err := fmt.Errorf("throughput round ran over %s", benchMaxLoop)
+					failed.CompareAndSwap(nil, &err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	el := time.Since(start)
+	if err := failed.Load(); err != nil {
+		t.Fatal(*err)
+	}
+	return float64(total) / el.Seconds()
+}

@@ -1,0 +1,56 @@
+package router
+
+import (
+	"sort"
+
+	"github.com/ringgate/ringgate/ring"
+)
+
+// View is what the router knows of the cluster: the ring that says who owns
+// each tenant, and the live members with their HTTP addresses. The node
+// publishes a new View on every membership or ring change; requests read it
+// through one atomic pointer.
+type View struct {
+	Ring    *ring.Ring
+	Members []Member // live members, draining ones included, self included
+}
+
+// view is a View with lookups prepared.
+type view struct {
+	ring    *ring.Ring
+	members []Member
+	addrs   map[string]string
+	live    int
+}
+
+// SetView publishes a new cluster view.
+func (r *Router) SetView(v View) {
+	nv := &view{ring: v.Ring, addrs: make(map[string]string, len(v.Members))}
+	nv.members = append([]Member(nil), v.Members...)
+	sort.Slice(nv.members, func(i, j int) bool { return nv.members[i].Name < nv.members[j].Name })
+	for _, m := range nv.members {
+		nv.addrs[m.Name] = m.Addr
+	}
+	nv.live = len(nv.members)
+	if nv.live == 0 {
+		nv.live = 1
+	}
+	r.view.Store(nv)
+}
+
+// owner reports the tenant's owner, or "" when there is no ring to ask (a
+// standalone node, or one that has not joined yet): then this node enforces.
+func (v *view) owner(tenant string) string {
+	if v == nil || v.ring == nil {
+		return ""
+	}
+	o, _ := v.ring.Owner(tenant)
+	return o
+}
+
+func (v *view) version() uint64 {
+	if v == nil || v.ring == nil {
+		return 0
+	}
+	return v.ring.Version()
+}

@@ -1,0 +1,213 @@
+package router
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/valyala/fasthttp"
+
+	"github.com/ringgate/ringgate/limiter"
+	"github.com/ringgate/ringgate/upstream"
+)
+
+// peerDownFor is how long an owner that refused a connection is skipped
+// before this node tries it again; meanwhile its tenants get the strict local
+// share here.
+const peerDownFor = time.Second
+
+// peers pools one connection pool per peer HTTP address.
+type peers struct {
+	connect     time.Duration // budget to connect to an owner
+	first, idle time.Duration // read budgets, as for upstreams
+	mu          sync.Mutex
+	byAddr      map[string]*peer
+}
+
+type peer struct {
+	hc        *fasthttp.HostClient
+	downUntil atomic.Int64 // Unix ns; 0 = up
+}
+
+// dialError marks a failure to connect: the owner never saw the request, so
+// falling back to local limits cannot count it twice.
+type dialError struct{ err error }
+
+func (e *dialError) Error() string { return "connect to owner: " + e.err.Error() }
+func (e *dialError) Unwrap() error { return e.err }
+
+func (p *peers) get(addr string) *peer {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if pc, ok := p.byAddr[addr]; ok {
+		return pc
+	}
+	dialer := &net.Dialer{Timeout: p.connect}
+	dial := upstream.IdleDialer(p.first, p.idle, func(addr string) (net.Conn, error) {
+		c, err := dialer.Dial("tcp", addr)
+		if err != nil {
+			return nil, &dialError{err}
+		}
+		return c, nil
+	})
+	pc := &peer{hc: &fasthttp.HostClient{
+		Addr:                     addr,
+		Name:                     "ringgate-peer",
+		Dial:                     dial,
+		MaxConns:                 4096,
+		MaxConnWaitTimeout:       100 * time.Millisecond,
+		MaxIdleConnDuration:      30 * time.Second,
+		StreamResponseBody:       true,
+		NoDefaultUserAgentHeader: true,
+	}}
+	p.byAddr[addr] = pc
+	return pc
+}
+
+// toOwner hands the client's request to the tenant's owner and relays the
+// answer. handled is false when the owner could not be reached before any of
+// the request left this node; the caller then enforces the strict local share.
+// streaming is true when a relayed stream finishes later (and calls done).
+func (r *Router) toOwner(ctx *fasthttp.RequestCtx, v *view, owner string, t *tenant) (handled, streaming bool) {
+	addr := v.addrs[owner]
+	if addr == "" || !r.hops.enabled() {
+		return false, false
+	}
+	pc := r.peers.get(addr)
+	if until := pc.downUntil.Load(); until != 0 && time.Now().UnixNano() < until {
+		return false, false
+	}
+	req := fasthttp.AcquireRequest()
+	ctx.Request.Header.CopyTo(&req.Header)
+	req.Header.Del("Connection")
+	req.Header.Del("Keep-Alive")
+	req.Header.SetHost(addr)
+	req.SetBodyRaw(ctx.PostBody())
+	r.hops.sign(req, r.node, owner, v.version())
+	resp := fasthttp.AcquireResponse()
+	err := pc.hc.Do(req, resp)
+	fasthttp.ReleaseRequest(req)
+	if err != nil {
+		fasthttp.ReleaseResponse(resp)
+		var de *dialError
+		if errors.As(err, &de) || errors.Is(err, fasthttp.ErrNoFreeConns) {
+			pc.downUntil.Store(time.Now().Add(peerDownFor).UnixNano())
+			return false, false
+		}
+		// The owner took the request and then failed: it may have admitted
+		// it, so it is not retried here.
+		r.log.Warn("forward", "tenant", t.name, "owner", owner, "error", err.Error())
+		fail(ctx, fasthttp.StatusBadGateway, "server_error", "owner_failed",
+			fmt.Sprintf("The node enforcing this tenant's limits (%s) failed mid-request; retry.", owner))
+		return true, false
+	}
+	pc.downUntil.Store(0)
+	r.endFallback(t, owner)
+	for k, val := range resp.Header.All() {
+		if !isConnHeader(k) {
+			ctx.Response.Header.SetBytesKV(k, val)
+		}
+	}
+	ctx.SetStatusCode(resp.StatusCode())
+	if bytes.HasPrefix(resp.Header.ContentType(), []byte("text/event-stream")) {
+		ctx.SetBodyStreamWriter(func(w *bufio.Writer) {
+			defer r.done()
+			defer fasthttp.ReleaseResponse(resp)
+			relay(w, resp.BodyStream())
+		})
+		return true, true
+	}
+	ctx.Response.ResetBody()
+	err = readAnswer(ctx.Response.BodyWriter(), resp)
+	fasthttp.ReleaseResponse(resp)
+	if err != nil {
+		ctx.Response.ResetBody()
+		ctx.Response.Header.Reset()
+		ctx.Response.Header.Set("x-ringgate-node", r.node)
+		fail(ctx, fasthttp.StatusBadGateway, "server_error", "owner_failed",
+			fmt.Sprintf("The node enforcing this tenant's limits (%s) failed mid-answer; retry.", owner))
+	}
+	return true, false
+}
+
+// relay copies an owner's stream to the client as it arrives, flushing each
+// read; a write error (the client hung up) stops it, and releasing the
+// response closes the owner connection so the owner sees the hang-up too.
+func relay(w *bufio.Writer, src io.Reader) {
+	if src == nil {
+		return
+	}
+	bp := streamBufs.Get().(*[]byte)
+	defer streamBufs.Put(bp)
+	for {
+		n, err := src.Read(*bp)
+		if n > 0 {
+			if _, werr := w.Write((*bp)[:n]); werr != nil {
+				return
+			}
+			if werr := w.Flush(); werr != nil {
+				return
+			}
+		}
+		if err != nil {
+			return
+		}
+	}
+}
+
+// isConnHeader reports headers about one connection, which a relay must not
+// copy (fasthttp sets its own framing).
+func isConnHeader(k []byte) bool {
+	for _, h := range connHeaders {
+		if bytes.EqualFold(k, h) {
+			return true
+		}
+	}
+	return false
+}
+
+var connHeaders = [][]byte{
+	[]byte("Connection"), []byte("Keep-Alive"), []byte("Transfer-Encoding"), []byte("Content-Length"),
+	[]byte("Te"), []byte("Trailer"), []byte("Upgrade"), []byte("Date"), []byte("Server"),
+}
+
+// fallbackLimiter returns the tenant's strict local limiter, set to its share
+// of each limit (limit / live members, rounded down), and whether anything
+// fits at all: a limit smaller than the member count leaves this node a share
+// of zero, and admitting even one would risk the promise.
+func (r *Router) fallbackLimiter(t *tenant, v *view, owner string) (*limiter.Tenant, bool) {
+	n := int64(1)
+	if v != nil {
+		n = int64(v.live)
+	}
+	share := func(l int64) int64 {
+		if l <= 0 {
+			return 0 // no limit stays no limit
+		}
+		if s := l / n; s > 0 {
+			return s
+		}
+		return -1
+	}
+	l := limiter.Limits{Requests: share(t.limits.Requests), Tokens: share(t.limits.Tokens), Concurrency: share(t.limits.Concurrency)}
+	open := l.Requests >= 0 && l.Tokens >= 0 && l.Concurrency >= 0
+	t.fallback.SetLimits(l)
+	if t.inFallback.CompareAndSwap(false, true) {
+		r.log.Warn("fallback", "phase", "start", "tenant", t.name, "owner", owner, "members", n,
+			"share_rpm", l.Requests, "share_tpm", l.Tokens, "share_concurrency", l.Concurrency)
+	}
+	return t.fallback, open
+}
+
+// endFallback logs the end of a tenant's fallback episode, once.
+func (r *Router) endFallback(t *tenant, owner string) {
+	if t.inFallback.Load() && t.inFallback.CompareAndSwap(true, false) {
+		r.log.Info("fallback", "phase", "end", "tenant", t.name, "owner", owner)
+	}
+}

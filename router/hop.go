@@ -1,0 +1,154 @@
+package router
+
+import (
+	"crypto/hmac"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/valyala/fasthttp"
+)
+
+// A hop is a client request one node hands to the tenant's owner. It carries
+// who sent it, to whom, the sender's ring version, a time and a nonce, signed
+// with the cluster secret over all of that plus the method, path, tenant key
+// and body hash. The owner enforces a hop itself, whatever its own ring says,
+// and never forwards it again (hop limit 1), so a hop can neither bounce nor
+// loop.
+const (
+	hopHeader = "X-Ringgate-Hop"
+	sigHeader = "X-Ringgate-Signature"
+)
+
+// hopInfo is a parsed hop header.
+type hopInfo struct {
+	from, to    string
+	ringVersion uint64
+	at          time.Time
+	nonce       string
+}
+
+// signer signs and checks hops. Without a secret it can do neither: peer
+// traffic is off and the node enforces every tenant itself.
+type signer struct {
+	secret []byte
+	skew   time.Duration
+	now    func() time.Time
+
+	mu     sync.Mutex
+	nonces map[string]time.Time // seen nonces until they are older than skew
+	sweep  time.Time
+}
+
+// maxNonces bounds replay memory; past it, hops are refused until old nonces
+// age out (a node receiving a million hops within the skew window is under
+// attack or misconfigured, and refusing is the safe side).
+const maxNonces = 1 << 20
+
+func newSigner(secret []byte, skew time.Duration, now func() time.Time) *signer {
+	if skew <= 0 {
+		skew = 5 * time.Second
+	}
+	return &signer{secret: secret, skew: skew, now: now, nonces: make(map[string]time.Time)}
+}
+
+func (s *signer) enabled() bool { return len(s.secret) > 0 }
+
+// sign sets the hop headers on req, a copy of the client's request on its way
+// from node from to node to.
+func (s *signer) sign(req *fasthttp.Request, from, to string, ringVersion uint64) {
+	var nb [12]byte
+	_, _ = rand.Read(nb[:])
+	hop := strings.Join([]string{from, to, strconv.FormatUint(ringVersion, 10),
+		strconv.FormatInt(s.now().UnixMilli(), 10), hex.EncodeToString(nb[:])}, ",")
+	req.Header.Set(hopHeader, hop)
+	req.Header.Set(sigHeader, s.mac(req, hop))
+}
+
+func (s *signer) mac(req *fasthttp.Request, hop string) string {
+	bodySum := sha256.Sum256(req.Body())
+	m := hmac.New(sha256.New, s.secret)
+	m.Write([]byte("ringgate-hop-v1\n"))
+	m.Write(req.Header.Method())
+	m.Write([]byte{'\n'})
+	m.Write(req.URI().PathOriginal())
+	m.Write([]byte{'\n'})
+	m.Write(req.Header.Peek("Authorization"))
+	m.Write([]byte{'\n'})
+	m.Write(req.Header.Peek("x-api-key"))
+	m.Write([]byte{'\n'})
+	m.Write(bodySum[:])
+	m.Write([]byte{'\n'})
+	m.Write([]byte(hop))
+	return hex.EncodeToString(m.Sum(nil))
+}
+
+var (
+	errHopUnsigned  = errors.New("peer hops are disabled on this node (no cluster.secret)")
+	errHopMalformed = errors.New("malformed hop header")
+	errHopSignature = errors.New("bad hop signature")
+	errHopStale     = errors.New("hop timestamp outside the allowed clock skew")
+	errHopReplay    = errors.New("hop replayed")
+	errHopTarget    = errors.New("hop addressed to another node")
+)
+
+// verify checks a received hop addressed to self.
+func (s *signer) verify(req *fasthttp.Request, self string) (hopInfo, error) {
+	if !s.enabled() {
+		return hopInfo{}, errHopUnsigned
+	}
+	hop := string(req.Header.Peek(hopHeader))
+	parts := strings.Split(hop, ",")
+	if len(parts) != 5 {
+		return hopInfo{}, errHopMalformed
+	}
+	version, err1 := strconv.ParseUint(parts[2], 10, 64)
+	ms, err2 := strconv.ParseInt(parts[3], 10, 64)
+	if err1 != nil || err2 != nil || len(parts[4]) != 24 {
+		return hopInfo{}, errHopMalformed
+	}
+	want := s.mac(req, hop)
+	if !hmac.Equal([]byte(want), req.Header.Peek(sigHeader)) {
+		return hopInfo{}, errHopSignature
+	}
+	info := hopInfo{from: parts[0], to: parts[1], ringVersion: version, at: time.UnixMilli(ms), nonce: parts[4]}
+	if info.to != self {
+		return info, errHopTarget
+	}
+	now := s.now()
+	if d := now.Sub(info.at); d > s.skew || d < -s.skew {
+		return info, fmt.Errorf("%w (%s)", errHopStale, d.Round(time.Millisecond))
+	}
+	if err := s.remember(info.nonce, now); err != nil {
+		return info, err
+	}
+	return info, nil
+}
+
+// remember records a nonce, refusing one already seen within the skew window.
+func (s *signer) remember(nonce string, now time.Time) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if now.Sub(s.sweep) > s.skew {
+		for n, seen := range s.nonces {
+			if now.Sub(seen) > 2*s.skew {
+				delete(s.nonces, n)
+			}
+		}
+		s.sweep = now
+	}
+	if _, dup := s.nonces[nonce]; dup {
+		return errHopReplay
+	}
+	if len(s.nonces) >= maxNonces {
+		return errHopReplay
+	}
+	s.nonces[nonce] = now
+	return nil
+}

@@ -1,0 +1,79 @@
+package router
+
+import (
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/valyala/fasthttp"
+)
+
+func hopRequest(body string) *fasthttp.Request {
+	req := &fasthttp.Request{}
+	req.Header.SetMethod(fasthttp.MethodPost)
+	req.SetRequestURI("/v1/chat/completions")
+	req.Header.Set("Authorization", "Bearer sk-a")
+	req.SetBodyString(body)
+	return req
+}
+
+func TestHopVerify(t *testing.T) {
+	secret := []byte("0123456789abcdef0123456789abcdef")
+	now := time.Unix(1_764_000_000, 0)
+	clock := func() time.Time { return now }
+	cases := []struct {
+		name    string
+		tamper  func(req *fasthttp.Request)
+		signer  *signer
+		self    string
+		advance time.Duration
+		want    error
+	}{
+		{name: "valid", self: "b"},
+		{name: "other secret", signer: newSigner([]byte("ffffffffffffffffffffffffffffffff"), time.Second, clock), self: "b", want: errHopSignature},
+		{name: "body changed", tamper: func(r *fasthttp.Request) { r.SetBodyString(`{"x":2}`) }, self: "b", want: errHopSignature},
+		{name: "tenant key changed", tamper: func(r *fasthttp.Request) { r.Header.Set("Authorization", "Bearer sk-b") }, self: "b", want: errHopSignature},
+		{name: "path changed", tamper: func(r *fasthttp.Request) { r.SetRequestURI("/v1/embeddings") }, self: "b", want: errHopSignature},
+		{name: "signature missing", tamper: func(r *fasthttp.Request) { r.Header.Del(sigHeader) }, self: "b", want: errHopSignature},
+		{name: "header garbage", tamper: func(r *fasthttp.Request) { r.Header.Set(hopHeader, "a,b,c") }, self: "b", want: errHopMalformed},
+		{name: "addressed to another node", self: "c", want: errHopTarget},
+		{name: "stale", self: "b", advance: 6 * time.Second, want: errHopStale},
+		{name: "from the future", self: "b", advance: -6 * time.Second, want: errHopStale},
+		{name: "no secret here", signer: newSigner(nil, time.Second, clock), self: "b", want: errHopUnsigned},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			s := newSigner(secret, 5*time.Second, clock)
+			req := hopRequest(`{"x":1}`)
+			s.sign(req, "a", "b", 7)
+			if tc.tamper != nil {
+				tc.tamper(req)
+			}
+			v := s
+			if tc.signer != nil {
+				v = tc.signer
+			}
+			later := now.Add(tc.advance)
+			v.now = func() time.Time { return later }
+			info, err := v.verify(req, tc.self)
+			if !errors.Is(err, tc.want) {
+				t.Fatalf("verify: %v, want %v", err, tc.want)
+			}
+			if err == nil && (info.from != "a" || info.to != "b" || info.ringVersion != 7) {
+				t.Fatalf("parsed %+v", info)
+			}
+		})
+	}
+}
+
+func TestHopReplayRefused(t *testing.T) {
+	s := newSigner([]byte("0123456789abcdef0123456789abcdef"), 5*time.Second, time.Now)
+	req := hopRequest(`{"x":1}`)
+	s.sign(req, "a", "b", 1)
+	if _, err := s.verify(req, "b"); err != nil {
+		t.Fatalf("first delivery: %v", err)
+	}
+	if _, err := s.verify(req, "b"); !errors.Is(err, errHopReplay) {
+		t.Fatalf("replay: %v, want %v", err, errHopReplay)
+	}
+}
