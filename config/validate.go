@@ -97,7 +97,13 @@ func (v *validator) node() {
 		v.errf("node.name", "must not be empty")
 	}
 	v.hostPort("node.listen", n.Listen, false)
-	v.hostPort("node.gossip", n.Gossip, false)
+	// An empty gossip address runs the node standalone: no cluster, it
+	// enforces every tenant itself.
+	if n.Gossip != "" {
+		v.hostPort("node.gossip", n.Gossip, false)
+	} else if len(n.Join) > 0 {
+		v.errf("node.join", "needs node.gossip: a standalone node (gossip = \"\") cannot join a cluster")
+	}
 	if n.Advertise != "" {
 		v.hostPort("node.advertise", n.Advertise, true)
 	}

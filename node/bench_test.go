@@ -14,6 +14,7 @@ package node
 
 import (
 	"bytes"
+	"crypto/rand"
 	"fmt"
 	"io"
 	"log/slog"
@@ -75,6 +76,10 @@ type target struct {
 	body string
 	// stream: the answer must be an SSE stream ending in [DONE].
 	stream bool
+	// node, if set, is the node that must have enforced the request (its
+	// x-ringgate-node answer header): a forwarded request that fell back
+	// to the local share would otherwise be timed as a hop.
+	node string
 }
 
 func (e *benchEnv) targets(stream bool) (direct, via target) {
@@ -199,6 +204,11 @@ func (c *client) do() error {
 		}
 	} else if !bytes.Contains(body, []byte(`"chat.completion"`)) {
 		return fmt.Errorf("%s: not a chat completion: %.300s", c.t.name, body)
+	}
+	if c.t.node != "" {
+		if got := c.resp.Header.Peek("x-ringgate-node"); string(got) != c.t.node {
+			return fmt.Errorf("%s: served by %q, want the owner %q", c.t.name, got, c.t.node)
+		}
 	}
 	return nil
 }
@@ -450,4 +460,266 @@ func throughput(t *testing.T, tg target, workers, total int) float64 {
 		t.Fatal(*err)
 	}
 	return float64(total) / el.Seconds()
+}
+
+// Forwarded (non-owner) requests against owner-local ones: a two-node
+// cluster in one process, gossip and HTTP on loopback, one fake provider
+// behind both nodes. "local" sends each request to the tenant's owner;
+// "forwarded" sends it to the other node, which signs it and hands it to the
+// owner (one hop) and relays the answer.
+//
+//	go test -run XXX -bench Hop -benchtime 2000x ./node/
+//	RINGGATE_BENCH_REPORT=1 go test -run TestHopLatencyReport -v ./node/
+
+const (
+	fwdTenant = "bench"
+	// fwdConvergeTimeout bounds the wait for both rings to hold both
+	// nodes, and then for a hop to reach the owner.
+	fwdConvergeTimeout = 15 * time.Second
+)
+
+// fwdEnv is the two-node cluster with a keep-alive client for the tenant's
+// owner and one for the other node.
+type fwdEnv struct {
+	fake  *fakeupstream.Server
+	nodes []*Node
+	owner string
+	local *fasthttp.HostClient // client → owner → fake
+	fwd   *fasthttp.HostClient // client → other node → owner → fake
+}
+
+// targets are the owner-local and forwarded paths; both must be enforced by
+// the owner.
+func (e *fwdEnv) targets(stream bool) (local, forwarded target) {
+	body := benchBody
+	if stream {
+		body = benchStreamBody
+	}
+	return target{name: "local", hc: e.local, body: body, stream: stream, node: e.owner},
+		target{name: "forwarded", hc: e.fwd, body: body, stream: stream, node: e.owner}
+}
+
+// fwdConfig is one cluster member's configuration: the same upstream,
+// tenant and limits as newBenchEnv's standalone node, plus gossip on a free
+// loopback port and the shared secret.
+func fwdConfig(name, upAddr string, secret []byte) *config.Config {
+	cfg := config.Default()
+	cfg.Node.Name = name
+	cfg.Node.Listen = "127.0.0.1:0"
+	cfg.Node.Gossip = "127.0.0.1:0"
+	cfg.Cluster.Secret = secret
+	cfg.Cluster.ForwardConnectTimeout = 15 * time.Millisecond
+	cfg.Cluster.HopSkew = 5 * time.Second
+	cfg.Limits.Window = 60 * time.Second
+	cfg.Upstreams = []config.Upstream{{
+		Name: "fake", Kind: config.KindOpenAI, BaseURL: "http://" + upAddr,
+		Models:         []string{"gpt-4o-mini"},
+		Timeout:        10 * time.Second,
+		ConnectTimeout: time.Second, StreamIdleTimeout: 10 * time.Second,
+		AnthropicVersion: config.DefaultAnthropicVersion,
+	}}
+	cfg.Tenants = []config.Tenant{{
+		Name: fwdTenant, Keys: []string{benchKey},
+		RPM: 1 << 30, TPM: 1 << 30, Concurrency: 1 << 30,
+		Priority: config.PriorityInteractive,
+	}}
+	return cfg
+}
+
+// newFwdEnv starts the fake provider and nodes f1 and f2 (f2 joins f1),
+// waits until both rings hold both nodes and a forwarded request reaches
+// the owner; everything stops when tb ends.
+func newFwdEnv(tb testing.TB) *fwdEnv {
+	tb.Helper()
+	tok, err := benchTokenizer()
+	if err != nil {
+		tb.Fatalf("tokenizer: %v", err)
+	}
+	fake := fakeupstream.New(fakeupstream.Options{
+		CompletionMin: 20, CompletionMax: 20, CountTokens: tok.Count, MaxRecords: 1000,
+	})
+	upAddr, err := fake.Start("127.0.0.1:0")
+	if err != nil {
+		tb.Fatalf("start fake upstream: %v", err)
+	}
+	tb.Cleanup(func() {
+		if err := fake.Close(); err != nil {
+			tb.Errorf("close fake upstream: %v", err)
+		}
+	})
+
+	secret := make([]byte, 32)
+	if _, err := rand.Read(secret); err != nil {
+		tb.Fatalf("cluster secret: %v", err)
+	}
+	e := &fwdEnv{fake: fake}
+	for i, name := range []string{"f1", "f2"} {
+		cfg := fwdConfig(name, upAddr, secret)
+		if i > 0 {
+			cfg.Node.Join = []string{e.nodes[0].GossipAddr()}
+		}
+		n, err := Start(cfg, Options{Tokenizer: tok, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+		if err != nil {
+			tb.Fatalf("start node %s: %v", name, err)
+		}
+		tb.Cleanup(func() { _ = n.Close() })
+		e.nodes = append(e.nodes, n)
+	}
+
+	deadline := time.Now().Add(fwdConvergeTimeout)
+	for !fwdConverged(e.nodes) {
+		if time.Now().After(deadline) {
+			tb.Fatalf("rings did not reach 2 members within %s: %s", fwdConvergeTimeout, fwdRings(e.nodes))
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	var ownerNode, otherNode *Node
+	for _, n := range e.nodes {
+		o, ok := n.Ring().Owner(fwdTenant)
+		if !ok || (e.owner != "" && o != e.owner) {
+			tb.Fatalf("nodes disagree on the owner of %q: %s", fwdTenant, fwdRings(e.nodes))
+		}
+		e.owner = o
+	}
+	for _, n := range e.nodes {
+		if n.Name() == e.owner {
+			ownerNode = n
+		} else {
+			otherNode = n
+		}
+	}
+	if ownerNode == nil || otherNode == nil {
+		tb.Fatalf("owner %q is not one of the two nodes", e.owner)
+	}
+	e.local, e.fwd = benchClient(ownerNode.Addr()), benchClient(otherNode.Addr())
+
+	// The router's view (the members' HTTP addresses) is published next to
+	// the ring, not with it: wait until a hop really reaches the owner.
+	_, ft := e.targets(false)
+	c := newClient(ft)
+	defer c.release()
+	for {
+		err := c.do()
+		if err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			tb.Fatalf("no forwarded request reached the owner within %s: %v", fwdConvergeTimeout, err)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	return e
+}
+
+func fwdConverged(nodes []*Node) bool {
+	for _, n := range nodes {
+		if r := n.Ring(); r == nil || r.Len() != len(nodes) {
+			return false
+		}
+	}
+	return true
+}
+
+func fwdRings(nodes []*Node) string {
+	var s []string
+	for _, n := range nodes {
+		if r := n.Ring(); r != nil {
+			s = append(s, fmt.Sprintf("%s: v%d %v", n.Name(), r.Version(), r.Members()))
+		} else {
+			s = append(s, n.Name()+": no ring")
+		}
+	}
+	return strings.Join(s, "; ")
+}
+
+// BenchmarkHop measures sequential request latency (one request at a time,
+// keep-alive) sent to the tenant's owner and sent to the other node, which
+// forwards it to the owner.
+func BenchmarkHop(b *testing.B) {
+	env := newFwdEnv(b)
+	for _, stream := range []bool{false, true} {
+		local, fwd := env.targets(stream)
+		for _, t := range []target{local, fwd} {
+			name := t.name
+			if stream {
+				name += "-stream"
+			}
+			b.Run(name, func(b *testing.B) { benchLatency(b, t) })
+		}
+	}
+}
+
+// fwdInterleave sends perTarget sequential requests to each of a and b,
+// alternating blocks of block requests and which target goes first, and
+// returns the sorted durations of each.
+func fwdInterleave(tb testing.TB, a, b target, perTarget, block int) (ad, bd []time.Duration) {
+	tb.Helper()
+	ca, cb := newClient(a), newClient(b)
+	defer ca.release()
+	defer cb.release()
+	ca.warm(tb)
+	cb.warm(tb)
+	ad = make([]time.Duration, 0, perTarget)
+	bd = make([]time.Duration, 0, perTarget)
+	deadline := time.Now().Add(benchMaxLoop)
+	for i := 0; i < perTarget/block; i++ {
+		if time.Now().After(deadline) {
+			tb.Fatalf("sequential load ran over %s", benchMaxLoop)
+		}
+		type run struct {
+			c *client
+			s *[]time.Duration
+		}
+		order := []run{{ca, &ad}, {cb, &bd}}
+		if i%2 == 1 {
+			order[0], order[1] = order[1], order[0]
+		}
+		for _, r := range order {
+			for range block {
+				el, err := r.c.timed()
+				if err != nil {
+					tb.Fatal(err)
+				}
+				*r.s = append(*r.s, el)
+			}
+		}
+	}
+	slices.Sort(ad)
+	slices.Sort(bd)
+	return ad, bd
+}
+
+// TestHopLatencyReport prints what a hop adds to a request's latency: the
+// same request sent to the tenant's owner and to the other node, in the
+// same run, interleaved. Like TestAddedLatencyReport it only reports: timing
+// never fails it (only a wrong answer, or one not enforced by the owner,
+// does). Run it with RINGGATE_BENCH_REPORT=1 and -v.
+func TestHopLatencyReport(t *testing.T) {
+	if os.Getenv("RINGGATE_BENCH_REPORT") != "1" {
+		t.Skip("set RINGGATE_BENCH_REPORT=1 to run the latency report")
+	}
+	const (
+		perTarget = 3000 // sequential requests per target and workload
+		block     = 100  // interleaving block
+	)
+	env := newFwdEnv(t)
+	var out strings.Builder
+	fmt.Fprintf(&out, "\nowner-local vs forwarded sequential latency, owner %s, %d requests per target, interleaved in blocks of %d, GOMAXPROCS=%d\n\n",
+		env.owner, perTarget, block, runtime.GOMAXPROCS(0))
+	fmt.Fprintf(&out, "| workload | pct | local µs | forwarded µs | added µs | ratio |\n")
+	fmt.Fprintf(&out, "| --- | --- | ---: | ---: | ---: | ---: |\n")
+	for _, stream := range []bool{false, true} {
+		lt, ft := env.targets(stream)
+		ld, fd := fwdInterleave(t, lt, ft, perTarget, block)
+		workload := "json"
+		if stream {
+			workload = "stream"
+		}
+		for _, q := range []float64{0.50, 0.90, 0.99} {
+			pl, pf := percentile(ld, q), percentile(fd, q)
+			fmt.Fprintf(&out, "| %s | p%.0f | %.0f | %.0f | %+.0f | %.2f |\n",
+				workload, q*100, micros(pl), micros(pf), micros(pf-pl), float64(pf)/float64(pl))
+		}
+	}
+	t.Log(out.String())
 }

@@ -63,7 +63,8 @@ type envConfig struct {
 	maxBodyBytes      int64                // 0: the default
 	defaultCompletion int                  // 0: 256
 	adminToken        string
-	upstreamTimeout   time.Duration // 0: the default
+	upstreamTimeout   time.Duration // 0: 30s
+	streamIdleTimeout time.Duration // 0: 30s
 	// openAIBaseURL, if set, replaces the OpenAI upstream's base URL (the
 	// fake's address otherwise).
 	openAIBaseURL string
@@ -133,6 +134,9 @@ func newEnv(t testing.TB, ec envConfig) *env {
 		}
 		if ec.upstreamTimeout > 0 {
 			u.Timeout = ec.upstreamTimeout
+		}
+		if ec.streamIdleTimeout > 0 {
+			u.StreamIdleTimeout = ec.streamIdleTimeout
 		}
 		return u
 	}
@@ -204,15 +208,16 @@ func truncate(s string, n int) string {
 
 // request builds a request to the node; key "" sends no key, and a key
 // starting with "x-api-key:" is sent in that header instead of as a bearer.
+// It is called from load goroutines too, so it never fails the test: the
+// node's URL is well formed by construction.
 func (e *env) request(ctx context.Context, method, path, key string, body []byte, hdr map[string]string) *http.Request {
-	e.t.Helper()
 	var rd io.Reader
 	if body != nil {
 		rd = bytes.NewReader(body)
 	}
 	req, err := http.NewRequestWithContext(ctx, method, e.base+path, rd)
 	if err != nil {
-		e.t.Fatalf("new request: %v", err)
+		panic(fmt.Sprintf("new request %s %s: %v", method, path, err))
 	}
 	if body != nil {
 		req.Header.Set("Content-Type", "application/json")
@@ -244,6 +249,35 @@ func (e *env) do(method, path, key string, body []byte, hdr map[string]string) (
 		return reply{}, fmt.Errorf("%s %s: reading the answer: %w", method, path, err)
 	}
 	return reply{status: resp.StatusCode, header: resp.Header, body: b}, nil
+}
+
+// doChunked is do for a POST whose body is sent chunked (no
+// Content-Length).
+func (e *env) doChunked(path, key string, body []byte) (reply, error) {
+	req := e.request(context.Background(), http.MethodPost, path, key, nil, nil)
+	req.Header.Set("Content-Type", "application/json")
+	req.Body = io.NopCloser(bytes.NewReader(body))
+	req.ContentLength = -1
+	resp, err := e.client.Do(req)
+	if err != nil {
+		return reply{}, fmt.Errorf("POST %s (chunked): %w", path, err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return reply{}, fmt.Errorf("POST %s (chunked): reading the answer: %w", path, err)
+	}
+	return reply{status: resp.StatusCode, header: resp.Header, body: b}, nil
+}
+
+// sendStream is do for a streamed request: a 200 answer must be a complete
+// SSE stream ending with [DONE].
+func (e *env) sendStream(path, key string, body []byte) (reply, error) {
+	r, err := e.do(http.MethodPost, path, key, body, nil)
+	if err == nil && r.status == http.StatusOK && !bytes.HasSuffix(r.body, []byte("data: [DONE]\n\n")) {
+		err = fmt.Errorf("POST %s: incomplete stream: %s", path, truncate(string(r.body), 300))
+	}
+	return r, err
 }
 
 // post sends a POST and fails the test on a transport error.
@@ -416,6 +450,31 @@ func messagesBody(model string, maxTokens int, stream bool) []byte {
 		m["stream"] = true
 	}
 	b, err := json.Marshal(m)
+	if err != nil {
+		panic(err)
+	}
+	return b
+}
+
+// completionsBody is a legacy /v1/completions request.
+func completionsBody(model string, maxTokens int, stream bool) []byte {
+	m := map[string]any{"model": model, "prompt": "Write a haiku about token buckets.", "max_tokens": maxTokens}
+	if stream {
+		m["stream"] = true
+	}
+	b, err := json.Marshal(m)
+	if err != nil {
+		panic(err)
+	}
+	return b
+}
+
+// embeddingsBody is an /v1/embeddings request.
+func embeddingsBody(model string) []byte {
+	b, err := json.Marshal(map[string]any{
+		"model": model,
+		"input": []string{"sliding windows count requests", "token buckets refill over time"},
+	})
 	if err != nil {
 		panic(err)
 	}
@@ -635,6 +694,36 @@ func fixedWindows(evs []weighted, start, end time.Time, span time.Duration) []in
 		out = append(out, sum)
 	}
 	return out
+}
+
+// metricValue finds the sample of a Prometheus text exposition whose name
+// is name and whose labels include the given name/value pairs; NaN if none.
+func metricValue(exposition, name string, labels ...string) float64 {
+	for _, line := range strings.Split(exposition, "\n") {
+		rest, ok := strings.CutPrefix(line, name+"{")
+		if !ok {
+			continue
+		}
+		lbls, val, ok := strings.Cut(rest, "} ")
+		if !ok {
+			continue
+		}
+		match := true
+		for i := 0; i+1 < len(labels); i += 2 {
+			if !strings.Contains(","+lbls+",", ","+labels[i]+"="+strconv.Quote(labels[i+1])+",") {
+				match = false
+			}
+		}
+		if !match {
+			continue
+		}
+		f, err := strconv.ParseFloat(strings.TrimSpace(val), 64)
+		if err != nil {
+			return math.NaN()
+		}
+		return f
+	}
+	return math.NaN()
 }
 
 // retryAfterMs reads retry-after-ms (0 if absent).

@@ -227,7 +227,9 @@ func readAnswer(w io.Writer, resp *fasthttp.Response) error {
 		_, err := w.Write(resp.Body())
 		return err
 	}
-	n, err := io.Copy(w, io.LimitReader(s, maxAnswerBytes+1))
+	bp := streamBufs.Get().(*[]byte)
+	n, err := io.CopyBuffer(w, io.LimitReader(s, maxAnswerBytes+1), *bp)
+	streamBufs.Put(bp)
 	if err != nil {
 		return upstream.ReadError(err)
 	}
