@@ -9,6 +9,7 @@ import (
 	"net"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/valyala/fasthttp"
@@ -33,6 +34,18 @@ type peers struct {
 type peer struct {
 	hc        *fasthttp.HostClient
 	downUntil atomic.Int64 // Unix ns; 0 = up
+	timeouts  atomic.Int32 // connect timeouts in a row
+}
+
+// failed records a failed connect and reports whether the peer is now marked
+// down. A refused connection means nobody listens: down at once. A connect
+// that merely took longer than the budget may be a busy owner that is alive
+// (and enforcing its full limit), so only a second one in a row marks it
+// down; the request at hand still gets the local share.
+func (pc *peer) failed(err error) {
+	if errors.Is(err, syscall.ECONNREFUSED) || pc.timeouts.Add(1) >= 2 {
+		pc.downUntil.Store(time.Now().Add(peerDownFor).UnixNano())
+	}
 }
 
 // dialError marks a failure to connect: the owner never saw the request, so
@@ -97,7 +110,7 @@ func (r *Router) toOwner(ctx *fasthttp.RequestCtx, v *view, owner string, t *ten
 		fasthttp.ReleaseResponse(resp)
 		var de *dialError
 		if errors.As(err, &de) || errors.Is(err, fasthttp.ErrNoFreeConns) {
-			pc.downUntil.Store(time.Now().Add(peerDownFor).UnixNano())
+			pc.failed(err)
 			return false, false
 		}
 		// The owner took the request and then failed: it may have admitted
@@ -108,6 +121,7 @@ func (r *Router) toOwner(ctx *fasthttp.RequestCtx, v *view, owner string, t *ten
 		return true, false
 	}
 	pc.downUntil.Store(0)
+	pc.timeouts.Store(0)
 	r.endFallback(t, owner)
 	for k, val := range resp.Header.All() {
 		if !isConnHeader(k) {
