@@ -51,6 +51,7 @@ func Run(ctx context.Context, args []string, out io.Writer) error {
 		return err
 	}
 
+	out = &lockedWriter{w: out} // node logs and the demo's own lines interleave
 	logOut := io.Discard
 	if *verbose {
 		logOut = out
@@ -376,7 +377,6 @@ func slidingMax(times []time.Time, toks []int, window time.Duration) (int, int) 
 // eventLog prints the operational events (rebalance, handoff, fallback,
 // drain) from the nodes' JSON logs, so the demo shows what an operator sees.
 type eventLog struct {
-	mu      sync.Mutex
 	w       io.Writer
 	verbose bool
 }
@@ -387,11 +387,21 @@ func (e *eventLog) Write(p []byte) (int, error) {
 	}
 	for _, ev := range []string{`"msg":"rebalance"`, `"msg":"handoff"`, `"msg":"fallback"`, `"msg":"drain"`} {
 		if strings.Contains(string(p), ev) {
-			e.mu.Lock()
 			fmt.Fprintf(e.w, "  log: %s", p)
-			e.mu.Unlock()
 			break
 		}
 	}
 	return len(p), nil
+}
+
+// lockedWriter serialises writes from the nodes' loggers and the demo.
+type lockedWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (l *lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
 }

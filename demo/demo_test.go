@@ -1,0 +1,26 @@
+package demo
+
+import (
+	"bytes"
+	"context"
+	"strings"
+	"testing"
+	"time"
+)
+
+// The README's first command must keep working: run the demo briefly and
+// check it shows the rebalances, the drain and the auditor's table.
+func TestDemoRuns(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	var out bytes.Buffer
+	if err := Run(ctx, []string{"-window", "2s", "-windows", "3"}, &out); err != nil {
+		t.Fatalf("demo: %v\n%s", err, out.String())
+	}
+	for _, want := range []string{`"msg":"rebalance"`, "adding node-4", "draining node-2", `"msg":"drain"`,
+		"drained cleanly: true", "the auditor's view", "acme", "globex", "initech"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("demo output lacks %q:\n%s", want, out.String())
+		}
+	}
+}
