@@ -100,7 +100,7 @@ func Start(cfg *config.Config, o Options) (*Node, error) {
 			Seeds:         cfg.Node.Join,
 			SecretKey:     cfg.Cluster.Secret,
 			Timing:        o.Timing,
-			Logger:        log,
+			Logger:        o.Logger, // gossip adds the node name itself
 			OnChange:      n.onMembers,
 		})
 		if err != nil {
