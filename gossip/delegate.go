@@ -208,6 +208,11 @@ func (w mlLogWriter) Write(p []byte) (int, error) {
 	if level == slog.LevelError && strings.HasPrefix(s, "Conflicting address") {
 		level = slog.LevelWarn
 	}
+	// memberlist's probe and gossip loops can still be sending when Leave or
+	// Shutdown closes the transport under them: expected, not an error.
+	if level >= slog.LevelWarn && strings.Contains(s, "use of closed network connection") {
+		level = slog.LevelDebug
+	}
 	w.l.Log(context.Background(), level, "memberlist", "detail", s)
 	return len(p), nil
 }

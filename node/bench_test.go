@@ -37,6 +37,7 @@ import (
 
 const (
 	benchKey        = "sk-bench"
+	benchTenant     = "bench"
 	benchBody       = `{"model":"gpt-4o-mini","max_tokens":20,"messages":[{"role":"user","content":"hello there"}]}`
 	benchStreamBody = `{"model":"gpt-4o-mini","max_tokens":20,"stream":true,"messages":[{"role":"user","content":"hello there"}]}`
 
@@ -55,10 +56,6 @@ const (
 	// benchParallelism concurrent clients.
 	benchParallelism = 4
 )
-
-// benchTokenizer is shared by every benchmark in the binary: it is immutable
-// once loaded, and loading it is not what is measured.
-var benchTokenizer = sync.OnceValues(reserve.NewTokenizer)
 
 // benchEnv is a fake provider, a standalone ringgate node in front of it,
 // and a keep-alive client for each.
@@ -94,7 +91,20 @@ func (e *benchEnv) targets(stream bool) (direct, via target) {
 // newBenchEnv starts the fake provider and the node; both stop when tb ends.
 func newBenchEnv(tb testing.TB) *benchEnv {
 	tb.Helper()
-	tok, err := benchTokenizer()
+	fake, upAddr := startBenchFake(tb)
+	cfg := benchConfig("bench-1", upAddr)
+	n, err := Start(cfg, benchOptions())
+	if err != nil {
+		tb.Fatalf("start node: %v", err)
+	}
+	tb.Cleanup(func() { _ = n.Close() })
+	return &benchEnv{fake: fake, node: n, direct: benchClient(upAddr), via: benchClient(n.Addr())}
+}
+
+// startBenchFake starts a zero-latency fake provider that stops when tb ends.
+func startBenchFake(tb testing.TB) (*fakeupstream.Server, string) {
+	tb.Helper()
+	tok, err := reserve.NewTokenizer()
 	if err != nil {
 		tb.Fatalf("tokenizer: %v", err)
 	}
@@ -113,9 +123,14 @@ func newBenchEnv(tb testing.TB) *benchEnv {
 			tb.Errorf("close fake upstream: %v", err)
 		}
 	})
+	return fake, upAddr
+}
 
+// benchConfig is a standalone node in front of the fake at upAddr, with one
+// tenant whose limits never bind.
+func benchConfig(name, upAddr string) *config.Config {
 	cfg := config.Default()
-	cfg.Node.Name = "bench-1"
+	cfg.Node.Name = name
 	cfg.Node.Listen = "127.0.0.1:0"
 	cfg.Node.Gossip = "" // standalone
 	cfg.Limits.Window = 60 * time.Second
@@ -127,24 +142,15 @@ func newBenchEnv(tb testing.TB) *benchEnv {
 		AnthropicVersion: config.DefaultAnthropicVersion,
 	}}
 	cfg.Tenants = []config.Tenant{{
-		Name: "bench", Keys: []string{benchKey},
+		Name: benchTenant, Keys: []string{benchKey},
 		RPM: 1 << 30, TPM: 1 << 30, Concurrency: 1 << 30,
 		Priority: config.PriorityInteractive,
 	}}
-	opts := Options{Tokenizer: tok, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
-	n, err := Start(cfg, opts)
-	if err != nil {
-		// A build of node that insists on a gossip address: give it a free
-		// loopback one (still a one-member cluster).
-		tb.Logf("start with no gossip address: %v; retrying with gossip 127.0.0.1:0", err)
-		cfg.Node.Gossip = "127.0.0.1:0"
-		if n, err = Start(cfg, opts); err != nil {
-			tb.Fatalf("start node: %v", err)
-		}
-	}
-	tb.Cleanup(func() { _ = n.Close() })
+	return cfg
+}
 
-	return &benchEnv{fake: fake, node: n, direct: benchClient(upAddr), via: benchClient(n.Addr())}
+func benchOptions() Options {
+	return Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
 }
 
 func benchClient(addr string) *fasthttp.HostClient {
@@ -244,14 +250,20 @@ func micros(d time.Duration) float64 { return float64(d) / float64(time.Microsec
 // time, keep-alive) straight to the fake provider and through ringgate.
 func BenchmarkProxy(b *testing.B) {
 	env := newBenchEnv(b)
+	eachTarget(b, env.targets, benchLatency)
+}
+
+// eachTarget runs bench as a sub-benchmark for both targets of a pair, JSON
+// then stream ("-stream" names).
+func eachTarget(b *testing.B, pair func(stream bool) (target, target), bench func(*testing.B, target)) {
 	for _, stream := range []bool{false, true} {
-		direct, via := env.targets(stream)
-		for _, t := range []target{direct, via} {
+		x, y := pair(stream)
+		for _, t := range []target{x, y} {
 			name := t.name
 			if stream {
 				name += "-stream"
 			}
-			b.Run(name, func(b *testing.B) { benchLatency(b, t) })
+			b.Run(name, func(b *testing.B) { bench(b, t) })
 		}
 	}
 }
@@ -286,42 +298,33 @@ func benchLatency(b *testing.B, t target) {
 // benchParallelism concurrent keep-alive clients.
 func BenchmarkProxyParallel(b *testing.B) {
 	env := newBenchEnv(b)
-	for _, stream := range []bool{false, true} {
-		direct, via := env.targets(stream)
-		for _, t := range []target{direct, via} {
-			name := t.name
-			if stream {
-				name += "-stream"
-			}
-			b.Run(name, func(b *testing.B) {
-				newClient(t).warmAndRelease(b)
-				b.SetParallelism(benchParallelism)
-				var failed atomic.Pointer[error]
-				deadline := time.Now().Add(benchMaxLoop)
-				b.ResetTimer()
-				b.RunParallel(func(pb *testing.PB) {
-					c := newClient(t)
-					defer c.release()
-					for i := 0; pb.Next(); i++ {
-						if err := c.do(); err != nil {
-							failed.CompareAndSwap(nil, &err)
-							return
-						}
-						if i%256 == 255 && time.Now().After(deadline) {
-							err := fmt.Errorf("parallel load ran over %s", benchMaxLoop)
-							failed.CompareAndSwap(nil, &err)
-							return
-						}
-					}
-				})
-				b.StopTimer()
-				if err := failed.Load(); err != nil {
-					b.Fatal(*err)
+	eachTarget(b, env.targets, func(b *testing.B, t target) {
+		newClient(t).warmAndRelease(b)
+		b.SetParallelism(benchParallelism)
+		var failed atomic.Pointer[error]
+		deadline := time.Now().Add(benchMaxLoop)
+		b.ResetTimer()
+		b.RunParallel(func(pb *testing.PB) {
+			c := newClient(t)
+			defer c.release()
+			for i := 0; pb.Next(); i++ {
+				if err := c.do(); err != nil {
+					failed.CompareAndSwap(nil, &err)
+					return
 				}
-				b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "req/s")
-			})
+				if i%256 == 255 && time.Now().After(deadline) {
+					err := fmt.Errorf("parallel load ran over %s", benchMaxLoop)
+					failed.CompareAndSwap(nil, &err)
+					return
+				}
+			}
+		})
+		b.StopTimer()
+		if err := failed.Load(); err != nil {
+			b.Fatal(*err)
 		}
-	}
+		b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "req/s")
+	})
 }
 
 func (c *client) warmAndRelease(tb testing.TB) {
@@ -352,49 +355,8 @@ func TestAddedLatencyReport(t *testing.T) {
 	fmt.Fprintf(&out, "| --- | --- | ---: | ---: | ---: | ---: |\n")
 	for _, stream := range []bool{false, true} {
 		dt, vt := env.targets(stream)
-		d, v := newClient(dt), newClient(vt)
-		d.warm(t)
-		v.warm(t)
-		dd := make([]time.Duration, 0, perTarget)
-		vd := make([]time.Duration, 0, perTarget)
-		deadline := time.Now().Add(benchMaxLoop)
-		for b := 0; b < perTarget/block; b++ {
-			if time.Now().After(deadline) {
-				t.Fatalf("sequential load ran over %s", benchMaxLoop)
-			}
-			// Alternate which path goes first, so neither always runs
-			// right after the other.
-			first, second := d, v
-			fd, sd := &dd, &vd
-			if b%2 == 1 {
-				first, second, fd, sd = v, d, &vd, &dd
-			}
-			for _, run := range []struct {
-				c *client
-				s *[]time.Duration
-			}{{first, fd}, {second, sd}} {
-				for range block {
-					el, err := run.c.timed()
-					if err != nil {
-						t.Fatal(err)
-					}
-					*run.s = append(*run.s, el)
-				}
-			}
-		}
-		d.release()
-		v.release()
-		slices.Sort(dd)
-		slices.Sort(vd)
-		workload := "json"
-		if stream {
-			workload = "stream"
-		}
-		for _, q := range []float64{0.50, 0.90, 0.99} {
-			pd, pv := percentile(dd, q), percentile(vd, q)
-			fmt.Fprintf(&out, "| %s | p%.0f | %.0f | %.0f | %+.0f | %.2f |\n",
-				workload, q*100, micros(pd), micros(pv), micros(pv-pd), float64(pv)/float64(pd))
-		}
+		dd, vd := interleave(t, dt, vt, perTarget, block)
+		latencyRows(&out, stream, dd, vd)
 	}
 
 	workers := benchParallelism * runtime.GOMAXPROCS(0)
@@ -419,11 +381,7 @@ func TestAddedLatencyReport(t *testing.T) {
 				}
 			}
 		}
-		workload := "json"
-		if stream {
-			workload = "stream"
-		}
-		fmt.Fprintf(&out, "| %s | %.0f | %.0f | %.2f |\n", workload, bestD, bestV, bestV/bestD)
+		fmt.Fprintf(&out, "| %s | %.0f | %.0f | %.2f |\n", workload(stream), bestD, bestV, bestV/bestD)
 	}
 	t.Log(out.String())
 }
@@ -471,12 +429,9 @@ func throughput(t *testing.T, tg target, workers, total int) float64 {
 //	go test -run XXX -bench Hop -benchtime 2000x ./node/
 //	RINGGATE_BENCH_REPORT=1 go test -run TestHopLatencyReport -v ./node/
 
-const (
-	fwdTenant = "bench"
-	// fwdConvergeTimeout bounds the wait for both rings to hold both
-	// nodes, and then for a hop to reach the owner.
-	fwdConvergeTimeout = 15 * time.Second
-)
+// fwdConvergeTimeout bounds the wait for both rings to hold both nodes, and
+// then for a hop to reach the owner.
+const fwdConvergeTimeout = 15 * time.Second
 
 // fwdEnv is the two-node cluster with a keep-alive client for the tenant's
 // owner and one for the other node.
@@ -499,30 +454,14 @@ func (e *fwdEnv) targets(stream bool) (local, forwarded target) {
 		target{name: "forwarded", hc: e.fwd, body: body, stream: stream, node: e.owner}
 }
 
-// fwdConfig is one cluster member's configuration: the same upstream,
-// tenant and limits as newBenchEnv's standalone node, plus gossip on a free
-// loopback port and the shared secret.
+// fwdConfig is one cluster member's configuration: newBenchEnv's node plus
+// gossip on a free loopback port and the shared secret.
 func fwdConfig(name, upAddr string, secret []byte) *config.Config {
-	cfg := config.Default()
-	cfg.Node.Name = name
-	cfg.Node.Listen = "127.0.0.1:0"
+	cfg := benchConfig(name, upAddr)
 	cfg.Node.Gossip = "127.0.0.1:0"
 	cfg.Cluster.Secret = secret
 	cfg.Cluster.ForwardConnectTimeout = 15 * time.Millisecond
 	cfg.Cluster.HopSkew = 5 * time.Second
-	cfg.Limits.Window = 60 * time.Second
-	cfg.Upstreams = []config.Upstream{{
-		Name: "fake", Kind: config.KindOpenAI, BaseURL: "http://" + upAddr,
-		Models:         []string{"gpt-4o-mini"},
-		Timeout:        10 * time.Second,
-		ConnectTimeout: time.Second, StreamIdleTimeout: 10 * time.Second,
-		AnthropicVersion: config.DefaultAnthropicVersion,
-	}}
-	cfg.Tenants = []config.Tenant{{
-		Name: fwdTenant, Keys: []string{benchKey},
-		RPM: 1 << 30, TPM: 1 << 30, Concurrency: 1 << 30,
-		Priority: config.PriorityInteractive,
-	}}
 	return cfg
 }
 
@@ -531,23 +470,7 @@ func fwdConfig(name, upAddr string, secret []byte) *config.Config {
 // the owner; everything stops when tb ends.
 func newFwdEnv(tb testing.TB) *fwdEnv {
 	tb.Helper()
-	tok, err := benchTokenizer()
-	if err != nil {
-		tb.Fatalf("tokenizer: %v", err)
-	}
-	fake := fakeupstream.New(fakeupstream.Options{
-		CompletionMin: 20, CompletionMax: 20, CountTokens: tok.Count, MaxRecords: 1000,
-	})
-	upAddr, err := fake.Start("127.0.0.1:0")
-	if err != nil {
-		tb.Fatalf("start fake upstream: %v", err)
-	}
-	tb.Cleanup(func() {
-		if err := fake.Close(); err != nil {
-			tb.Errorf("close fake upstream: %v", err)
-		}
-	})
-
+	fake, upAddr := startBenchFake(tb)
 	secret := make([]byte, 32)
 	if _, err := rand.Read(secret); err != nil {
 		tb.Fatalf("cluster secret: %v", err)
@@ -558,7 +481,7 @@ func newFwdEnv(tb testing.TB) *fwdEnv {
 		if i > 0 {
 			cfg.Node.Join = []string{e.nodes[0].GossipAddr()}
 		}
-		n, err := Start(cfg, Options{Tokenizer: tok, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+		n, err := Start(cfg, benchOptions())
 		if err != nil {
 			tb.Fatalf("start node %s: %v", name, err)
 		}
@@ -575,9 +498,9 @@ func newFwdEnv(tb testing.TB) *fwdEnv {
 	}
 	var ownerNode, otherNode *Node
 	for _, n := range e.nodes {
-		o, ok := n.Ring().Owner(fwdTenant)
+		o, ok := n.Ring().Owner(benchTenant)
 		if !ok || (e.owner != "" && o != e.owner) {
-			tb.Fatalf("nodes disagree on the owner of %q: %s", fwdTenant, fwdRings(e.nodes))
+			tb.Fatalf("nodes disagree on the owner of %q: %s", benchTenant, fwdRings(e.nodes))
 		}
 		e.owner = o
 	}
@@ -637,22 +560,13 @@ func fwdRings(nodes []*Node) string {
 // forwards it to the owner.
 func BenchmarkHop(b *testing.B) {
 	env := newFwdEnv(b)
-	for _, stream := range []bool{false, true} {
-		local, fwd := env.targets(stream)
-		for _, t := range []target{local, fwd} {
-			name := t.name
-			if stream {
-				name += "-stream"
-			}
-			b.Run(name, func(b *testing.B) { benchLatency(b, t) })
-		}
-	}
+	eachTarget(b, env.targets, benchLatency)
 }
 
-// fwdInterleave sends perTarget sequential requests to each of a and b,
+// interleave sends perTarget sequential requests to each of a and b,
 // alternating blocks of block requests and which target goes first, and
 // returns the sorted durations of each.
-func fwdInterleave(tb testing.TB, a, b target, perTarget, block int) (ad, bd []time.Duration) {
+func interleave(tb testing.TB, a, b target, perTarget, block int) (ad, bd []time.Duration) {
 	tb.Helper()
 	ca, cb := newClient(a), newClient(b)
 	defer ca.release()
@@ -689,6 +603,23 @@ func fwdInterleave(tb testing.TB, a, b target, perTarget, block int) (ad, bd []t
 	return ad, bd
 }
 
+// latencyRows writes the p50, p90 and p99 rows of a markdown table that
+// compares the sorted durations of a baseline and of another path.
+func latencyRows(out io.Writer, stream bool, base, other []time.Duration) {
+	for _, q := range []float64{0.50, 0.90, 0.99} {
+		pb, po := percentile(base, q), percentile(other, q)
+		fmt.Fprintf(out, "| %s | p%.0f | %.0f | %.0f | %+.0f | %.2f |\n",
+			workload(stream), q*100, micros(pb), micros(po), micros(po-pb), float64(po)/float64(pb))
+	}
+}
+
+func workload(stream bool) string {
+	if stream {
+		return "stream"
+	}
+	return "json"
+}
+
 // TestHopLatencyReport prints what a hop adds to a request's latency: the
 // same request sent to the tenant's owner and to the other node, in the
 // same run, interleaved. Like TestAddedLatencyReport it only reports: timing
@@ -710,16 +641,8 @@ func TestHopLatencyReport(t *testing.T) {
 	fmt.Fprintf(&out, "| --- | --- | ---: | ---: | ---: | ---: |\n")
 	for _, stream := range []bool{false, true} {
 		lt, ft := env.targets(stream)
-		ld, fd := fwdInterleave(t, lt, ft, perTarget, block)
-		workload := "json"
-		if stream {
-			workload = "stream"
-		}
-		for _, q := range []float64{0.50, 0.90, 0.99} {
-			pl, pf := percentile(ld, q), percentile(fd, q)
-			fmt.Fprintf(&out, "| %s | p%.0f | %.0f | %.0f | %+.0f | %.2f |\n",
-				workload, q*100, micros(pl), micros(pf), micros(pf-pl), float64(pf)/float64(pl))
-		}
+		ld, fd := interleave(t, lt, ft, perTarget, block)
+		latencyRows(&out, stream, ld, fd)
 	}
 	t.Log(out.String())
 }

@@ -41,10 +41,6 @@ const (
 	clDrainGrace = 200 * time.Millisecond
 )
 
-// clTokenizer is loaded once for the package's cluster tests: nodes and the
-// fake provider count with the same encodings.
-var clTokenizer = sync.OnceValues(reserve.NewTokenizer)
-
 // clLog is a thread-safe buffer of one node's JSON log lines.
 type clLog struct {
 	mu  sync.Mutex
@@ -136,7 +132,7 @@ func clTenant(name string, rpm int) config.Tenant {
 // converge. Everything stops when t ends.
 func startCluster(t *testing.T, n int, window time.Duration, tenants ...config.Tenant) *clCluster {
 	t.Helper()
-	tok, err := clTokenizer()
+	tok, err := reserve.NewTokenizer()
 	if err != nil {
 		t.Fatalf("tokenizer: %v", err)
 	}
@@ -190,7 +186,7 @@ func startCluster(t *testing.T, n int, window time.Duration, tenants ...config.T
 // addNode starts one more node, joining the first live node.
 func (c *clCluster) addNode() *clNode {
 	c.t.Helper()
-	tok, _ := clTokenizer()
+	tok, _ := reserve.NewTokenizer()
 	cfg := config.Default()
 	cfg.Node.Name = fmt.Sprintf("n%d", len(c.nodes)+1)
 	cfg.Node.Listen = "127.0.0.1:0"
@@ -342,6 +338,18 @@ func (c *clCluster) waitConverged(timeout time.Duration) time.Duration {
 		}
 		time.Sleep(clPollEvery)
 	}
+}
+
+// edge is a live node other than the one named owner.
+func (c *clCluster) edge(owner string) *clNode {
+	c.t.Helper()
+	for _, nd := range c.live() {
+		if nd.Name() != owner {
+			return nd
+		}
+	}
+	c.t.Fatalf("no node besides %s", owner)
+	return nil
 }
 
 // owner is the tenant's owner according to the first live node (call it

@@ -11,6 +11,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/hex"
+	"encoding/json"
 	"fmt"
 	"net"
 	"net/http"
@@ -23,6 +24,7 @@ import (
 
 	"github.com/ringgate/ringgate/config"
 	"github.com/ringgate/ringgate/fakeupstream"
+	"github.com/ringgate/ringgate/reserve"
 )
 
 // clJitter is how much earlier than its admission (at the owner) a request
@@ -367,13 +369,7 @@ func TestClusterFallback(t *testing.T) {
 	)
 	c := startCluster(t, 3, window, clTenant("acme", rpm))
 	o := c.byName(c.owner("acme"))
-	var e *clNode
-	for _, nd := range c.nodes {
-		if nd != o {
-			e = nd
-			break
-		}
-	}
+	e := c.edge(o.Name())
 	t.Logf("owner %s, edge %s", o.Name(), e.Name())
 
 	// Cut the owner's HTTP before any traffic: the edge has no pooled
@@ -479,13 +475,7 @@ func TestClusterFallback(t *testing.T) {
 func TestClusterForgedHopRefused(t *testing.T) {
 	c := startCluster(t, 3, 2*time.Second, clTenant("acme", 100))
 	owner := c.byName(c.owner("acme"))
-	var edge *clNode
-	for _, nd := range c.nodes {
-		if nd != owner {
-			edge = nd
-			break
-		}
-	}
+	edge := c.edge(owner.Name())
 	before := len(c.fake.Records())
 	nonce := hex.EncodeToString([]byte("0123456789ab"))
 	now := strconv.FormatInt(time.Now().UnixMilli(), 10)
@@ -531,19 +521,13 @@ func TestClusterForgedHopRefused(t *testing.T) {
 // own the tenant comes back whole, from the owner, as it is produced.
 func TestClusterStreamThroughEdge(t *testing.T) {
 	c := startCluster(t, 3, 2*time.Second, clTenant("acme", 100))
-	tok, _ := clTokenizer()
+	tok, _ := reserve.NewTokenizer()
 	const chunks, every = 15, 20 * time.Millisecond
 	c.fake.SetOptions(fakeupstream.Options{
 		CountTokens: tok.Count, CompletionMin: chunks, CompletionMax: chunks, ChunkInterval: every, Latency: 5 * time.Millisecond,
 	})
 	owner := c.owner("acme")
-	var edge *clNode
-	for _, nd := range c.nodes {
-		if nd.Name() != owner {
-			edge = nd
-			break
-		}
-	}
+	edge := c.edge(owner)
 
 	ctx, cancel := context.WithTimeout(context.Background(), clReqTimeout)
 	defer cancel()
@@ -597,4 +581,109 @@ func TestClusterStreamThroughEdge(t *testing.T) {
 		t.Fatalf("provider records: %+v, want one stream asking for usage", recs)
 	}
 	t.Logf("stream via %s from %s: %d data lines over %v", edge.Name(), owner, len(data), spread.Round(time.Millisecond))
+}
+
+// TestClusterEdgeHangupFreesOwnerSlot: a client that hangs up mid-stream on
+// an edge frees its concurrency slot on the owner at once: the edge closes
+// its hop, the owner's write fails, the owner cuts the upstream call.
+func TestClusterEdgeHangupFreesOwnerSlot(t *testing.T) {
+	tenant := clTenant("acme", 100)
+	tenant.Concurrency = 1
+	c := startCluster(t, 3, 2*time.Second, tenant)
+	tok, _ := reserve.NewTokenizer()
+	// 50 completion tokens (the body's max_tokens), one every 100 ms: a
+	// 5 s stream, far longer than the wait for the slot below.
+	c.fake.SetOptions(fakeupstream.Options{
+		CountTokens: tok.Count, CompletionMin: 50, CompletionMax: 50, ChunkInterval: 100 * time.Millisecond,
+	})
+	owner := c.byName(c.owner("acme"))
+	edge := c.edge(owner.Name())
+
+	conn, err := net.Dial("tcp", edge.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	body := clChatBody("acme", true)
+	fmt.Fprintf(conn, "POST /v1/chat/completions HTTP/1.1\r\nHost: %s\r\nAuthorization: Bearer sk-acme\r\n"+
+		"Content-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", edge.Addr(), len(body), body)
+	br := bufio.NewReader(conn)
+	_ = conn.SetReadDeadline(time.Now().Add(clReqTimeout))
+	for {
+		line, err := br.ReadString('\n')
+		if err != nil {
+			t.Fatalf("no stream event before the hang-up: %v", err)
+		}
+		if strings.HasPrefix(line, "data: ") {
+			break
+		}
+	}
+	if n := inFlight(t, c, owner, "acme"); n != 1 {
+		t.Fatalf("owner holds %d slots during the stream, want 1", n)
+	}
+	hungUp := time.Now()
+	conn.Close()
+
+	deadline := hungUp.Add(3 * time.Second) // the stream itself runs 5 s
+	for inFlight(t, c, owner, "acme") != 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("the owner still holds the slot 3 s after the client hung up on the edge")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	for {
+		recs := c.records("acme")
+		if len(recs) == 1 && recs[0].Aborted {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the upstream call was not cut: %+v", recs)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	t.Logf("slot freed and upstream call cut %v after the hang-up", time.Since(hungUp).Round(time.Millisecond))
+	c.fake.SetOptions(fakeupstream.Options{CountTokens: tok.Count, CompletionMin: 5, CompletionMax: 5})
+	if r, err := c.post(edge, "acme", false, nil); err != nil || r.status != http.StatusOK {
+		t.Fatalf("next request after the hang-up: %+v %v", r, err)
+	}
+}
+
+// inFlight reads a tenant's slots in use from nd's admin API.
+func inFlight(t *testing.T, c *clCluster, nd *clNode, tenant string) int64 {
+	t.Helper()
+	resp, err := c.hc.Get("http://" + nd.Addr() + "/tenants/" + tenant)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var v struct {
+		InFlight struct{ Used int64 } `json:"in_flight"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&v); err != nil {
+		t.Fatal(err)
+	}
+	return v.InFlight.Used
+}
+
+// TestClusterFallbackZeroShare: a limit smaller than the member count leaves
+// an edge a share of zero while the owner is unreachable; the edge refuses
+// with 429 rather than admit anything the owner might also admit.
+func TestClusterFallbackZeroShare(t *testing.T) {
+	c := startCluster(t, 3, 3*time.Second, clTenant("tiny", 2))
+	o := c.byName(c.owner("tiny"))
+	e := c.edge(o.Name())
+	if err := o.ln.Close(); err != nil {
+		t.Fatalf("close %s's listener: %v", o.Name(), err)
+	}
+	for i := 0; i < 3; i++ {
+		r, err := c.post(e, "tiny", false, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r.status != http.StatusTooManyRequests || r.node != e.Name() || r.header.Get("Retry-After") == "" {
+			t.Fatalf("request %d via %s: %+v, want a 429 with Retry-After from the edge", i, e.Name(), r)
+		}
+	}
+	if recs := c.records("tiny"); len(recs) != 0 {
+		t.Fatalf("a zero share let %d requests reach the provider", len(recs))
+	}
 }

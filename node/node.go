@@ -162,7 +162,7 @@ func (n *Node) onRing(from, to *ring.Ring) {
 	n.mu.Unlock()
 	n.log.Info("rebalance",
 		"ring_version", to.Version(),
-		"members", to.Members(),
+		"members", append([]string{}, to.Members()...), // [] rather than null when empty
 		"moved", len(moved),
 		"moved_tenants", moved,
 		"partitions_moved", ring.MovedPartitions(from, to),

@@ -10,8 +10,10 @@ import (
 // Tokenizer counts prompt tokens locally with OpenAI's BPE encodings
 // (cl100k_base and o200k_base). The vocabularies are compiled into the
 // binary (github.com/tiktoken-go/tokenizer); nothing is downloaded at run
-// time. Each encoding is set up lazily, once, on first use (about 20 ms and
-// a few MiB for o200k_base).
+// time. Each encoding is set up lazily, once per process, on first use
+// (about 20 ms and a few MiB for o200k_base), and shared by every Tokenizer:
+// the codecs are immutable, so nodes and tests in one process need not share
+// a Tokenizer value to avoid loading them twice.
 //
 // Library choice: github.com/tiktoken-go/tokenizer v0.10.0 was measured
 // against github.com/pkoukk/tiktoken-go v0.1.8 (+ its offline loader) on a
@@ -28,18 +30,17 @@ import (
 // ~19 s instead of ~11 s (both counting the standard library).
 //
 // A Tokenizer is safe for concurrent use.
-type Tokenizer struct {
-	cl100k func() (tokenizer.Codec, error)
-	o200k  func() (tokenizer.Codec, error)
-}
+type Tokenizer struct{}
+
+var (
+	cl100k = sync.OnceValues(func() (tokenizer.Codec, error) { return tokenizer.Get(tokenizer.Cl100kBase) })
+	o200k  = sync.OnceValues(func() (tokenizer.Codec, error) { return tokenizer.Get(tokenizer.O200kBase) })
+)
 
 // NewTokenizer returns a Tokenizer. Encodings are loaded lazily; the error
 // is reserved for set-up failures and is currently always nil.
 func NewTokenizer() (*Tokenizer, error) {
-	return &Tokenizer{
-		cl100k: sync.OnceValues(func() (tokenizer.Codec, error) { return tokenizer.Get(tokenizer.Cl100kBase) }),
-		o200k:  sync.OnceValues(func() (tokenizer.Codec, error) { return tokenizer.Get(tokenizer.O200kBase) }),
-	}, nil
+	return &Tokenizer{}, nil
 }
 
 // Count returns the number of tokens text encodes to for model, as plain
@@ -58,9 +59,9 @@ func (t *Tokenizer) Count(model, text string) int {
 	if text == "" {
 		return 0
 	}
-	get := t.cl100k
+	get := cl100k
 	if usesO200k(model) {
-		get = t.o200k
+		get = o200k
 	}
 	codec, err := get()
 	if err == nil {

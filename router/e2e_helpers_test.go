@@ -21,7 +21,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -44,16 +43,6 @@ const (
 	// stream's settlement, a freed slot, an aborted upstream record).
 	settleWait = 5 * time.Second
 )
-
-// sharedTokenizer is loaded once for the whole package: node and fake
-// upstream count with the same encodings.
-var sharedTokenizer = sync.OnceValue(func() *reserve.Tokenizer {
-	tok, err := reserve.NewTokenizer()
-	if err != nil {
-		panic(err)
-	}
-	return tok
-})
 
 // envConfig describes one node + fake upstream pair.
 type envConfig struct {
@@ -94,7 +83,10 @@ func keyOf(tenant string) string { return "key-" + tenant }
 // closed when the test ends.
 func newEnv(t testing.TB, ec envConfig) *env {
 	t.Helper()
-	tok := sharedTokenizer()
+	tok, err := reserve.NewTokenizer()
+	if err != nil {
+		t.Fatal(err)
+	}
 
 	fo := ec.fake
 	fo.CountTokens = tok.Count

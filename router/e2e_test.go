@@ -600,28 +600,7 @@ func TestE2ETokenReservationEfficiency(t *testing.T) {
 		}
 		evs = append(evs, weighted{r.Received, int64(r.PromptTokens + r.CompletionTokens)})
 	}
-	worst, at := maxSliding(evs, window-jitterTolerance)
-	worstFull, _ := maxSliding(evs, window)
-	t.Logf("%d requests admitted, %d refused; most tokens in any %s: %d (in any %s: %d); tpm %d",
-		s.ok.Load(), s.limited.Load(), window-jitterTolerance, worst, window, worstFull, tpm)
-	if worst > tpm {
-		t.Errorf("%d tokens reached the upstream within %s from %s: over the tpm %d", worst, window-jitterTolerance, at.Format(time.RFC3339Nano), tpm)
-	}
-	// Under saturating demand each window (aligned on the first arrival)
-	// carries nearly all of the tpm: reservations were credited back.
-	full := fixedWindows(evs, evs[0].at, recs[len(recs)-1].Received, window)
-	t.Logf("tokens per full window: %v", full)
-	if len(full) < 2 {
-		t.Fatalf("only %d full windows of load", len(full))
-	}
-	for i, sum := range full {
-		if float64(sum) < 0.9*tpm {
-			t.Errorf("window %d carried %d tokens, less than 90%% of the tpm %d", i, sum, tpm)
-		}
-	}
-	if s.limited.Load() == 0 {
-		t.Errorf("no request was refused: the load did not saturate the tpm")
-	}
+	auditSaturated(t, s, evs, window, tpm, 0.90, "tokens")
 }
 
 // 6a. RPM is exact under concurrent load.
@@ -664,24 +643,33 @@ func TestE2ERequestRateUnderLoad(t *testing.T) {
 	for _, r := range recs {
 		evs = append(evs, weighted{r.Received, 1})
 	}
+	auditSaturated(t, s, evs, window, rpm, 0.95, "requests")
+}
+
+// auditSaturated checks what reached the upstream under more demand than
+// limit per window: never more than limit in any sliding window (shortened
+// by jitterTolerance), at least minShare of it in every full window after
+// the first arrival, and some requests refused.
+func auditSaturated(t *testing.T, s *hammerStats, evs []weighted, window time.Duration, limit int64, minShare float64, unit string) {
+	t.Helper()
 	worst, at := maxSliding(evs, window-jitterTolerance)
 	worstFull, _ := maxSliding(evs, window)
-	full := fixedWindows(evs, evs[0].at, recs[len(recs)-1].Received, window)
-	t.Logf("%d admitted, %d refused; most requests in any %s: %d (in any %s: %d); per full window: %v",
-		s.ok.Load(), s.limited.Load(), window-jitterTolerance, worst, window, worstFull, full)
-	if worst > rpm {
-		t.Errorf("%d requests reached the upstream within %s from %s: over the rpm %d", worst, window-jitterTolerance, at.Format(time.RFC3339Nano), rpm)
+	full := fixedWindows(evs, evs[0].at, evs[len(evs)-1].at, window)
+	t.Logf("%d admitted, %d refused; most %s in any %s: %d (in any %s: %d); per full window: %v",
+		s.ok.Load(), s.limited.Load(), unit, window-jitterTolerance, worst, window, worstFull, full)
+	if worst > limit {
+		t.Errorf("%d %s reached the upstream within %s from %s: over the limit %d", worst, unit, window-jitterTolerance, at.Format(time.RFC3339Nano), limit)
 	}
 	if len(full) < 2 {
 		t.Fatalf("only %d full windows of load", len(full))
 	}
 	for i, n := range full {
-		if float64(n) < 0.95*rpm {
-			t.Errorf("window %d admitted %d requests, less than 95%% of the rpm %d", i, n, rpm)
+		if float64(n) < minShare*float64(limit) {
+			t.Errorf("window %d carried %d %s, less than %.0f%% of the limit %d", i, n, unit, 100*minShare, limit)
 		}
 	}
 	if s.limited.Load() == 0 {
-		t.Errorf("no request was refused: the load did not saturate the rpm")
+		t.Errorf("no request was refused: the load did not saturate the %s limit", unit)
 	}
 }
 

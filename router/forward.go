@@ -211,7 +211,10 @@ func (r *Router) fallbackLimiter(t *tenant, v *view, owner string) (*limiter.Ten
 	}
 	l := limiter.Limits{Requests: share(t.limits.Requests), Tokens: share(t.limits.Tokens), Concurrency: share(t.limits.Concurrency)}
 	open := l.Requests >= 0 && l.Tokens >= 0 && l.Concurrency >= 0
-	t.fallback.SetLimits(l)
+	if open {
+		// Never store a -1 share: the limiter reads <= 0 as "no limit".
+		t.fallback.SetLimits(l)
+	}
 	if t.inFallback.CompareAndSwap(false, true) {
 		r.log.Warn("fallback", "phase", "start", "tenant", t.name, "owner", owner, "members", n,
 			"share_rpm", l.Requests, "share_tpm", l.Tokens, "share_concurrency", l.Concurrency)

@@ -36,7 +36,8 @@ type call struct {
 // response; the stream then calls r.done itself.
 func (r *Router) serveAPI(ctx *fasthttp.RequestCtx, ep upstream.Endpoint) bool {
 	st := r.state.Load()
-	if len(ctx.Request.Header.Peek(hopHeader)) > 0 || len(ctx.Request.Header.Peek(sigHeader)) > 0 {
+	hop := len(ctx.Request.Header.Peek(hopHeader)) > 0 || len(ctx.Request.Header.Peek(sigHeader)) > 0
+	if hop {
 		if _, err := r.hops.verify(&ctx.Request, r.node); err != nil {
 			r.metrics.hopsRefused.Inc()
 			r.log.Warn("hop_refused", "remote", ctx.RemoteAddr().String(), "error", err.Error())
@@ -44,13 +45,6 @@ func (r *Router) serveAPI(ctx *fasthttp.RequestCtx, ep upstream.Endpoint) bool {
 				"Peer request refused: "+err.Error()+".")
 			return false
 		}
-		t := st.authenticate(&ctx.Request.Header)
-		if t == nil {
-			fail(ctx, fasthttp.StatusUnauthorized, "invalid_request_error", "invalid_api_key",
-				"Missing or unknown API key. Send it as 'Authorization: Bearer <key>'.")
-			return false
-		}
-		return r.serveLocal(ctx, ep, st, t, t.lim)
 	}
 	t := st.authenticate(&ctx.Request.Header)
 	if t == nil {
@@ -61,7 +55,8 @@ func (r *Router) serveAPI(ctx *fasthttp.RequestCtx, ep upstream.Endpoint) bool {
 	}
 	v := r.view.Load()
 	owner := v.owner(t.name)
-	if owner == "" || owner == r.node {
+	if hop || owner == "" || owner == r.node {
+		// A hop is enforced here whatever this node's ring says (hop limit 1).
 		return r.serveLocal(ctx, ep, st, t, t.lim)
 	}
 	handled, streaming := r.toOwner(ctx, v, owner, t)
