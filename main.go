@@ -17,6 +17,8 @@ import (
 	"os/signal"
 	"syscall"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/ringgate/ringgate/config"
 	"github.com/ringgate/ringgate/demo"
 	"github.com/ringgate/ringgate/fakeupstream"
@@ -54,6 +56,10 @@ func serve(args []string) error {
 		return err
 	}
 	log := slog.New(slog.NewJSONHandler(os.Stderr, nil))
+	// go-redis reports each failed dial on its own process-wide logger;
+	// keep those in the JSON log, at debug level (the snapshot store counts
+	// and logs failures itself).
+	redis.SetLogger(redisLog{log})
 	n, err := node.Start(cfg, node.Options{Logger: log})
 	if err != nil {
 		return err
@@ -77,4 +83,10 @@ func serve(args []string) error {
 		return nil
 	}
 	return nil
+}
+
+type redisLog struct{ l *slog.Logger }
+
+func (r redisLog) Printf(ctx context.Context, format string, v ...any) {
+	r.l.DebugContext(ctx, "redis", "detail", fmt.Sprintf(format, v...))
 }

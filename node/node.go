@@ -20,6 +20,7 @@ import (
 	"github.com/ringgate/ringgate/reserve"
 	"github.com/ringgate/ringgate/ring"
 	"github.com/ringgate/ringgate/router"
+	"github.com/ringgate/ringgate/snapshot"
 )
 
 // Options are what Start needs beyond the configuration.
@@ -52,7 +53,10 @@ type Node struct {
 	gossip *gossip.Node // nil: standalone (node.gossip = "")
 	table  *ring.Table
 
+	handoff *handoff // nil without Redis
+
 	mu          sync.Mutex
+	ring        *ring.Ring // the ring onRing last handled: the one routing uses
 	members     []gossip.Member
 	changedAt   time.Time
 	stopOnce    sync.Once
@@ -84,7 +88,27 @@ func Start(cfg *config.Config, o Options) (*Node, error) {
 	for _, t := range cfg.Tenants {
 		n.tenantNames = append(n.tenantNames, t.Name)
 	}
+	if cfg.Redis.Addr != "" {
+		store, err := snapshot.NewStore(snapshot.StoreConfig{Addrs: []string{cfg.Redis.Addr}, Timeout: cfg.Redis.Timeout, Logger: log})
+		if err != nil {
+			_ = ln.Close()
+			return nil, fmt.Errorf("start node %s: redis: %w", cfg.Node.Name, err)
+		}
+		n.handoff = newHandoff(cfg, store, rt, log, n.currentRing, n.tenants)
+		n.handoff.start()
+	}
 	go func() { n.served <- n.server.Serve(ln) }()
+	if n.handoff != nil && cfg.Node.Gossip == "" {
+		// A standalone node restarting continues its tenants' windows
+		// from the last snapshots instead of starting them empty.
+		names := n.tenants()
+		for _, t := range names {
+			rt.Hold(t, n.handoff.wait+50*time.Millisecond)
+		}
+		a := n.handoff.take(names, nil)
+		log.Info("rebalance", "ring_version", 0, "members", []string{cfg.Node.Name}, "taken_over", len(names),
+			"state", map[string]int{"snapshot": a.Final, "stale_snapshot": a.Stale, "none": a.None}, "handoff_ms", a.Took.Milliseconds())
+	}
 
 	if cfg.Node.Gossip != "" {
 		if len(cfg.Cluster.Secret) == 0 {
@@ -150,27 +174,84 @@ func (n *Node) onMembers(ms []gossip.Member) {
 		}
 	}
 	n.table.Update(active)
-	n.publish(n.table.Current())
+	n.mu.Lock()
+	r := n.ring
+	n.mu.Unlock()
+	n.publish(r)
 }
 
-// onRing runs after each new ring is published (from the table's goroutine).
+// onRing runs after each new ring is built (from the table's goroutine):
+// it holds the tenants this node gains, switches routing to the new ring,
+// hands over the tenants it lost (final snapshots), loads the ones it gained,
+// and logs the rebalance.
 func (n *Node) onRing(from, to *ring.Ring) {
+	start := time.Now()
+	self := n.cfg.Node.Name
+	moved := ring.Moved(from, to, n.tenants())
+	var lost, gained []string
+	for _, t := range moved {
+		was, _ := from.Owner(t)
+		is, _ := to.Owner(t)
+		switch {
+		case was == self && is != self:
+			lost = append(lost, t)
+		case is == self && was != self:
+			gained = append(gained, t)
+		}
+	}
+	if n.handoff != nil {
+		for _, t := range gained {
+			n.router.Hold(t, n.handoff.wait+50*time.Millisecond)
+		}
+	}
+	n.mu.Lock()
+	n.ring = to
+	n.mu.Unlock()
 	n.publish(to)
-	moved := ring.Moved(from, to, n.tenantNames)
+
+	state := map[string]int{"snapshot": 0, "stale_snapshot": 0, "none": len(gained)}
+	var flushErr error
+	if n.handoff != nil {
+		flushErr = n.handoff.flush(lost, to)
+		a := n.handoff.take(gained, to)
+		state = map[string]int{"snapshot": a.Final, "stale_snapshot": a.Stale, "none": a.None}
+	}
 	n.mu.Lock()
 	since := time.Since(n.changedAt)
 	n.mu.Unlock()
-	n.log.Info("rebalance",
+	attrs := []any{
 		"ring_version", to.Version(),
 		"members", append([]string{}, to.Members()...), // [] rather than null when empty
 		"moved", len(moved),
 		"moved_tenants", moved,
 		"partitions_moved", ring.MovedPartitions(from, to),
-		// No handoff yet: a moved tenant's new owner starts from fresh
-		// windows.
-		"state", map[string]int{"peer": 0, "redis": 0, "fresh": len(moved)},
+		"handed_over", len(lost),
+		"taken_over", len(gained),
+		// How the state of the tenants this node took over arrived: a
+		// final snapshot from the previous owner, a stale one charged for
+		// the gap, or none (fresh windows).
+		"state", state,
+		"handoff_ms", time.Since(start).Milliseconds(),
 		"took_ms", since.Milliseconds(),
-	)
+	}
+	if flushErr != nil {
+		attrs = append(attrs, "flush_error", flushErr.Error())
+	}
+	n.log.Info("rebalance", attrs...)
+}
+
+// currentRing is the ring routing uses (nil standalone or before the first).
+func (n *Node) currentRing() *ring.Ring {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.ring
+}
+
+// tenants are the configured tenant names.
+func (n *Node) tenants() []string {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.tenantNames
 }
 
 // publish gives the router the current ring and members, and turns the node
@@ -221,11 +302,12 @@ func (n *Node) Reload(cfg *config.Config) error {
 	if err := n.router.Reload(cfg); err != nil {
 		return err
 	}
-	n.mu.Lock()
-	n.tenantNames = n.tenantNames[:0]
+	names := make([]string, 0, len(cfg.Tenants))
 	for _, t := range cfg.Tenants {
-		n.tenantNames = append(n.tenantNames, t.Name)
+		names = append(names, t.Name)
 	}
+	n.mu.Lock()
+	n.tenantNames = names
 	n.mu.Unlock()
 	return nil
 }
@@ -276,6 +358,15 @@ func (n *Node) stop(leave bool) {
 		}
 		if n.table != nil {
 			n.table.Close()
+		}
+		if n.handoff != nil {
+			if leave && g == nil {
+				// Standalone: the next process on this config takes over.
+				if err := n.handoff.flush(n.tenants(), nil); err != nil {
+					n.log.Warn("drain", "phase", "flush", "error", err.Error())
+				}
+			}
+			n.handoff.close()
 		}
 		n.shutdown()
 	})

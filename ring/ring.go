@@ -209,3 +209,19 @@ func MovedPartitions(from, to *Ring) int {
 	}
 	return n
 }
+
+// Hash identifies the ring's member set: two nodes whose rings hold the same
+// members have the same hash (and the same owners), whatever their local
+// version counters say. Snapshots carry it to say which ring they were
+// handed over for. 0 for an empty ring.
+func (r *Ring) Hash() uint64 {
+	if r == nil || len(r.members) == 0 {
+		return 0
+	}
+	d := xxhash.New()
+	for _, m := range r.members {
+		_, _ = d.WriteString(m)
+		_, _ = d.Write([]byte{0})
+	}
+	return d.Sum64()
+}

@@ -363,3 +363,19 @@ func BenchmarkBuild(b *testing.B) {
 		})
 	}
 }
+
+func TestHashIdentifiesMemberSet(t *testing.T) {
+	a := New(1, []string{"n2", "n1", "n3"})
+	b := New(9, []string{"n1", "n3", "n2", "n1"})
+	if a.Hash() != b.Hash() || a.Hash() == 0 {
+		t.Fatalf("same members, hashes %x and %x", a.Hash(), b.Hash())
+	}
+	for _, other := range [][]string{{"n1", "n2"}, {"n1", "n2", "n3", "n4"}, {"n1n2", "n3"}} {
+		if New(1, other).Hash() == a.Hash() {
+			t.Errorf("members %v hash like %v", other, a.Members())
+		}
+	}
+	if New(1, nil).Hash() != 0 || (*Ring)(nil).Hash() != 0 {
+		t.Error("an empty ring must hash to 0")
+	}
+}

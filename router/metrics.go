@@ -10,12 +10,14 @@ import (
 // metrics are the node's Prometheus counters. Each router has its own
 // registry so several nodes can live in one test process.
 type metrics struct {
-	reg         *prometheus.Registry
-	decisions   *prometheus.CounterVec
-	tokens      *prometheus.CounterVec
-	upstream    *prometheus.CounterVec
-	inflight    prometheus.Gauge
-	hopsRefused prometheus.Counter
+	reg           *prometheus.Registry
+	decisions     *prometheus.CounterVec
+	tokens        *prometheus.CounterVec
+	upstream      *prometheus.CounterVec
+	inflight      prometheus.Gauge
+	hopsRefused   prometheus.Counter
+	deltasSent    prometheus.Counter
+	deltasApplied prometheus.Counter
 
 	mu      sync.Mutex
 	tenants map[string]*tenantCounters
@@ -51,9 +53,17 @@ func newMetrics() *metrics {
 			Name: "ringgate_hops_refused_total",
 			Help: "Peer requests refused for a bad signature, stale time, replay or wrong target.",
 		}),
+		deltasSent: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "ringgate_handoff_deltas_sent_total",
+			Help: "Changes to a moved tenant's windows (calls admitted here ending after the move) sent to its new owner.",
+		}),
+		deltasApplied: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "ringgate_handoff_deltas_applied_total",
+			Help: "Changes reported by a tenant's previous owner and applied here.",
+		}),
 		tenants: make(map[string]*tenantCounters),
 	}
-	m.reg.MustRegister(m.decisions, m.tokens, m.upstream, m.inflight, m.hopsRefused,
+	m.reg.MustRegister(m.decisions, m.tokens, m.upstream, m.inflight, m.hopsRefused, m.deltasSent, m.deltasApplied,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }

@@ -109,6 +109,10 @@ func (r *Router) serveLocal(ctx *fasthttp.RequestCtx, ep upstream.Endpoint, st *
 		c.res.Completion *= req.Choices
 		c.res.Total = c.res.Prompt + c.res.Completion
 	}
+	owned := lim == t.lim
+	if owned {
+		t.awaitHandoff()
+	}
 	var d limiter.Decision
 	c.tk, d = lim.Admit(r.clock(), int64(c.res.Total))
 	setRateHeaders(&ctx.Response.Header, &d)
@@ -126,6 +130,11 @@ func (r *Router) serveLocal(ctx *fasthttp.RequestCtx, ep upstream.Endpoint, st *
 	}
 	t.counts.allowed.Inc()
 	t.counts.reserved.Add(float64(c.res.Total))
+	if owned && !r.Owns(t.name) {
+		// A hop that reached this node after the tenant moved away: the
+		// owner must count it too.
+		r.reportDelta(t, limiter.DeltaOf(&c.tk))
+	}
 	return r.forward(ctx, c)
 }
 
@@ -312,6 +321,11 @@ func (r *Router) finish(c *call, u upstream.Usage, ok bool, countedCompletion in
 	case ok:
 		actual = c.res.Prompt + countedCompletion
 		r.learn(c, c.res.Prompt, countedCompletion)
+	}
+	if c.lim == c.t.lim && !r.Owns(c.t.name) {
+		// Admitted here, but the tenant has moved: its owner holds the slot
+		// and the reservation now.
+		r.reportDelta(c.t, limiter.FinishDelta(&c.tk, int64(actual)))
 	}
 	c.lim.Finish(r.clock(), &c.tk, int64(actual))
 	c.t.counts.settled.Add(float64(actual))

@@ -183,6 +183,10 @@ func (r *Router) Handler(ctx *fasthttp.RequestCtx) {
 		r.done()
 		return
 	}
+	if string(path) == deltaPath {
+		r.serveDelta(ctx)
+		return
+	}
 	r.serveAdmin(ctx)
 }
 

@@ -22,6 +22,10 @@ type tenant struct {
 	// is logged once.
 	fallback   *limiter.Tenant
 	inFallback atomic.Bool
+
+	// gate holds requests while this node, the new owner, loads the
+	// tenant's state; nil when open.
+	gate atomic.Pointer[gate]
 }
 
 // state is everything a reload replaces at once; requests read it through an

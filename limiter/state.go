@@ -1,0 +1,207 @@
+package limiter
+
+import "time"
+
+// Buckets are indexed by absolute time (Unix nanoseconds / bucket width), so
+// a window's state means the same on every node with the same settings: it
+// can be handed to another node and continued exactly, and a charge made on
+// one node can be adjusted on another by its bucket index.
+
+// Bucket is one non-empty bucket of a window.
+type Bucket struct {
+	Index int64 // absolute bucket index
+	Value int64
+}
+
+// WindowState is a window's content: its bucket width and the non-empty
+// buckets still inside it, oldest first.
+type WindowState struct {
+	Width   int64 // nanoseconds
+	Head    int64 // newest bucket index seen
+	Buckets []Bucket
+}
+
+// State is a tenant's whole limiter state: requests and tokens charged in
+// the window (tokens include reservations not yet settled), and the
+// concurrency slots held, each in the bucket it expires with.
+type State struct {
+	Requests, Tokens, Slots WindowState
+}
+
+// Empty reports whether the state holds no charge at all.
+func (s State) Empty() bool {
+	return len(s.Requests.Buckets) == 0 && len(s.Tokens.Buckets) == 0 && len(s.Slots.Buckets) == 0
+}
+
+func (w *Window) export() WindowState {
+	ws := WindowState{Width: w.width, Head: w.head}
+	for b := w.head - ring + 1; b <= w.head; b++ {
+		if v := w.buckets[b%ring]; v != 0 {
+			ws.Buckets = append(ws.Buckets, Bucket{Index: b, Value: v})
+		}
+	}
+	return ws
+}
+
+// merge adds a handed-over window to this one. Buckets already out of the
+// window are dropped. With another bucket width (the settings changed
+// between the nodes) the total is charged to the newest bucket: later than
+// true, so conservative.
+func (w *Window) merge(ws WindowState) {
+	if ws.Width != w.width {
+		var sum int64
+		for _, b := range ws.Buckets {
+			sum += b.Value
+		}
+		if sum > 0 {
+			w.charge(sum)
+		}
+		return
+	}
+	for _, b := range ws.Buckets {
+		if b.Value <= 0 || !w.live(b.Index) {
+			continue
+		}
+		w.buckets[b.Index%ring] += b.Value
+		w.total += b.Value
+		if b.Index > w.newest {
+			w.newest = b.Index
+		}
+	}
+}
+
+func (w *Window) reset() {
+	w.buckets = [ring]int64{}
+	w.total = 0
+}
+
+// Export returns the tenant's state at now.
+func (t *Tenant) Export(now int64) State {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.advance(now)
+	return State{Requests: t.requests.export(), Tokens: t.tokens.export(), Slots: t.slots.export()}
+}
+
+// Import replaces the tenant's windows with a handed-over state, at now.
+func (t *Tenant) Import(now int64, s State) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.advance(now)
+	t.requests.reset()
+	t.tokens.reset()
+	t.slots.reset()
+	t.requests.merge(s.Requests)
+	t.tokens.merge(s.Tokens)
+	t.slots.merge(s.Slots)
+	t.changes.Add(1)
+}
+
+// ChargeGap charges the buckets after the state's newest bucket up to now as
+// if the tenant had spent them at its recent peak rate: the conservative
+// stand-in for what happened between a stale snapshot and now. The peak is
+// the largest bucket of s; what is charged never takes a window past its
+// limit. It returns the requests and tokens charged.
+func (t *Tenant) ChargeGap(now int64, s State) (requests, tokens int64) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.advance(now)
+	t.changes.Add(1)
+	return t.requests.chargeGap(s.Requests), t.tokens.chargeGap(s.Tokens)
+}
+
+func (w *Window) chargeGap(ws WindowState) int64 {
+	var peak int64
+	for _, b := range ws.Buckets {
+		peak = max(peak, b.Value)
+	}
+	if peak == 0 || ws.Width != w.width {
+		return 0
+	}
+	var charged int64
+	for b := max(ws.Head+1, w.head-ring+1); b <= w.head; b++ {
+		n := peak
+		if w.limit > 0 {
+			n = min(n, w.limit-w.total)
+		}
+		if n <= 0 {
+			break
+		}
+		w.buckets[b%ring] += n
+		w.total += n
+		w.newest = max(w.newest, b)
+		charged += n
+	}
+	return charged
+}
+
+// Delta is a change to a tenant's windows made on another node: a call the
+// previous owner admitted settles or ends there after the tenant moved, and
+// the owner applies it to the buckets it was charged in.
+type Delta struct {
+	Bucket     int64 // the request and token bucket of the call
+	SlotBucket int64 // the bucket its slot expires with
+	Requests   int64 // requests charged (1 for an admission reported late)
+	Tokens     int64 // tokens charged (+) or credited back (-)
+	Slots      int64 // slots taken (+1) or released (-1)
+}
+
+// DeltaOf describes a ticket's effect so far (an admission), for reporting
+// a call admitted here to the tenant's owner.
+func DeltaOf(tk *Ticket) Delta {
+	return Delta{Bucket: tk.bucket, SlotBucket: tk.slotBucket, Requests: 1, Tokens: tk.tokens, Slots: 1}
+}
+
+// Apply adds a delta made elsewhere.
+func (t *Tenant) Apply(now int64, d Delta) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.advance(now)
+	t.requests.adjust(d.Bucket, d.Requests)
+	t.tokens.adjust(d.Bucket, d.Tokens)
+	t.slots.adjust(d.SlotBucket, d.Slots)
+	t.changes.Add(1)
+}
+
+// FinishDelta is what Finish(now, tk, actual) changes, for reporting it to
+// the owner when tk was admitted before the tenant moved away.
+func FinishDelta(tk *Ticket, actual int64) Delta {
+	d := Delta{Bucket: tk.bucket, SlotBucket: tk.slotBucket, Tokens: actual - tk.tokens}
+	if !tk.released {
+		d.Slots = -1
+	}
+	return d
+}
+
+// Window lengths, for callers that size snapshot lifetimes.
+func (t *Tenant) Window() time.Duration  { return t.requests.Length() }
+func (t *Tenant) SlotTTL() time.Duration { return t.slots.Length() }
+
+// Replace swaps a part of the tenant's state that came from elsewhere for a
+// better account of the same thing: every bucket loses what old held and
+// gains what new holds, and what this node charged itself stays. A new
+// owner that took a tenant over from a stale snapshot (plus the gap charged
+// at the peak rate) uses it when the previous owner's final snapshot
+// arrives after all.
+func (t *Tenant) Replace(now int64, old, new State) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.advance(now)
+	t.requests.replace(old.Requests, new.Requests)
+	t.tokens.replace(old.Tokens, new.Tokens)
+	t.slots.replace(old.Slots, new.Slots)
+	t.changes.Add(1)
+}
+
+func (w *Window) replace(old, new WindowState) {
+	if old.Width != w.width || new.Width != w.width {
+		w.merge(new) // cannot line buckets up: only ever add
+		return
+	}
+	for _, b := range old.Buckets {
+		if w.live(b.Index) {
+			w.adjust(b.Index, -b.Value)
+		}
+	}
+	w.merge(new)
+}

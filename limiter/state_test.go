@@ -1,0 +1,128 @@
+package limiter
+
+import (
+	"math/rand"
+	"testing"
+	"time"
+)
+
+// A state handed to another tenant value continues the windows exactly: the
+// same arrivals get the same decisions on both.
+func TestExportImportContinuesExactly(t *testing.T) {
+	const window = 10 * time.Second
+	l := Limits{Requests: 40, Tokens: 4000, Concurrency: 5}
+	a := NewTenant(l, window, time.Minute)
+	rng := rand.New(rand.NewSource(3))
+	now := t0
+	var held []Ticket
+	for i := 0; i < 300; i++ {
+		now += rng.Int63n(int64(window) / 20)
+		if tk, d := a.Admit(now, 1+rng.Int63n(200)); d.Allowed {
+			held = append(held, tk)
+		}
+		if len(held) > 3 {
+			a.Finish(now, &held[0], 50)
+			held = held[1:]
+		}
+	}
+	b := NewTenant(l, window, time.Minute)
+	b.Import(now, a.Export(now))
+	if ua, ub := a.Usage(now), b.Usage(now); ua != ub {
+		t.Fatalf("usage after import: %+v, want %+v", ub, ua)
+	}
+	for i := 0; i < 300; i++ {
+		now += rng.Int63n(int64(window) / 20)
+		cost := 1 + rng.Int63n(200)
+		_, da := a.Admit(now, cost)
+		_, db := b.Admit(now, cost)
+		if da != db {
+			t.Fatalf("arrival %d: original %+v, imported %+v", i, da, db)
+		}
+	}
+}
+
+// Deltas reported by the previous owner land in the buckets they were
+// charged in: a release frees the handed-over slot, a credit the tokens.
+func TestApplyDeltaFromPreviousOwner(t *testing.T) {
+	l := Limits{Requests: 10, Tokens: 1000, Concurrency: 1}
+	old := NewTenant(l, time.Minute, time.Hour)
+	tk, d := old.Admit(t0, 500)
+	if !d.Allowed {
+		t.Fatal("refused")
+	}
+	owner := NewTenant(l, time.Minute, time.Hour)
+	owner.Import(t0+1, old.Export(t0+1))
+	if _, d := owner.Admit(t0+2, 1); d.Allowed || d.Limited != Concurrency {
+		t.Fatalf("handed-over slot not counted: %+v", d)
+	}
+	owner.Apply(t0+3, FinishDelta(&tk, 200))
+	u := owner.Usage(t0 + 3)
+	if u.InFlight != 0 || u.Tokens != 200 || u.Requests != 1 {
+		t.Fatalf("after the previous owner's finish: %+v", u)
+	}
+	late := NewTenant(l, time.Minute, time.Hour)
+	tk2, _ := late.Admit(t0+4, 300)
+	owner.Apply(t0+5, DeltaOf(&tk2))
+	if u := owner.Usage(t0 + 5); u.Requests != 2 || u.Tokens != 500 || u.InFlight != 1 {
+		t.Fatalf("after a late admission report: %+v", u)
+	}
+}
+
+// The gap since a stale snapshot is charged at the peak rate, bucket by
+// bucket, and never past the limit.
+func TestChargeGapAtPeakRate(t *testing.T) {
+	const window = 128 * time.Second // one-second buckets
+	l := Limits{Requests: 100, Tokens: 1 << 40}
+	a := NewTenant(l, window, time.Minute)
+	now := t0 - t0%int64(time.Second)
+	for i := 0; i < 3; i++ { // peak: 3 requests in one bucket
+		a.Admit(now, 1)
+	}
+	a.Admit(now+int64(time.Second), 1)
+	snap := a.Export(now + int64(time.Second))
+
+	b := NewTenant(l, window, time.Minute)
+	later := now + 11*int64(time.Second) // 10 buckets after the snapshot's head
+	b.Import(later, snap)
+	reqs, _ := b.ChargeGap(later, snap)
+	if reqs != 30 {
+		t.Fatalf("gap of 10 buckets at peak 3: charged %d, want 30", reqs)
+	}
+	if u := b.Usage(later); u.Requests != 34 {
+		t.Fatalf("usage %d, want 34", u.Requests)
+	}
+	c := NewTenant(Limits{Requests: 10}, window, time.Minute)
+	c.Import(later, snap)
+	if reqs, _ := c.ChargeGap(later, snap); reqs != 6 {
+		t.Fatalf("charged %d past a limit of 10 with 4 used, want 6", reqs)
+	}
+}
+
+// A late final snapshot replaces the stale one and the gap estimate, and
+// keeps what the new owner admitted in between.
+func TestReplaceStaleWithFinal(t *testing.T) {
+	l := Limits{Requests: 100}
+	old := NewTenant(l, time.Minute, time.Hour)
+	now := t0
+	for i := 0; i < 5; i++ {
+		old.Admit(now, 1)
+	}
+	stale := old.Export(now)
+	for i := 0; i < 7; i++ { // admitted by the old owner after the stale snapshot
+		old.Admit(now+int64(time.Second), 1)
+	}
+	final := old.Export(now + int64(time.Second))
+
+	owner := NewTenant(l, time.Minute, time.Hour)
+	at := now + 3*int64(time.Second)
+	owner.Import(at, stale)
+	owner.ChargeGap(at, stale)
+	base := owner.Export(at)
+	for i := 0; i < 2; i++ { // the new owner's own admissions
+		owner.Admit(at, 1)
+	}
+	owner.Replace(at, base, final)
+	if u := owner.Usage(at); u.Requests != 12+2 {
+		t.Fatalf("after the final snapshot: %d requests, want 14", u.Requests)
+	}
+}

@@ -1,0 +1,257 @@
+package node
+
+import (
+	"context"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/ringgate/ringgate/config"
+	"github.com/ringgate/ringgate/limiter"
+	"github.com/ringgate/ringgate/ring"
+	"github.com/ringgate/ringgate/router"
+	"github.com/ringgate/ringgate/snapshot"
+)
+
+// handoff keeps tenants' limits across ring changes through Redis
+// snapshots: it saves the state of the tenants this node owns periodically
+// and, when one moves away, at once (a final snapshot); when a tenant moves
+// here, it holds the tenant's requests until the state is loaded, waiting a
+// bounded time for the previous owner's final snapshot and otherwise
+// continuing from the last periodic one, charged for the gap at the
+// tenant's recent peak rate.
+type handoff struct {
+	store    *snapshot.Store
+	router   *router.Router
+	log      *slog.Logger
+	self     string
+	interval time.Duration
+	wait     time.Duration // for a final snapshot, per change
+	late     time.Duration // for a final snapshot that missed wait
+	ttl      time.Duration
+	timeout  time.Duration // one Redis call
+	current  func() *ring.Ring
+	tenants  func() []string
+
+	mu      sync.Mutex
+	written map[string]uint64 // tenant → limiter.Changes() when last saved
+
+	stop chan struct{}
+	done chan struct{}
+}
+
+func newHandoff(cfg *config.Config, store *snapshot.Store, rt *router.Router, log *slog.Logger,
+	current func() *ring.Ring, tenants func() []string) *handoff {
+	interval := cfg.Redis.SnapshotInterval
+	if interval <= 0 {
+		interval = time.Second
+	}
+	timeout := cfg.Redis.Timeout
+	if timeout <= 0 {
+		timeout = 15 * time.Millisecond
+	}
+	return &handoff{
+		store: store, router: rt, log: log, self: cfg.Node.Name,
+		interval: interval,
+		wait:     cfg.Redis.HandoffWait,
+		late:     2 * time.Second,
+		// A snapshot outlives the window a little, and tenants holding
+		// slots are saved every interval, so it never expires under a
+		// running stream.
+		ttl:     cfg.Limits.Window + 2*interval + time.Second,
+		timeout: timeout,
+		current: current, tenants: tenants,
+		written: make(map[string]uint64),
+	}
+}
+
+// pollEvery is how often a new owner looks for the final snapshot.
+const pollEvery = 5 * time.Millisecond
+
+// arrival says how a moved tenant's state reached its new owner.
+type arrival struct {
+	Final, Stale, None, Failed int
+	Took                       time.Duration
+}
+
+func (h *handoff) start() {
+	h.stop, h.done = make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(h.done)
+		tick := time.NewTicker(h.interval)
+		defer tick.Stop()
+		for {
+			select {
+			case <-h.stop:
+				return
+			case <-tick.C:
+				h.saveOwned()
+			}
+		}
+	}()
+}
+
+func (h *handoff) close() {
+	close(h.stop)
+	<-h.done
+	_ = h.store.Close()
+}
+
+// saveOwned writes, in one round trip, the tenants this node owns whose
+// state changed since their last save or that hold slots (whose snapshot
+// must not expire while a stream runs).
+func (h *handoff) saveOwned() {
+	r := h.current()
+	now := time.Now().UnixNano()
+	var batch []*snapshot.Snapshot
+	var marks []uint64
+	for _, name := range h.tenants() {
+		if !h.router.Owns(name) {
+			continue
+		}
+		lim := h.router.Limiter(name)
+		if lim == nil {
+			continue
+		}
+		changes := lim.Changes()
+		h.mu.Lock()
+		last, seen := h.written[name]
+		h.mu.Unlock()
+		st := lim.Export(now)
+		if seen && last == changes && len(st.Slots.Buckets) == 0 {
+			continue
+		}
+		batch = append(batch, &snapshot.Snapshot{Tenant: name, Writer: h.self, WrittenAt: now, RingHash: r.Hash(), State: st})
+		marks = append(marks, changes)
+	}
+	if len(batch) == 0 || h.save(batch) != nil {
+		return
+	}
+	h.mu.Lock()
+	for i, s := range batch {
+		h.written[s.Tenant] = marks[i]
+	}
+	h.mu.Unlock()
+}
+
+func (h *handoff) save(batch []*snapshot.Snapshot) error {
+	ctx, cancel := context.WithTimeout(context.Background(), h.timeout+time.Duration(len(batch))*20*time.Microsecond)
+	defer cancel()
+	err := h.store.SaveBatch(ctx, batch, h.ttl)
+	if err != nil {
+		h.log.Debug("snapshot", "phase", "save", "tenants", len(batch), "error", err.Error())
+	}
+	return err
+}
+
+func (h *handoff) load(tenant string) (*snapshot.Snapshot, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), h.timeout)
+	defer cancel()
+	return h.store.Load(ctx, tenant)
+}
+
+// flush writes final snapshots of the tenants this node just lost: from now
+// on it forwards their requests, so the state it hands over is complete.
+func (h *handoff) flush(lost []string, to *ring.Ring) error {
+	if len(lost) == 0 {
+		return nil
+	}
+	now := time.Now().UnixNano()
+	batch := make([]*snapshot.Snapshot, 0, len(lost))
+	for _, name := range lost {
+		if lim := h.router.Limiter(name); lim != nil {
+			batch = append(batch, &snapshot.Snapshot{Tenant: name, Writer: h.self, WrittenAt: now,
+				RingHash: to.Hash(), Final: true, State: lim.Export(now)})
+		}
+	}
+	return h.save(batch)
+}
+
+// take loads the state of the tenants this node just gained, whose requests
+// the caller holds. A final snapshot written for this ring is used as is.
+// Without one by the deadline, the last snapshot of any kind is used and the
+// time since it was written is charged at the tenant's peak rate; a final
+// snapshot that turns up later (the previous owner saw the change late)
+// then replaces that estimate. Without any snapshot the tenant keeps what
+// this node already counted.
+func (h *handoff) take(gained []string, to *ring.Ring) arrival {
+	start := time.Now()
+	var a arrival
+	pending := make(map[string]*snapshot.Snapshot, len(gained)) // latest seen
+	for _, n := range gained {
+		pending[n] = nil
+	}
+	deadline := start.Add(h.wait)
+	// A final snapshot for the same member set may be left from an earlier
+	// change (a node left and came back); the previous owner writes this
+	// change's at most a gossip round before this node sees it.
+	recent := start.Add(-2 * time.Second).UnixNano()
+	for len(pending) > 0 {
+		for name := range pending {
+			s, err := h.load(name)
+			if err != nil {
+				continue
+			}
+			if s != nil && s.Final && s.RingHash == to.Hash() && s.WrittenAt > recent {
+				h.router.Limiter(name).Import(time.Now().UnixNano(), s.State)
+				h.router.Release(name)
+				delete(pending, name)
+				a.Final++
+				continue
+			}
+			pending[name] = s
+		}
+		if len(pending) == 0 || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(pollEvery)
+	}
+	stale := make(map[string]limiter.State)
+	for name, s := range pending {
+		lim := h.router.Limiter(name)
+		switch {
+		case lim == nil:
+		case s == nil:
+			a.None++
+		default:
+			now := time.Now().UnixNano()
+			lim.Import(now, s.State)
+			lim.ChargeGap(now, s.State)
+			stale[name] = lim.Export(now)
+			a.Stale++
+		}
+		h.router.Release(name)
+	}
+	a.Took = time.Since(start)
+	if len(stale) > 0 {
+		go h.awaitLateFinals(stale, to)
+	}
+	return a
+}
+
+// awaitLateFinals keeps looking, for a while, for the final snapshots that
+// missed the handoff wait; one that arrives replaces the stale state and
+// gap estimate the tenant was continued from.
+func (h *handoff) awaitLateFinals(base map[string]limiter.State, to *ring.Ring) {
+	recent := time.Now().Add(-h.wait - 2*time.Second).UnixNano()
+	deadline := time.Now().Add(h.late)
+	for len(base) > 0 && time.Now().Before(deadline) {
+		select {
+		case <-h.stop:
+			return
+		case <-time.After(4 * pollEvery):
+		}
+		if h.current().Hash() != to.Hash() {
+			return // the ring moved on; a newer handoff is in charge
+		}
+		for name, st := range base {
+			s, err := h.load(name)
+			if err != nil || s == nil || !s.Final || s.RingHash != to.Hash() || s.WrittenAt < recent {
+				continue
+			}
+			h.router.Limiter(name).Replace(time.Now().UnixNano(), st, s.State)
+			delete(base, name)
+			h.log.Info("handoff", "phase", "late_final", "tenant", name, "from", s.Writer)
+		}
+	}
+}

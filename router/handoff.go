@@ -1,0 +1,162 @@
+package router
+
+import (
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/valyala/fasthttp"
+
+	"github.com/ringgate/ringgate/limiter"
+)
+
+// The router's part in a handoff: holding a tenant's requests while its new
+// owner (this node) loads the tenant's state, and telling the owner about
+// calls that this node admitted before the tenant moved away and that end
+// here afterwards. Loading and saving snapshots is the node's job.
+
+// deltaPath receives deltas from peers; it is signed like a hop.
+const deltaPath = "/_ringgate/delta"
+
+// Hold makes the tenant's requests wait (at most wait) before their first
+// decision here, until Release: a new owner loads the tenant's state first
+// rather than admit blind. It reports false for an unknown tenant.
+func (r *Router) Hold(name string, wait time.Duration) bool {
+	t := r.state.Load().byName[name]
+	if t == nil {
+		return false
+	}
+	g := &gate{open: make(chan struct{}), wait: wait}
+	if old := t.gate.Swap(g); old != nil {
+		old.release()
+	}
+	return true
+}
+
+// Release lets the tenant's held requests through.
+func (r *Router) Release(name string) {
+	if t := r.state.Load().byName[name]; t != nil {
+		if g := t.gate.Swap(nil); g != nil {
+			g.release()
+		}
+	}
+}
+
+// Limiter is the tenant's owner limiter (nil for an unknown tenant), for the
+// node to export and import its state.
+func (r *Router) Limiter(name string) *limiter.Tenant {
+	if t := r.state.Load().byName[name]; t != nil {
+		return t.lim
+	}
+	return nil
+}
+
+// Owns reports whether this node's ring makes it the tenant's owner (a
+// standalone node owns everything).
+func (r *Router) Owns(name string) bool {
+	o := r.view.Load().owner(name)
+	return o == "" || o == r.node
+}
+
+// gate holds a tenant's requests during a handoff.
+type gate struct {
+	open chan struct{}
+	wait time.Duration
+}
+
+func (g *gate) release() {
+	select {
+	case <-g.open:
+	default:
+		close(g.open)
+	}
+}
+
+// awaitHandoff waits while the tenant's state is being loaded, bounded so a
+// stuck handoff cannot hang a request.
+func (t *tenant) awaitHandoff() {
+	g := t.gate.Load()
+	if g == nil {
+		return
+	}
+	timer := time.NewTimer(g.wait)
+	defer timer.Stop()
+	select {
+	case <-g.open:
+	case <-timer.C:
+	}
+}
+
+// deltaMsg is a batch of deltas for one tenant, sent to its owner.
+type deltaMsg struct {
+	Tenant string          `json:"tenant"`
+	Deltas []limiter.Delta `json:"deltas"`
+}
+
+// reportDelta sends a delta of a call admitted here to the tenant's current
+// owner, if that is another node. Best effort and asynchronous: if it is
+// lost, a slot frees itself with its TTL and a token delta is forgotten with
+// its window.
+func (r *Router) reportDelta(t *tenant, d limiter.Delta) {
+	v := r.view.Load()
+	owner := v.owner(t.name)
+	if owner == "" || owner == r.node || !r.hops.enabled() {
+		return
+	}
+	addr := v.addrs[owner]
+	if addr == "" {
+		return
+	}
+	body, err := json.Marshal(deltaMsg{Tenant: t.name, Deltas: []limiter.Delta{d}})
+	if err != nil {
+		return
+	}
+	r.metrics.deltasSent.Inc()
+	go func() {
+		req := fasthttp.AcquireRequest()
+		resp := fasthttp.AcquireResponse()
+		defer fasthttp.ReleaseRequest(req)
+		defer fasthttp.ReleaseResponse(resp)
+		req.Header.SetMethod(fasthttp.MethodPost)
+		req.SetRequestURI(deltaPath)
+		req.Header.SetHost(addr)
+		req.Header.SetContentType("application/json")
+		req.SetBody(body)
+		r.hops.sign(req, r.node, owner, v.version())
+		pc := r.peers.get(addr)
+		if err := pc.hc.DoTimeout(req, resp, 2*time.Second); err != nil || resp.StatusCode() != fasthttp.StatusNoContent {
+			r.log.Warn("handoff", "phase", "delta_lost", "tenant", t.name, "owner", owner,
+				"error", fmt.Sprint(err), "status", resp.StatusCode())
+		}
+	}()
+}
+
+// serveDelta applies deltas a peer reports for a tenant.
+func (r *Router) serveDelta(ctx *fasthttp.RequestCtx) {
+	if !ctx.IsPost() {
+		fail(ctx, fasthttp.StatusMethodNotAllowed, "invalid_request_error", "method_not_allowed", "Use POST.")
+		return
+	}
+	if _, err := r.hops.verify(&ctx.Request, r.node); err != nil {
+		r.metrics.hopsRefused.Inc()
+		fail(ctx, fasthttp.StatusUnauthorized, "invalid_request_error", "invalid_peer_signature",
+			"Peer request refused: "+err.Error()+".")
+		return
+	}
+	var m deltaMsg
+	if err := json.Unmarshal(ctx.PostBody(), &m); err != nil {
+		fail(ctx, fasthttp.StatusBadRequest, "invalid_request_error", "invalid_json", "Malformed delta.")
+		return
+	}
+	t := r.state.Load().byName[m.Tenant]
+	if t == nil {
+		fail(ctx, fasthttp.StatusNotFound, "invalid_request_error", "unknown_tenant", "No tenant named "+m.Tenant+".")
+		return
+	}
+	now := r.clock()
+	for _, d := range m.Deltas {
+		t.lim.Apply(now, d)
+	}
+	r.metrics.deltasApplied.Add(float64(len(m.Deltas)))
+	ctx.SetStatusCode(fasthttp.StatusNoContent)
+}
