@@ -94,7 +94,6 @@ func (t *Tenant) Import(now int64, s State) {
 	t.requests.merge(s.Requests)
 	t.tokens.merge(s.Tokens)
 	t.slots.merge(s.Slots)
-	t.changes.Add(1)
 }
 
 // ChargeGap charges the buckets after the state's newest bucket up to now as
@@ -106,7 +105,6 @@ func (t *Tenant) ChargeGap(now int64, s State) (requests, tokens int64) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	t.advance(now)
-	t.changes.Add(1)
 	return t.requests.chargeGap(s.Requests), t.tokens.chargeGap(s.Tokens)
 }
 
@@ -160,7 +158,6 @@ func (t *Tenant) Apply(now int64, d Delta) {
 	t.requests.adjust(d.Bucket, d.Requests)
 	t.tokens.adjust(d.Bucket, d.Tokens)
 	t.slots.adjust(d.SlotBucket, d.Slots)
-	t.changes.Add(1)
 }
 
 // FinishDelta is what Finish(now, tk, actual) changes, for reporting it to
@@ -190,7 +187,6 @@ func (t *Tenant) Replace(now int64, old, new State) {
 	t.requests.replace(old.Requests, new.Requests)
 	t.tokens.replace(old.Tokens, new.Tokens)
 	t.slots.replace(old.Slots, new.Slots)
-	t.changes.Add(1)
 }
 
 func (w *Window) replace(old, new WindowState) {

@@ -2,7 +2,6 @@ package limiter
 
 import (
 	"sync"
-	"sync/atomic"
 	"time"
 )
 
@@ -73,7 +72,6 @@ func (t *Ticket) Tokens() int64 { return t.tokens }
 // use; a decision takes one uncontended mutex and allocates nothing.
 type Tenant struct {
 	mu       sync.Mutex
-	changes  atomic.Uint64 // bumped by every change, so snapshots skip idle tenants
 	limits   Limits
 	requests Window
 	tokens   Window
@@ -134,7 +132,6 @@ func (t *Tenant) Admit(now, tokens int64) (Ticket, Decision) {
 			admitted:   true,
 		}
 		t.tokens.charge(tokens)
-		t.changes.Add(1)
 	}
 	t.fill(now, &d)
 	return tk, d
@@ -150,7 +147,6 @@ func (t *Tenant) Settle(now int64, tk *Ticket, actual int64) {
 	t.mu.Lock()
 	t.advance(now)
 	t.tokens.adjust(tk.bucket, actual-tk.tokens)
-	t.changes.Add(1)
 	t.mu.Unlock()
 	tk.tokens = actual
 }
@@ -163,7 +159,6 @@ func (t *Tenant) Release(now int64, tk *Ticket) {
 	t.mu.Lock()
 	t.advance(now)
 	t.slots.adjust(tk.slotBucket, -1)
-	t.changes.Add(1)
 	t.mu.Unlock()
 	tk.released = true
 }
@@ -183,13 +178,8 @@ func (t *Tenant) Finish(now int64, tk *Ticket, actual int64) {
 		t.slots.adjust(tk.slotBucket, -1)
 		tk.released = true
 	}
-	t.changes.Add(1)
 	t.mu.Unlock()
 }
-
-// Changes counts the changes made to the tenant's windows so far; equal
-// counts mean nothing changed in between.
-func (t *Tenant) Changes() uint64 { return t.changes.Load() }
 
 // Usage is a point-in-time view of a tenant for admin endpoints.
 type Usage struct {

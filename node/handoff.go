@@ -33,8 +33,8 @@ type handoff struct {
 	current  func() *ring.Ring
 	tenants  func() []string
 
-	mu      sync.Mutex
-	written map[string]uint64 // tenant → limiter.Changes() when last saved
+	mu    sync.Mutex
+	empty map[string]bool // tenant → whether its last saved state was empty
 
 	stop chan struct{}
 	done chan struct{}
@@ -61,7 +61,7 @@ func newHandoff(cfg *config.Config, store *snapshot.Store, rt *router.Router, lo
 		ttl:     cfg.Limits.Window + 2*interval + time.Second,
 		timeout: timeout,
 		current: current, tenants: tenants,
-		written: make(map[string]uint64),
+		empty: make(map[string]bool),
 	}
 }
 
@@ -98,13 +98,14 @@ func (h *handoff) close() {
 }
 
 // saveOwned writes, in one round trip, the tenants this node owns whose
-// state changed since their last save or that hold slots (whose snapshot
-// must not expire while a stream runs).
+// windows hold anything (or just emptied). Saving a busy tenant every
+// interval, changed or not, keeps its snapshot at most an interval old: a
+// new owner that has only this snapshot charges the time since it at the
+// peak rate, so an old one would cost an idle tenant a whole window.
 func (h *handoff) saveOwned() {
 	r := h.current()
 	now := time.Now().UnixNano()
 	var batch []*snapshot.Snapshot
-	var marks []uint64
 	for _, name := range h.tenants() {
 		if !h.router.Owns(name) {
 			continue
@@ -113,23 +114,21 @@ func (h *handoff) saveOwned() {
 		if lim == nil {
 			continue
 		}
-		changes := lim.Changes()
-		h.mu.Lock()
-		last, seen := h.written[name]
-		h.mu.Unlock()
 		st := lim.Export(now)
-		if seen && last == changes && len(st.Slots.Buckets) == 0 {
+		h.mu.Lock()
+		wasEmpty, seen := h.empty[name]
+		h.mu.Unlock()
+		if st.Empty() && (!seen || wasEmpty) {
 			continue
 		}
 		batch = append(batch, &snapshot.Snapshot{Tenant: name, Writer: h.self, WrittenAt: now, RingHash: r.Hash(), State: st})
-		marks = append(marks, changes)
 	}
 	if len(batch) == 0 || h.save(batch) != nil {
 		return
 	}
 	h.mu.Lock()
-	for i, s := range batch {
-		h.written[s.Tenant] = marks[i]
+	for _, s := range batch {
+		h.empty[s.Tenant] = s.State.Empty()
 	}
 	h.mu.Unlock()
 }
@@ -144,10 +143,20 @@ func (h *handoff) save(batch []*snapshot.Snapshot) error {
 	return err
 }
 
-func (h *handoff) load(tenant string) (*snapshot.Snapshot, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), h.timeout)
+// loadMany loads the named tenants' snapshots in one round trip.
+func (h *handoff) loadMany(names []string) ([]*snapshot.Snapshot, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), h.timeout+time.Duration(len(names))*20*time.Microsecond)
 	defer cancel()
-	return h.store.Load(ctx, tenant)
+	return h.store.LoadMany(ctx, names)
+}
+
+// keys lists a pending set's tenants.
+func keys[V any](m map[string]V) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	return out
 }
 
 // flush writes final snapshots of the tenants this node just lost: from now
@@ -187,13 +196,17 @@ func (h *handoff) take(gained []string, to *ring.Ring) arrival {
 	// change's at most a gossip round before this node sees it.
 	recent := start.Add(-2 * time.Second).UnixNano()
 	for len(pending) > 0 {
-		for name := range pending {
-			s, err := h.load(name)
+		names := keys(pending)
+		snaps, err := h.loadMany(names)
+		for i, name := range names {
 			if err != nil {
-				continue
+				break
 			}
+			s := snaps[i]
 			if s != nil && s.Final && s.RingHash == to.Hash() && s.WrittenAt > recent {
-				h.router.Limiter(name).Import(time.Now().UnixNano(), s.State)
+				if lim := h.router.Limiter(name); lim != nil {
+					lim.Import(time.Now().UnixNano(), s.State)
+				}
 				h.router.Release(name)
 				delete(pending, name)
 				a.Final++
@@ -244,12 +257,19 @@ func (h *handoff) awaitLateFinals(base map[string]limiter.State, to *ring.Ring) 
 		if h.current().Hash() != to.Hash() {
 			return // the ring moved on; a newer handoff is in charge
 		}
-		for name, st := range base {
-			s, err := h.load(name)
-			if err != nil || s == nil || !s.Final || s.RingHash != to.Hash() || s.WrittenAt < recent {
+		names := keys(base)
+		snaps, err := h.loadMany(names)
+		if err != nil {
+			continue
+		}
+		for i, name := range names {
+			s, st := snaps[i], base[name]
+			if s == nil || !s.Final || s.RingHash != to.Hash() || s.WrittenAt < recent {
 				continue
 			}
-			h.router.Limiter(name).Replace(time.Now().UnixNano(), st, s.State)
+			if lim := h.router.Limiter(name); lim != nil {
+				lim.Replace(time.Now().UnixNano(), st, s.State)
+			}
 			delete(base, name)
 			h.log.Info("handoff", "phase", "late_final", "tenant", name, "from", s.Writer)
 		}

@@ -509,3 +509,28 @@ func BenchmarkSaveBatch(b *testing.B) {
 		b.Run(fmt.Sprint(n), func(b *testing.B) { benchmarkSaveBatch(b, n) })
 	}
 }
+
+func TestLoadManyOneRoundTrip(t *testing.T) {
+	srv := redistest.Start(t)
+	st := newStore(t, srv.Addr())
+	ctx := context.Background()
+	in := snaps(3, rand.New(rand.NewPCG(2, 2)))
+	if err := st.SaveBatch(ctx, in, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	names := []string{in[0].Tenant, "absent", in[2].Tenant, in[1].Tenant}
+	got, err := st.LoadMany(ctx, names)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []*Snapshot{in[0], nil, in[2], in[1]}
+	for i := range want {
+		if (got[i] == nil) != (want[i] == nil) || got[i] != nil && !equal(got[i], want[i]) {
+			t.Fatalf("LoadMany[%d] (%s) = %+v, want %+v", i, names[i], got[i], want[i])
+		}
+	}
+	srv.Stop()
+	if _, err := st.LoadMany(ctx, names); err == nil {
+		t.Fatal("LoadMany with Redis stopped: no error")
+	}
+}
