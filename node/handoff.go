@@ -6,6 +6,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/ringgate/ringgate/config"
 	"github.com/ringgate/ringgate/limiter"
 	"github.com/ringgate/ringgate/ring"
@@ -62,6 +64,22 @@ func newHandoff(cfg *config.Config, store *snapshot.Store, rt *router.Router, lo
 		timeout: timeout,
 		current: current, tenants: tenants,
 		empty: make(map[string]bool),
+	}
+}
+
+// collectors expose the store's counters as Prometheus counters.
+func (h *handoff) collectors() []prometheus.Collector {
+	stat := func(name, help string, v func(snapshot.Stats) uint64) prometheus.Collector {
+		return prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "ringgate_snapshot_" + name, Help: help},
+			func() float64 { return float64(v(h.store.Stats())) })
+	}
+	return []prometheus.Collector{
+		stat("saved_total", "Tenant snapshots written to Redis.", func(s snapshot.Stats) uint64 { return s.Saved }),
+		stat("save_failures_total", "Snapshot batches that failed or timed out.", func(s snapshot.Stats) uint64 { return s.SaveFailures }),
+		stat("skipped_total", "Redis calls skipped while Redis was failing.", func(s snapshot.Stats) uint64 { return s.Skipped }),
+		stat("loaded_total", "Tenant snapshots read from Redis.", func(s snapshot.Stats) uint64 { return s.Loaded }),
+		stat("load_failures_total", "Snapshot loads that failed or timed out.", func(s snapshot.Stats) uint64 { return s.LoadFailures }),
+		stat("decode_errors_total", "Values under a snapshot key that did not decode.", func(s snapshot.Stats) uint64 { return s.DecodeErrors }),
 	}
 }
 

@@ -95,6 +95,9 @@ func Start(cfg *config.Config, o Options) (*Node, error) {
 			return nil, fmt.Errorf("start node %s: redis: %w", cfg.Node.Name, err)
 		}
 		n.handoff = newHandoff(cfg, store, rt, log, n.currentRing, n.tenants)
+		for _, c := range n.handoff.collectors() {
+			_ = rt.Register(c)
+		}
 		n.handoff.start()
 	}
 	go func() { n.served <- n.server.Serve(ln) }()

@@ -70,4 +70,13 @@ func TestStandaloneRestartKeepsUsage(t *testing.T) {
 	if !strings.Contains(logs.String(), `"snapshot":1`) {
 		t.Errorf("the restart did not log a final snapshot taken over:\n%s", logs.String())
 	}
+	resp, err := http.Get("http://" + second.Addr() + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	metrics, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if !strings.Contains(string(metrics), "ringgate_snapshot_loaded_total 1") {
+		t.Errorf("/metrics lacks the snapshot counters:\n%.2000s", metrics)
+	}
 }

@@ -85,3 +85,7 @@ func (m *metrics) tenant(name string) *tenantCounters {
 	m.tenants[name] = c
 	return c
 }
+
+// Register adds a collector (the node's snapshot store counters, say) to
+// the node's /metrics.
+func (r *Router) Register(c prometheus.Collector) error { return r.metrics.reg.Register(c) }
