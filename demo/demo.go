@@ -47,6 +47,7 @@ func Run(ctx context.Context, args []string, out io.Writer) error {
 	window := fs.Duration("window", 5*time.Second, "sliding window of the demo's limits")
 	windows := fs.Int("windows", 4, "how many windows of load to run")
 	verbose := fs.Bool("v", false, "print every node log line")
+	redisAddr := fs.String("redis", "", "Redis host:port for handoff snapshots (default: none)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -84,6 +85,10 @@ func Run(ctx context.Context, args []string, out io.Writer) error {
 	base.Node.DrainTimeout = 10 * time.Second
 	base.Cluster.Secret = secret
 	base.Limits.Window = *window
+	if *redisAddr != "" {
+		base.Redis.Addr = *redisAddr
+		base.Redis.SnapshotInterval = *window / 10
+	}
 	base.Upstreams = []config.Upstream{{
 		Name: "fake", Kind: config.KindOpenAI, BaseURL: "http://" + upAddr,
 		Models: []string{"gpt-4o-mini"}, ConnectTimeout: time.Second, Timeout: 30 * time.Second,
@@ -349,8 +354,9 @@ func report(out io.Writer, res []outcome, recs []fakeupstream.Record, window tim
 			codes[200], codes[429], other, strings.Join(names, ","))
 	}
 	tw.Flush()
-	fmt.Fprintln(out, "\n(a tenant is enforced by its owner; it moves when the ring changes, and until Redis handoff")
-	fmt.Fprintln(out, " exists the new owner starts from a fresh window, which is what the scale-up and drain show)")
+	fmt.Fprintln(out, "\n(a tenant is enforced by its owner and moves when the ring changes; without -redis the new owner")
+	fmt.Fprintln(out, " starts from a fresh window, which is what the scale-up and drain show; with -redis HOST:PORT")
+	fmt.Fprintln(out, " the state is handed over through snapshots)")
 }
 
 // slidingMax is the largest count and token sum in any window-long interval
