@@ -100,7 +100,10 @@ func (t *Tenant) Import(now int64, s State) {
 // if the tenant had spent them at its recent peak rate: the conservative
 // stand-in for what happened between a stale snapshot and now. The peak is
 // the largest bucket of s; what is charged never takes a window past its
-// limit. It returns the requests and tokens charged.
+// limit. When the limit caps the charge, the newest buckets are charged
+// first: the spending assumed is the most recent possible, so it weighs on
+// the windows that follow for as long as real spending could. It returns
+// the requests and tokens charged.
 func (t *Tenant) ChargeGap(now int64, s State) (requests, tokens int64) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -117,7 +120,7 @@ func (w *Window) chargeGap(ws WindowState) int64 {
 		return 0
 	}
 	var charged int64
-	for b := max(ws.Head+1, w.head-ring+1); b <= w.head; b++ {
+	for b := w.head; b >= max(ws.Head+1, w.head-ring+1); b-- {
 		n := peak
 		if w.limit > 0 {
 			n = min(n, w.limit-w.total)
@@ -200,4 +203,20 @@ func (w *Window) replace(old, new WindowState) {
 		}
 	}
 	w.merge(new)
+}
+
+// Share is s with every bucket divided by n, rounded up: one node's share of
+// another's usage, when n nodes split a limit.
+func (s State) Share(n int64) State {
+	if n <= 1 {
+		return s
+	}
+	scale := func(ws WindowState) WindowState {
+		out := WindowState{Width: ws.Width, Head: ws.Head, Buckets: make([]Bucket, len(ws.Buckets))}
+		for i, b := range ws.Buckets {
+			out.Buckets[i] = Bucket{Index: b.Index, Value: (b.Value + n - 1) / n}
+		}
+		return out
+	}
+	return State{Requests: scale(s.Requests), Tokens: scale(s.Tokens), Slots: scale(s.Slots)}
 }

@@ -126,3 +126,20 @@ func TestReplaceStaleWithFinal(t *testing.T) {
 		t.Fatalf("after the final snapshot: %d requests, want 14", u.Requests)
 	}
 }
+
+func TestShareRoundsUp(t *testing.T) {
+	s := State{Requests: WindowState{Width: 1, Head: 9, Buckets: []Bucket{{Index: 3, Value: 7}, {Index: 9, Value: 1}}}}
+	cases := []struct {
+		n    int64
+		want []int64
+	}{{1, []int64{7, 1}}, {2, []int64{4, 1}}, {3, []int64{3, 1}}, {8, []int64{1, 1}}}
+	for _, tc := range cases {
+		got := s.Share(tc.n).Requests.Buckets
+		if len(got) != 2 || got[0].Value != tc.want[0] || got[1].Value != tc.want[1] || got[0].Index != 3 {
+			t.Errorf("Share(%d) = %+v, want values %v", tc.n, got, tc.want)
+		}
+	}
+	if s.Requests.Buckets[0].Value != 7 {
+		t.Error("Share changed its receiver")
+	}
+}

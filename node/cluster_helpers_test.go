@@ -115,6 +115,20 @@ type clCluster struct {
 	tenants []config.Tenant
 	nodes   []*clNode
 	hc      *http.Client
+	opts    clOptions
+}
+
+// clOptions are the optional settings of startClusterWith; the zero value
+// is what startCluster uses (no Redis, the default timings).
+type clOptions struct {
+	// Redis, if set, is the address of the Redis every node snapshots to.
+	Redis            string
+	SnapshotInterval time.Duration // redis.snapshot_interval (0: config default)
+	HandoffWait      time.Duration // redis.handoff_wait (0: config default)
+	RedisTimeout     time.Duration // redis.timeout (0: config default)
+	// ForwardConnectTimeout overrides cluster.forward_connect_timeout
+	// (0: 15 ms).
+	ForwardConnectTimeout time.Duration
 }
 
 // clTenant is a tenant with the given requests per window and token and
@@ -131,6 +145,12 @@ func clTenant(name string, rpm int) config.Tenant {
 // cluster secret, nodes 2..N joining the first; it waits for the ring to
 // converge. Everything stops when t ends.
 func startCluster(t *testing.T, n int, window time.Duration, tenants ...config.Tenant) *clCluster {
+	t.Helper()
+	return startClusterWith(t, n, window, clOptions{}, tenants...)
+}
+
+// startClusterWith is startCluster with options (Redis snapshots, timings).
+func startClusterWith(t *testing.T, n int, window time.Duration, opts clOptions, tenants ...config.Tenant) *clCluster {
 	t.Helper()
 	tok, err := reserve.NewTokenizer()
 	if err != nil {
@@ -153,7 +173,8 @@ func startCluster(t *testing.T, n int, window time.Duration, tenants ...config.T
 	tr := &http.Transport{MaxIdleConnsPerHost: 32, IdleConnTimeout: 30 * time.Second}
 	c := &clCluster{
 		t: t, fake: fake, upAddr: upAddr, secret: secret, window: window, tenants: tenants,
-		hc: &http.Client{Transport: tr, Timeout: clReqTimeout},
+		hc:   &http.Client{Transport: tr, Timeout: clReqTimeout},
+		opts: opts,
 	}
 	// Cleanups run last-registered first: nodes close before the fake.
 	t.Cleanup(func() {
@@ -200,6 +221,21 @@ func (c *clCluster) addNode() *clNode {
 	}
 	cfg.Cluster.Secret = c.secret
 	cfg.Cluster.ForwardConnectTimeout = 15 * time.Millisecond
+	if c.opts.ForwardConnectTimeout > 0 {
+		cfg.Cluster.ForwardConnectTimeout = c.opts.ForwardConnectTimeout
+	}
+	if c.opts.Redis != "" {
+		cfg.Redis.Addr = c.opts.Redis
+		if c.opts.SnapshotInterval > 0 {
+			cfg.Redis.SnapshotInterval = c.opts.SnapshotInterval
+		}
+		if c.opts.HandoffWait > 0 {
+			cfg.Redis.HandoffWait = c.opts.HandoffWait
+		}
+		if c.opts.RedisTimeout > 0 {
+			cfg.Redis.Timeout = c.opts.RedisTimeout
+		}
+	}
 	cfg.Cluster.HopSkew = 5 * time.Second
 	cfg.Limits.Window = c.window
 	cfg.Upstreams = []config.Upstream{{

@@ -67,6 +67,16 @@ func newHandoff(cfg *config.Config, store *snapshot.Store, rt *router.Router, lo
 	}
 }
 
+// lastState is a tenant's last snapshot, whatever wrote it, for seeding a
+// fallback share while its owner is unreachable.
+func (h *handoff) lastState(tenant string) (limiter.State, bool) {
+	snaps, err := h.loadMany([]string{tenant})
+	if err != nil || snaps[0] == nil {
+		return limiter.State{}, false
+	}
+	return snaps[0].State, true
+}
+
 // collectors expose the store's counters as Prometheus counters.
 func (h *handoff) collectors() []prometheus.Collector {
 	stat := func(name, help string, v func(snapshot.Stats) uint64) prometheus.Collector {

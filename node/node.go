@@ -99,6 +99,7 @@ func Start(cfg *config.Config, o Options) (*Node, error) {
 			_ = rt.Register(c)
 		}
 		n.handoff.start()
+		rt.SetFallbackSeed(n.handoff.lastState)
 	}
 	go func() { n.served <- n.server.Serve(ln) }()
 	if n.handoff != nil && cfg.Node.Gossip == "" {
@@ -110,7 +111,7 @@ func Start(cfg *config.Config, o Options) (*Node, error) {
 		}
 		a := n.handoff.take(names, nil)
 		log.Info("rebalance", "ring_version", 0, "members", []string{cfg.Node.Name}, "taken_over", len(names),
-			"state", map[string]int{"snapshot": a.Final, "stale_snapshot": a.Stale, "none": a.None}, "handoff_ms", a.Took.Milliseconds())
+			"state", map[string]int{"redis_snapshot": a.Final, "stale_redis_snapshot": a.Stale, "fresh": a.None}, "handoff_ms", a.Took.Milliseconds())
 	}
 
 	if cfg.Node.Gossip != "" {
@@ -212,12 +213,16 @@ func (n *Node) onRing(from, to *ring.Ring) {
 	n.mu.Unlock()
 	n.publish(to)
 
-	state := map[string]int{"snapshot": 0, "stale_snapshot": 0, "none": len(gained)}
+	state := map[string]int{"redis_snapshot": 0, "stale_redis_snapshot": 0, "fresh": len(gained)}
 	var flushErr error
 	if n.handoff != nil {
 		flushErr = n.handoff.flush(lost, to)
 		a := n.handoff.take(gained, to)
-		state = map[string]int{"snapshot": a.Final, "stale_snapshot": a.Stale, "none": a.None}
+		state = map[string]int{"redis_snapshot": a.Final, "stale_redis_snapshot": a.Stale, "fresh": a.None}
+	} else {
+		for _, t := range gained {
+			n.router.Release(t) // applies deltas that arrived before this ring
+		}
 	}
 	n.mu.Lock()
 	since := time.Since(n.changedAt)

@@ -67,7 +67,7 @@ func TestStandaloneRestartKeepsUsage(t *testing.T) {
 	if fmt.Sprint(got) != "[200 200 429]" {
 		t.Fatalf("after the restart: %v, want [200 200 429]\n%s", got, logs.String())
 	}
-	if !strings.Contains(logs.String(), `"snapshot":1`) {
+	if !strings.Contains(logs.String(), `"redis_snapshot":1`) {
 		t.Errorf("the restart did not log a final snapshot taken over:\n%s", logs.String())
 	}
 	resp, err := http.Get("http://" + second.Addr() + "/metrics")

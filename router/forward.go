@@ -215,11 +215,47 @@ func (r *Router) fallbackLimiter(t *tenant, v *view, owner string) (*limiter.Ten
 		// Never store a -1 share: the limiter reads <= 0 as "no limit".
 		t.fallback.SetLimits(l)
 	}
-	if t.inFallback.CompareAndSwap(false, true) {
-		r.log.Warn("fallback", "phase", "start", "tenant", t.name, "owner", owner, "members", n,
-			"share_rpm", l.Requests, "share_tpm", l.Tokens, "share_concurrency", l.Concurrency)
+	if !t.inFallback.Load() {
+		// The first request of an episode seeds the share with the owner's
+		// recent usage; the others wait for it rather than admit blind.
+		t.fallbackMu.Lock()
+		if !t.inFallback.Load() {
+			seeded := r.seedFallback(t, n)
+			t.inFallback.Store(true)
+			r.log.Warn("fallback", "phase", "start", "tenant", t.name, "owner", owner, "members", n,
+				"share_rpm", l.Requests, "share_tpm", l.Tokens, "share_concurrency", l.Concurrency, "seeded", seeded)
+		}
+		t.fallbackMu.Unlock()
 	}
 	return t.fallback, open
+}
+
+// seedFallback charges the tenant's fallback share with its share (1/n) of
+// what the unreachable owner last reported in its snapshot, and of the time
+// since at the peak rate. Each of the n-1 other nodes doing the same keeps
+// their admissions plus the owner's within the limit, instead of adding
+// n-1 fresh shares to whatever the owner had admitted before it went
+// silent. Without a snapshot source (no Redis) it does nothing.
+func (r *Router) seedFallback(t *tenant, n int64) bool {
+	seed := r.fallbackSeed.Load()
+	if seed == nil {
+		return false
+	}
+	st, ok := (*seed)(t.name)
+	if !ok {
+		return false
+	}
+	share := st.Share(n)
+	now := r.clock()
+	t.fallback.Replace(now, limiter.State{}, share)
+	t.fallback.ChargeGap(now, share)
+	return true
+}
+
+// SetFallbackSeed gives the router a source of a tenant's last known state
+// (the node's snapshot store) for seeding fallback shares.
+func (r *Router) SetFallbackSeed(seed func(tenant string) (limiter.State, bool)) {
+	r.fallbackSeed.Store(&seed)
 }
 
 // endFallback logs the end of a tenant's fallback episode, once.

@@ -3,6 +3,7 @@ package router
 import (
 	"encoding/json"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/valyala/fasthttp"
@@ -33,13 +34,76 @@ func (r *Router) Hold(name string, wait time.Duration) bool {
 	return true
 }
 
-// Release lets the tenant's held requests through.
+// Release lets the tenant's held requests through, after applying the
+// deltas that reached this node for the tenant before it took the tenant
+// over (see serveDelta). The node calls it once it has loaded the tenant's
+// state, or, without snapshots, once its ring makes it the owner.
 func (r *Router) Release(name string) {
-	if t := r.state.Load().byName[name]; t != nil {
-		if g := t.gate.Swap(nil); g != nil {
-			g.release()
+	t := r.state.Load().byName[name]
+	if t == nil {
+		return
+	}
+	r.held.mu.Lock()
+	ds := r.held.by[name]
+	delete(r.held.by, name)
+	g := t.gate.Swap(nil)
+	if len(ds) > 0 {
+		now := r.clock()
+		for _, h := range ds {
+			if now-h.at < int64(t.lim.Window()) {
+				t.lim.Apply(now, h.d)
+			}
 		}
 	}
+	r.held.mu.Unlock()
+	if g != nil {
+		g.release()
+	}
+}
+
+// heldDeltas are deltas for tenants this node has not taken over yet: it
+// does not own them by its ring (the sender saw the ring change first), or
+// it holds them while it loads their state. Applied then, they would be
+// lost: the state loaded replaces what the windows held, and a release
+// (-1 slot) that arrives before the charge it releases cannot be applied.
+// Release applies them; ones older than a window are dropped.
+type heldDeltas struct {
+	mu sync.Mutex
+	by map[string][]heldDelta
+}
+
+type heldDelta struct {
+	at int64 // when it arrived (router clock)
+	d  limiter.Delta
+}
+
+// hold keeps ds for the tenant t if it is not taken over yet, and reports
+// whether it did.
+func (r *Router) hold(t *tenant, now int64, ds []limiter.Delta) bool {
+	r.held.mu.Lock()
+	defer r.held.mu.Unlock()
+	if t.gate.Load() == nil && r.Owns(t.name) {
+		return false
+	}
+	if r.held.by == nil {
+		r.held.by = make(map[string][]heldDelta)
+	}
+	window := int64(t.lim.Window())
+	for name, hs := range r.held.by { // forget deltas for tenants never taken over
+		i := 0
+		for i < len(hs) && now-hs[i].at >= window {
+			i++
+		}
+		if i == len(hs) {
+			delete(r.held.by, name)
+		} else if i > 0 {
+			r.held.by[name] = hs[i:]
+		}
+	}
+	for _, d := range ds {
+		r.held.by[t.name] = append(r.held.by[t.name], heldDelta{at: now, d: d})
+	}
+	return true
 }
 
 // Limiter is the tenant's owner limiter (nil for an unknown tenant), for the
@@ -154,8 +218,10 @@ func (r *Router) serveDelta(ctx *fasthttp.RequestCtx) {
 		return
 	}
 	now := r.clock()
-	for _, d := range m.Deltas {
-		t.lim.Apply(now, d)
+	if !r.hold(t, now, m.Deltas) {
+		for _, d := range m.Deltas {
+			t.lim.Apply(now, d)
+		}
 	}
 	r.metrics.deltasApplied.Add(float64(len(m.Deltas)))
 	ctx.SetStatusCode(fasthttp.StatusNoContent)

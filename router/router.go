@@ -12,6 +12,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/ringgate/ringgate/config"
+	"github.com/ringgate/ringgate/limiter"
 	"github.com/ringgate/ringgate/reserve"
 	"github.com/ringgate/ringgate/upstream"
 )
@@ -40,7 +41,10 @@ type Router struct {
 	reloadMu sync.Mutex
 	view     atomic.Pointer[view]
 	hops     *signer
-	peers    *peers
+	// fallbackSeed loads a tenant's last snapshot (nil without Redis).
+	fallbackSeed atomic.Pointer[func(tenant string) (limiter.State, bool)]
+	peers        *peers
+	held         heldDeltas // deltas for tenants not taken over yet (handoff.go)
 
 	draining atomic.Bool
 	ready    atomic.Bool

@@ -2,6 +2,7 @@ package router
 
 import (
 	"fmt"
+	"sync"
 	"sync/atomic"
 
 	"github.com/ringgate/ringgate/config"
@@ -22,6 +23,7 @@ type tenant struct {
 	// is logged once.
 	fallback   *limiter.Tenant
 	inFallback atomic.Bool
+	fallbackMu sync.Mutex // serialises the start of an episode
 
 	// gate holds requests while this node, the new owner, loads the
 	// tenant's state; nil when open.
