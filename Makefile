@@ -23,9 +23,11 @@ e2e:
 fuzz:
 	$(GO) test -run XXX -fuzz FuzzParseRequest -fuzztime 30s ./upstream/
 	$(GO) test -run XXX -fuzz FuzzParse -fuzztime 30s ./config/
+	$(GO) test -run XXX -fuzz FuzzDecode -fuzztime 30s ./snapshot/
 
 bench:
-	$(GO) test -run XXX -bench . -benchmem ./limiter/ ./reserve/ ./ring/ ./router/
+	$(GO) test -run XXX -bench . -benchmem ./limiter/ ./reserve/ ./ring/ ./snapshot/
+	$(GO) test -run XXX -bench . -benchmem -benchtime 2000x ./node/
 
 build:
 	$(GO) build -o ringgate .

@@ -1,6 +1,7 @@
 package router
 
 import (
+	"math"
 	"sort"
 
 	"github.com/ringgate/ringgate/ring"
@@ -36,7 +37,25 @@ func (r *Router) SetView(v View) {
 		nv.live = 1
 	}
 	r.view.Store(nv)
+	r.trackOwnership(nv)
 }
+
+// trackOwnership records, per tenant, until when this node owned it
+// (ownedNow while it does): a node that just handed a tenant over still
+// holds its state, one that never owned it holds nothing worth enforcing on.
+func (r *Router) trackOwnership(v *view) {
+	now := r.clock()
+	for name, t := range r.state.Load().byName {
+		if o := v.owner(name); o == "" || o == r.node {
+			t.ownedUntil.Store(ownedNow)
+		} else {
+			t.ownedUntil.CompareAndSwap(ownedNow, now)
+		}
+	}
+}
+
+// ownedNow marks a tenant this node owns.
+const ownedNow = math.MaxInt64
 
 // owner reports the tenant's owner, or "" when there is no ring to ask (a
 // standalone node, or one that has not joined yet): then this node enforces.

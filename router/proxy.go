@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"sync"
+	"time"
 
 	"github.com/valyala/fasthttp"
 
@@ -55,8 +56,16 @@ func (r *Router) serveAPI(ctx *fasthttp.RequestCtx, ep upstream.Endpoint) bool {
 	}
 	v := r.view.Load()
 	owner := v.owner(t.name)
-	if hop || owner == "" || owner == r.node {
-		// A hop is enforced here whatever this node's ring says (hop limit 1).
+	if hop {
+		// A hop is enforced here whatever this node's ring says (hop limit
+		// 1), but on state that counts: see hopLimiter.
+		lim, open := r.hopLimiter(t)
+		if !open {
+			return r.refuseZeroShare(ctx)
+		}
+		return r.serveLocal(ctx, ep, st, t, lim)
+	}
+	if owner == "" || owner == r.node {
 		return r.serveLocal(ctx, ep, st, t, t.lim)
 	}
 	handled, streaming := r.toOwner(ctx, v, owner, t)
@@ -65,13 +74,45 @@ func (r *Router) serveAPI(ctx *fasthttp.RequestCtx, ep upstream.Endpoint) bool {
 	}
 	lim, open := r.fallbackLimiter(t, v, owner)
 	if !open {
-		ctx.Response.Header.Set("x-ringgate-node", r.node)
-		ctx.Response.Header.Set("Retry-After", "1")
-		fail(ctx, fasthttp.StatusTooManyRequests, "requests", "rate_limit_exceeded",
-			"The node enforcing this tenant's limits is unreachable and this node's share of them is zero. Please try again in 1s.")
-		return false
+		return r.refuseZeroShare(ctx)
 	}
 	return r.serveLocal(ctx, ep, st, t, lim)
+}
+
+func (r *Router) refuseZeroShare(ctx *fasthttp.RequestCtx) bool {
+	ctx.Response.Header.Set("x-ringgate-node", r.node)
+	ctx.Response.Header.Set("Retry-After", "1")
+	fail(ctx, fasthttp.StatusTooManyRequests, "requests", "rate_limit_exceeded",
+		"The node enforcing this tenant's limits is unreachable and this node's share of them is zero. Please try again in 1s.")
+	return false
+}
+
+// hopCatchUp bounds how long a hop waits for this node's ring to make it
+// the tenant's owner: gossip reaches members at different times, so the
+// sender may see a change (a crash detected, a join) before this node does.
+const hopCatchUp = 1500 * time.Millisecond
+
+// hopLimiter picks the limiter a hop is enforced on. The owner's, when this
+// node owns the tenant, or owned it within the last window (it handed the
+// tenant over and still counts its calls, which it reports to the new
+// owner). A hop for a tenant this node never owned means the sender's ring
+// is ahead of this node's: the hop waits for this node to catch up and
+// take the tenant over with its state; if it does not in time, the hop
+// gets this node's strict share rather than an owner limiter that knows
+// nothing of the tenant.
+func (r *Router) hopLimiter(t *tenant) (*limiter.Tenant, bool) {
+	deadline := time.Now().Add(hopCatchUp)
+	for {
+		until := t.ownedUntil.Load()
+		if until == ownedNow || until > r.clock()-int64(t.lim.Window()) {
+			return t.lim, true
+		}
+		if time.Now().After(deadline) {
+			v := r.view.Load()
+			return r.fallbackLimiter(t, v, v.owner(t.name))
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
 }
 
 // serveLocal enforces the tenant's limits on lim and serves the request.

@@ -28,6 +28,10 @@ type tenant struct {
 	// gate holds requests while this node, the new owner, loads the
 	// tenant's state; nil when open.
 	gate atomic.Pointer[gate]
+
+	// ownedUntil is when this node stopped owning the tenant (Unix ns),
+	// ownedNow while it owns it, 0 if it never did.
+	ownedUntil atomic.Int64
 }
 
 // state is everything a reload replaces at once; requests read it through an
@@ -87,6 +91,11 @@ func buildState(cfg *config.Config, prev *state, m *metrics) (*state, error) {
 			fallback = limiter.NewTenant(limits, cfg.Limits.Window, cfg.Limits.SlotTTL)
 		}
 		t := &tenant{name: tc.Name, priority: tc.Priority, limits: limits, lim: lim, fallback: fallback, counts: m.tenant(tc.Name)}
+		if prev != nil {
+			if old := prev.byName[tc.Name]; old != nil {
+				t.ownedUntil.Store(old.ownedUntil.Load())
+			}
+		}
 		st.byName[tc.Name] = t
 		hashes, err := tc.KeyHashes()
 		if err != nil {
