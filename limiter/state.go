@@ -59,8 +59,13 @@ func (w *Window) merge(ws WindowState) {
 		return
 	}
 	for _, b := range ws.Buckets {
-		if b.Value <= 0 || !w.live(b.Index) {
+		if b.Value <= 0 || b.Index <= w.head-ring {
 			continue
+		}
+		if b.Index > w.head {
+			// The writer's clock runs ahead of this node's: count the
+			// charge now rather than drop it.
+			b.Index = w.head
 		}
 		w.buckets[b.Index%ring] += b.Value
 		w.total += b.Value
@@ -83,17 +88,61 @@ func (t *Tenant) Export(now int64) State {
 	return State{Requests: t.requests.export(), Tokens: t.tokens.export(), Slots: t.slots.export()}
 }
 
-// Import replaces the tenant's windows with a handed-over state, at now.
+// Import replaces the tenant's windows with a handed-over state, at now, and
+// makes this the tenant's authoritative state again (see Freeze).
 func (t *Tenant) Import(now int64, s State) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	t.advance(now)
+	t.frozen = false
 	t.requests.reset()
 	t.tokens.reset()
 	t.slots.reset()
 	t.requests.merge(s.Requests)
 	t.tokens.merge(s.Tokens)
 	t.slots.merge(s.Slots)
+}
+
+// Freeze marks the tenant's state as handed over to another node and
+// returns it: from now on the other node counts this tenant, and what calls
+// admitted here do afterwards (FinishOrHand) goes to it as deltas instead of
+// into these windows, so nothing is counted twice or lost between the
+// export and the moment this node stops routing to itself. Admissions still
+// made here (hops from nodes that have not seen the change) are charged
+// here too and flagged on their tickets (HandedOver) for reporting.
+func (t *Tenant) Freeze(now int64) State {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.advance(now)
+	t.frozen = true
+	return State{Requests: t.requests.export(), Tokens: t.tokens.export(), Slots: t.slots.export()}
+}
+
+// Thaw makes the windows authoritative again without importing anything: a
+// tenant comes back to a node that has no snapshot to load.
+func (t *Tenant) Thaw() {
+	t.mu.Lock()
+	t.frozen = false
+	t.mu.Unlock()
+}
+
+// FinishOrHand is Finish for a tenant that may have been handed over: if it
+// was (Freeze), nothing is applied here and the change is returned as a
+// delta for the new owner, with ok true.
+func (t *Tenant) FinishOrHand(now int64, tk *Ticket, actual int64) (d Delta, handed bool) {
+	if !tk.admitted {
+		return Delta{}, false
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if !t.frozen {
+		t.finishLocked(now, tk, actual)
+		return Delta{}, false
+	}
+	d = FinishDelta(tk, actual)
+	tk.tokens = actual
+	tk.released = true
+	return d, true
 }
 
 // ChargeGap charges the buckets after the state's newest bucket up to now as

@@ -143,3 +143,48 @@ func TestShareRoundsUp(t *testing.T) {
 		t.Error("Share changed its receiver")
 	}
 }
+
+// After Freeze, a call admitted before it finishes as a delta for the new
+// owner and changes nothing here; one admitted after it is flagged.
+func TestFreezeHandsFinishesOver(t *testing.T) {
+	tn := NewTenant(Limits{Requests: 10, Tokens: 1000, Concurrency: 2}, time.Minute, time.Hour)
+	before, _ := tn.Admit(t0, 300)
+	if before.HandedOver() {
+		t.Fatal("admitted before the freeze, flagged as handed over")
+	}
+	final := tn.Freeze(t0 + 1)
+	after, _ := tn.Admit(t0+2, 100)
+	if !after.HandedOver() {
+		t.Fatal("admitted after the freeze, not flagged")
+	}
+	d, handed := tn.FinishOrHand(t0+3, &before, 120)
+	if !handed || d.Tokens != -180 || d.Slots != -1 {
+		t.Fatalf("finish after freeze: %+v handed=%v", d, handed)
+	}
+	if u := tn.Usage(t0 + 3); u.Tokens != 400 || u.InFlight != 2 {
+		t.Fatalf("a handed-over finish changed the frozen windows: %+v", u)
+	}
+	owner := NewTenant(Limits{Requests: 10, Tokens: 1000, Concurrency: 2}, time.Minute, time.Hour)
+	owner.Import(t0+4, final)
+	owner.Apply(t0+4, DeltaOf(&after))
+	owner.Apply(t0+4, d)
+	if u := owner.Usage(t0 + 4); u.Tokens != 220 || u.InFlight != 1 || u.Requests != 2 {
+		t.Fatalf("new owner after the deltas: %+v", u)
+	}
+	tn.Import(t0+5, owner.Export(t0+5))
+	if _, handed := tn.FinishOrHand(t0+6, &after, 100); handed {
+		t.Fatal("a tenant taken back is still frozen")
+	}
+}
+
+// A writer whose clock runs ahead: its newest bucket is counted now, not
+// dropped.
+func TestImportFutureBucketsCountNow(t *testing.T) {
+	w := NewTenant(Limits{Requests: 10}, time.Minute, time.Hour)
+	w.Admit(t0+int64(time.Second), 1)
+	r := NewTenant(Limits{Requests: 10}, time.Minute, time.Hour)
+	r.Import(t0, w.Export(t0+int64(time.Second)))
+	if u := r.Usage(t0); u.Requests != 1 {
+		t.Fatalf("a future bucket was dropped: %+v", u)
+	}
+}

@@ -63,7 +63,12 @@ type Ticket struct {
 	tokens     int64 // tokens charged so far
 	admitted   bool
 	released   bool
+	handedOver bool // admitted after the tenant's state was handed over
 }
+
+// HandedOver reports whether the ticket was admitted after the tenant's
+// state was handed to another node (Freeze): that node must be told.
+func (t *Ticket) HandedOver() bool { return t.handedOver }
 
 // Tokens reports the tokens currently charged for the ticket.
 func (t *Ticket) Tokens() int64 { return t.tokens }
@@ -73,6 +78,7 @@ func (t *Ticket) Tokens() int64 { return t.tokens }
 type Tenant struct {
 	mu       sync.Mutex
 	limits   Limits
+	frozen   bool // state handed over to another node (Freeze)
 	requests Window
 	tokens   Window
 	slots    Window
@@ -130,6 +136,7 @@ func (t *Tenant) Admit(now, tokens int64) (Ticket, Decision) {
 			slotBucket: t.slots.charge(1),
 			tokens:     tokens,
 			admitted:   true,
+			handedOver: t.frozen,
 		}
 		t.tokens.charge(tokens)
 	}
@@ -169,6 +176,11 @@ func (t *Tenant) Finish(now int64, tk *Ticket, actual int64) {
 		return
 	}
 	t.mu.Lock()
+	t.finishLocked(now, tk, actual)
+	t.mu.Unlock()
+}
+
+func (t *Tenant) finishLocked(now int64, tk *Ticket, actual int64) {
 	t.advance(now)
 	if actual != tk.tokens {
 		t.tokens.adjust(tk.bucket, actual-tk.tokens)
@@ -178,7 +190,6 @@ func (t *Tenant) Finish(now int64, tk *Ticket, actual int64) {
 		t.slots.adjust(tk.slotBucket, -1)
 		tk.released = true
 	}
-	t.mu.Unlock()
 }
 
 // Usage is a point-in-time view of a tenant for admin endpoints.

@@ -35,8 +35,9 @@ type handoff struct {
 	current  func() *ring.Ring
 	tenants  func() []string
 
-	mu    sync.Mutex
-	empty map[string]bool // tenant → whether its last saved state was empty
+	saveMu sync.Mutex // one save at a time: a periodic save never lands after a final
+	mu     sync.Mutex
+	empty  map[string]bool // tenant → whether its last saved state was empty
 
 	stop chan struct{}
 	done chan struct{}
@@ -93,6 +94,14 @@ func (h *handoff) collectors() []prometheus.Collector {
 	}
 }
 
+// gateWait is how long a gained tenant's requests may be held: long enough
+// for the whole of onRing's handoff (flush, the wait, a last load), so a
+// held request never times out into a window that is then replaced.
+func (h *handoff) gateWait(lost, gained int) time.Duration {
+	perCall := h.timeout + time.Duration(max(lost, gained))*40*time.Microsecond
+	return h.wait + 3*perCall + 100*time.Millisecond
+}
+
 // pollEvery is how often a new owner looks for the final snapshot.
 const pollEvery = 5 * time.Millisecond
 
@@ -131,12 +140,19 @@ func (h *handoff) close() {
 // new owner that has only this snapshot charges the time since it at the
 // peak rate, so an old one would cost an idle tenant a whole window.
 func (h *handoff) saveOwned() {
+	// Not while a final snapshot is written: this save could land after
+	// it and bury it.
+	h.saveMu.Lock()
+	defer h.saveMu.Unlock()
+	if !h.router.Ready() {
+		return // not joined yet: its view of who owns what is its own
+	}
 	r := h.current()
 	now := time.Now().UnixNano()
 	var batch []*snapshot.Snapshot
 	for _, name := range h.tenants() {
-		if !h.router.Owns(name) {
-			continue
+		if !h.router.Owns(name) || h.router.Held(name) {
+			continue // not ours, or ours but its state is still on its way
 		}
 		lim := h.router.Limiter(name)
 		if lim == nil {
@@ -193,12 +209,14 @@ func (h *handoff) flush(lost []string, to *ring.Ring) error {
 	if len(lost) == 0 {
 		return nil
 	}
+	h.saveMu.Lock()
+	defer h.saveMu.Unlock()
 	now := time.Now().UnixNano()
 	batch := make([]*snapshot.Snapshot, 0, len(lost))
 	for _, name := range lost {
 		if lim := h.router.Limiter(name); lim != nil {
 			batch = append(batch, &snapshot.Snapshot{Tenant: name, Writer: h.self, WrittenAt: now,
-				RingHash: to.Hash(), Final: true, State: lim.Export(now)})
+				RingHash: to.Hash(), Final: true, State: lim.Freeze(now)})
 		}
 	}
 	return h.save(batch)
@@ -231,7 +249,7 @@ func (h *handoff) take(gained []string, to *ring.Ring) arrival {
 				break
 			}
 			s := snaps[i]
-			if s != nil && s.Final && s.RingHash == to.Hash() && s.WrittenAt > recent {
+			if s != nil && s.Final && s.RingHash == to.Hash() && (s.WrittenAt > recent || to == nil) {
 				if lim := h.router.Limiter(name); lim != nil {
 					lim.Import(time.Now().UnixNano(), s.State)
 				}
@@ -282,7 +300,7 @@ func (h *handoff) awaitLateFinals(base map[string]limiter.State, to *ring.Ring) 
 			return
 		case <-time.After(4 * pollEvery):
 		}
-		if h.current().Hash() != to.Hash() {
+		if h.current() != to {
 			return // the ring moved on; a newer handoff is in charge
 		}
 		names := keys(base)

@@ -55,6 +55,7 @@ type Node struct {
 
 	handoff *handoff // nil without Redis
 
+	pubMu       sync.Mutex
 	mu          sync.Mutex
 	ring        *ring.Ring // the ring onRing last handled: the one routing uses
 	members     []gossip.Member
@@ -101,18 +102,16 @@ func Start(cfg *config.Config, o Options) (*Node, error) {
 		n.handoff.start()
 		rt.SetFallbackSeed(n.handoff.lastState)
 	}
-	go func() { n.served <- n.server.Serve(ln) }()
 	if n.handoff != nil && cfg.Node.Gossip == "" {
 		// A standalone node restarting continues its tenants' windows
-		// from the last snapshots instead of starting them empty.
+		// from the last snapshots instead of starting them empty; it
+		// loads them before it serves.
 		names := n.tenants()
-		for _, t := range names {
-			rt.Hold(t, n.handoff.wait+50*time.Millisecond)
-		}
 		a := n.handoff.take(names, nil)
 		log.Info("rebalance", "ring_version", 0, "members", []string{cfg.Node.Name}, "taken_over", len(names),
 			"state", map[string]int{"redis_snapshot": a.Final, "stale_redis_snapshot": a.Stale, "fresh": a.None}, "handoff_ms", a.Took.Milliseconds())
 	}
+	go func() { n.served <- n.server.Serve(ln) }()
 
 	if cfg.Node.Gossip != "" {
 		if len(cfg.Cluster.Secret) == 0 {
@@ -178,10 +177,7 @@ func (n *Node) onMembers(ms []gossip.Member) {
 		}
 	}
 	n.table.Update(active)
-	n.mu.Lock()
-	r := n.ring
-	n.mu.Unlock()
-	n.publish(r)
+	n.publish()
 }
 
 // onRing runs after each new ring is built (from the table's goroutine):
@@ -203,24 +199,36 @@ func (n *Node) onRing(from, to *ring.Ring) {
 			gained = append(gained, t)
 		}
 	}
-	if n.handoff != nil {
-		for _, t := range gained {
-			n.router.Hold(t, n.handoff.wait+50*time.Millisecond)
+	for _, t := range gained {
+		if n.handoff != nil {
+			n.router.Hold(t, n.handoff.gateWait(len(lost), len(gained)))
 		}
 	}
 	n.mu.Lock()
 	n.ring = to
 	n.mu.Unlock()
-	n.publish(to)
+	n.publish()
 
 	state := map[string]int{"redis_snapshot": 0, "stale_redis_snapshot": 0, "fresh": len(gained)}
 	var flushErr error
-	if n.handoff != nil {
+	if n.handoff == nil {
+		// No snapshots: still stop counting the lost tenants here, so the
+		// calls that end here go to their new owners as deltas.
+		for _, t := range lost {
+			if lim := n.router.Limiter(t); lim != nil {
+				lim.Freeze(time.Now().UnixNano())
+			}
+		}
+	} else {
 		flushErr = n.handoff.flush(lost, to)
 		a := n.handoff.take(gained, to)
 		state = map[string]int{"redis_snapshot": a.Final, "stale_redis_snapshot": a.Stale, "fresh": a.None}
-	} else {
+	}
+	if n.handoff == nil {
 		for _, t := range gained {
+			if lim := n.router.Limiter(t); lim != nil {
+				lim.Thaw() // back with what this node still counts
+			}
 			n.router.Release(t) // applies deltas that arrived before this ring
 		}
 	}
@@ -262,11 +270,15 @@ func (n *Node) tenants() []string {
 	return n.tenantNames
 }
 
-// publish gives the router the current ring and members, and turns the node
-// ready once it has joined and holds a ring.
-func (n *Node) publish(r *ring.Ring) {
+// publish gives the router the ring onRing last handled and the current
+// members, and turns the node ready once it has joined and holds a ring.
+// Gossip's and the ring table's goroutines both call it: pubMu keeps an
+// older view from being published after a newer one.
+func (n *Node) publish() {
+	n.pubMu.Lock()
+	defer n.pubMu.Unlock()
 	n.mu.Lock()
-	ms, g := n.members, n.gossip
+	ms, g, r := n.members, n.gossip, n.ring
 	n.mu.Unlock()
 	if r.Len() > 0 && (len(n.cfg.Node.Join) == 0 || g != nil && g.Joined()) {
 		n.router.SetReady(true)

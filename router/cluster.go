@@ -36,11 +36,13 @@ func (r *Router) SetView(v View) {
 	if nv.live == 0 {
 		nv.live = 1
 	}
+	r.reloadMu.Lock()
 	r.view.Store(nv)
 	r.trackOwnership(nv)
+	r.reloadMu.Unlock()
 }
 
-// trackOwnership records, per tenant, until when this node owned it
+// trackOwnership (under reloadMu) records, per tenant, until when this node owned it
 // (ownedNow while it does): a node that just handed a tenant over still
 // holds its state, one that never owned it holds nothing worth enforcing on.
 func (r *Router) trackOwnership(v *view) {

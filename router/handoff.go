@@ -106,6 +106,15 @@ func (r *Router) hold(t *tenant, now int64, ds []limiter.Delta) bool {
 	return true
 }
 
+// Held reports whether the tenant's requests are held for a handoff.
+func (r *Router) Held(name string) bool {
+	t := r.state.Load().byName[name]
+	return t != nil && t.gate.Load() != nil
+}
+
+// Ready reports whether the node has joined and holds a ring.
+func (r *Router) Ready() bool { return r.ready.Load() }
+
 // Limiter is the tenant's owner limiter (nil for an unknown tenant), for the
 // node to export and import its state.
 func (r *Router) Limiter(name string) *limiter.Tenant {
@@ -164,7 +173,12 @@ type deltaMsg struct {
 func (r *Router) reportDelta(t *tenant, d limiter.Delta) {
 	v := r.view.Load()
 	owner := v.owner(t.name)
-	if owner == "" || owner == r.node || !r.hops.enabled() {
+	if owner == "" || owner == r.node {
+		// The tenant came back here meanwhile: count it here.
+		t.lim.Apply(r.clock(), d)
+		return
+	}
+	if !r.hops.enabled() {
 		return
 	}
 	addr := v.addrs[owner]

@@ -171,9 +171,9 @@ func (r *Router) serveLocal(ctx *fasthttp.RequestCtx, ep upstream.Endpoint, st *
 	}
 	t.counts.allowed.Inc()
 	t.counts.reserved.Add(float64(c.res.Total))
-	if owned && !r.Owns(t.name) {
-		// A hop that reached this node after the tenant moved away: the
-		// owner must count it too.
+	if c.tk.HandedOver() {
+		// A hop that reached this node after it handed the tenant over:
+		// the owner must count it too.
 		r.reportDelta(t, limiter.DeltaOf(&c.tk))
 	}
 	return r.forward(ctx, c)
@@ -363,12 +363,15 @@ func (r *Router) finish(c *call, u upstream.Usage, ok bool, countedCompletion in
 		actual = c.res.Prompt + countedCompletion
 		r.learn(c, c.res.Prompt, countedCompletion)
 	}
-	if c.lim == c.t.lim && !r.Owns(c.t.name) {
-		// Admitted here, but the tenant has moved: its owner holds the slot
-		// and the reservation now.
-		r.reportDelta(c.t, limiter.FinishDelta(&c.tk, int64(actual)))
+	if c.lim == c.t.lim {
+		// If the tenant was handed over since this call was admitted, its
+		// owner holds the slot and the reservation now.
+		if d, handed := c.lim.FinishOrHand(r.clock(), &c.tk, int64(actual)); handed {
+			r.reportDelta(c.t, d)
+		}
+	} else {
+		c.lim.Finish(r.clock(), &c.tk, int64(actual))
 	}
-	c.lim.Finish(r.clock(), &c.tk, int64(actual))
 	c.t.counts.settled.Add(float64(actual))
 }
 

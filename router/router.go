@@ -124,11 +124,19 @@ func peerTimeouts(cfg *config.Config) (first, idle time.Duration) {
 func (r *Router) Reload(cfg *config.Config) error {
 	r.reloadMu.Lock()
 	defer r.reloadMu.Unlock()
-	st, err := buildState(cfg, r.state.Load(), r.metrics)
+	prev := r.state.Load()
+	st, err := buildState(cfg, prev, r.metrics)
 	if err != nil {
 		return err
 	}
+	for name, t := range st.byName {
+		if old := prev.byName[name]; old != nil {
+			// A handoff in progress holds on: the gate moves along.
+			t.gate.Store(old.gate.Load())
+		}
+	}
 	r.state.Store(st)
+	r.trackOwnership(r.view.Load())
 	r.log.Info("reload", "tenants", len(cfg.Tenants), "upstreams", len(cfg.Upstreams))
 	return nil
 }

@@ -23,6 +23,10 @@ type Snapshot struct {
 const (
 	MaxNameLen = 256  // bytes of Tenant and of Writer
 	MaxBuckets = 4096 // buckets per window
+	// MaxValue bounds a bucket's charge, so that no sum of buckets from a
+	// damaged or hostile value can overflow a window's total (2^50 tokens
+	// is far beyond any limit).
+	MaxValue = 1 << 50
 )
 
 // Version is the format version Encode writes and Decode reads.
@@ -54,7 +58,8 @@ var (
 )
 
 // Validate reports whether s fits the format's limits: a non-empty tenant
-// and names and bucket counts within MaxNameLen and MaxBuckets. Encode does
+// and names, bucket counts and values within MaxNameLen, MaxBuckets and
+// MaxValue. Encode does
 // not check; Decode rejects what Validate rejects.
 func (s *Snapshot) Validate() error {
 	switch {
@@ -68,6 +73,11 @@ func (s *Snapshot) Validate() error {
 	for _, w := range []*limiter.WindowState{&s.State.Requests, &s.State.Tokens, &s.State.Slots} {
 		if len(w.Buckets) > MaxBuckets {
 			return fmt.Errorf("%w: %d buckets in a window (max %d)", ErrFormat, len(w.Buckets), MaxBuckets)
+		}
+		for _, b := range w.Buckets {
+			if b.Value < 0 || b.Value > MaxValue {
+				return fmt.Errorf("%w: bucket value %d out of range 0..%d", ErrFormat, b.Value, int64(MaxValue))
+			}
 		}
 	}
 	return nil
@@ -246,6 +256,9 @@ func (d *decoder) window(w *limiter.WindowState, what string) {
 	for i := range w.Buckets {
 		gap := int64(d.uvarint(what, "bucket index"))
 		v := d.varint(what, "bucket value")
+		if d.err == nil && (v < 0 || v > MaxValue) {
+			d.fail("%s bucket value %d out of range 0..%d", what, v, int64(MaxValue))
+		}
 		if d.err != nil {
 			w.Buckets = nil
 			return

@@ -97,13 +97,13 @@ func TestRoundTrip(t *testing.T) {
 			Slots:    fullWindow(width*10, now0/width/10, 129, func(i int) int64 { return 1 }),
 		}}},
 		{"indexes near int64 max", &Snapshot{Tenant: "t", State: limiter.State{
-			Requests: fullWindow(1, math.MaxInt64, 129, func(i int) int64 { return math.MaxInt64 - int64(i) }),
+			Requests: fullWindow(1, math.MaxInt64, 129, func(i int) int64 { return MaxValue - int64(i) }),
 		}}},
 		{"indexes near int64 min", &Snapshot{Tenant: "t", State: limiter.State{
-			Tokens: fullWindow(1, math.MinInt64+128, 129, func(i int) int64 { return math.MinInt64 + int64(i) }),
+			Tokens: fullWindow(1, math.MinInt64+128, 129, func(i int) int64 { return int64(i) }),
 		}}},
-		{"negative values and gaps", &Snapshot{Tenant: "t", WrittenAt: -1, State: limiter.State{
-			Tokens: limiter.WindowState{Width: 5, Head: 100, Buckets: []limiter.Bucket{{Index: -5, Value: -300}, {Index: 99, Value: 7}, {Index: 100, Value: -1}}},
+		{"negative indexes and gaps", &Snapshot{Tenant: "t", WrittenAt: -1, State: limiter.State{
+			Tokens: limiter.WindowState{Width: 5, Head: 100, Buckets: []limiter.Bucket{{Index: -5, Value: 300}, {Index: 99, Value: 7}, {Index: 100, Value: 0}}},
 		}}},
 		{"buckets out of order and past head", &Snapshot{Tenant: "t", State: limiter.State{
 			Slots: limiter.WindowState{Width: 1, Head: 0, Buckets: []limiter.Bucket{{Index: 10, Value: 1}, {Index: math.MinInt64, Value: 2}, {Index: math.MaxInt64, Value: 3}}},
@@ -315,6 +315,20 @@ func BenchmarkDecode(b *testing.B) {
 	for b.Loop() {
 		if _, err := Decode(buf); err != nil {
 			b.Fatal(err)
+		}
+	}
+}
+
+// A bucket value that could overflow a window's total is refused, by
+// Validate before saving and by Decode when loading.
+func TestBucketValueRange(t *testing.T) {
+	for _, v := range []int64{-1, MaxValue + 1, math.MaxInt64} {
+		s := &Snapshot{Tenant: "t", State: limiter.State{Tokens: limiter.WindowState{Width: 1, Head: 5, Buckets: []limiter.Bucket{{Index: 5, Value: v}}}}}
+		if err := s.Validate(); !errors.Is(err, ErrFormat) {
+			t.Errorf("Validate with value %d: %v", v, err)
+		}
+		if _, err := Decode(Encode(nil, s)); !errors.Is(err, ErrFormat) {
+			t.Errorf("Decode with value %d: %v", v, err)
 		}
 	}
 }
