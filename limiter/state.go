@@ -222,9 +222,8 @@ func FinishDelta(tk *Ticket, actual int64) Delta {
 	return d
 }
 
-// Window lengths, for callers that size snapshot lifetimes.
-func (t *Tenant) Window() time.Duration  { return t.requests.Length() }
-func (t *Tenant) SlotTTL() time.Duration { return t.slots.Length() }
+// Window is the length of the tenant's request and token windows.
+func (t *Tenant) Window() time.Duration { return t.requests.Length() }
 
 // Replace swaps a part of the tenant's state that came from elsewhere for a
 // better account of the same thing: every bucket loses what old held and
