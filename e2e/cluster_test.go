@@ -51,10 +51,56 @@ type gwNode struct {
 // only ever see 200 or 429, that the drained node exits 0 within its drain
 // timeout, that the logs show the drain and the rebalances, and that, while
 // membership is stable, no tenant got more than its limit through to the
-// provider in any sliding window.
+// provider in any sliding window. Without Redis a ring change may let a
+// tenant's new owner start from a fresh window: the whole run's most per
+// window is logged, not asserted.
 func TestHAProxyScaleUpAndDrain(t *testing.T) {
+	compare.add(t, runScaleUpAndDrain(t, scenario{name: "without Redis"}))
+}
+
+// scenario is what differs between the runs of the scale-up-and-drain test.
+type scenario struct {
+	name string
+	// redis is the nodes' redis.addr ("" = no Redis); with it, the nodes
+	// save snapshots every snapshotInterval and a new owner waits at most
+	// handoffWait for the previous owner's final snapshot.
+	redis            string
+	snapshotInterval time.Duration
+	handoffWait      time.Duration
+}
+
+// outcome is what one run of the scenario measured, for the checks that
+// only some scenarios make.
+type outcome struct {
+	sc         scenario
+	loadStart  time.Time
+	nodes      []*gwNode
+	ev         *events
+	ld         *load
+	recs       []record
+	byTenant   map[string][]time.Time   // provider receive times, sorted
+	whole      map[string]windowMax     // whole run, full window
+	wholeSlack map[string]windowMax     // whole run, window - measureSlack
+	closest    map[string]time.Duration // whole run: shortest span of rpm+1 arrivals
+	rebalances map[string][]rebalance   // per node
+	upZone     span
+	drainZone  span
+	metrics    map[string]map[string]float64 // per node: ringgate_snapshot_* at the end (node-2: during its drain)
+}
+
+func (o *outcome) rel(at time.Time) string {
+	if at.IsZero() {
+		return "never"
+	}
+	return fmt.Sprintf("%+.2fs", at.Sub(o.loadStart).Seconds())
+}
+
+// runScaleUpAndDrain runs the scenario and makes the checks every variant
+// shares (see TestHAProxyScaleUpAndDrain), then returns what it measured.
+func runScaleUpAndDrain(t *testing.T, sc scenario) *outcome {
 	haproxyBin := needTool(t, "haproxy", "/usr/sbin/haproxy")
 	begin := time.Now()
+	t.Logf("scenario: %s (redis.addr %q, snapshot_interval %s, handoff_wait %s)", sc.name, sc.redis, sc.snapshotInterval, sc.handoffWait)
 	dir := t.TempDir()
 	ps := newProcs(t, dir)
 
@@ -101,7 +147,7 @@ func TestHAProxyScaleUpAndDrain(t *testing.T) {
 			}
 			n.gossip = addr(port)
 			cfg := filepath.Join(dir, n.name+".toml")
-			if err := os.WriteFile(cfg, []byte(nodeConfig(n, join, secret, fakeAddr)), 0o600); err != nil {
+			if err := os.WriteFile(cfg, []byte(nodeConfig(n, join, secret, fakeAddr, sc)), 0o600); err != nil {
 				return nil, nil, err
 			}
 			return []string{"-config", cfg}, answers("http://"+n.listen+"/readyz", http.StatusOK), nil
@@ -163,7 +209,12 @@ func TestHAProxyScaleUpAndDrain(t *testing.T) {
 	ld := newLoad()
 	loadStart := time.Now()
 	loadEnd := loadStart.Add(loadWindows * window)
-	var ev events
+	ev := &events{metricsOf: func(n *gwNode) map[string]float64 {
+		if sc.redis == "" {
+			return nil
+		}
+		return snapshotMetrics(n.listen)
+	}}
 	evDone := make(chan struct{})
 	go func() {
 		defer close(evDone)
@@ -181,6 +232,17 @@ func TestHAProxyScaleUpAndDrain(t *testing.T) {
 	wg.Wait()
 	loadStop := time.Now()
 	<-evDone
+	out := &outcome{sc: sc, loadStart: loadStart, nodes: nodes, ev: ev, ld: ld, metrics: map[string]map[string]float64{}}
+	if sc.redis != "" {
+		if ev.drainMetrics != nil {
+			out.metrics[nodes[1].name] = ev.drainMetrics
+		}
+		for _, n := range nodes {
+			if n.p != nil && !n.p.exited() {
+				out.metrics[n.name] = snapshotMetrics(n.listen)
+			}
+		}
+	}
 
 	// What reached the provider.
 	code, body, err := get("http://" + fakeAddr + "/_records")
@@ -192,12 +254,8 @@ func TestHAProxyScaleUpAndDrain(t *testing.T) {
 		t.Fatalf("GET /_records: %v", err)
 	}
 
-	rel := func(at time.Time) string {
-		if at.IsZero() {
-			return "never"
-		}
-		return fmt.Sprintf("%+.2fs", at.Sub(loadStart).Seconds())
-	}
+	out.recs = recs
+	rel := out.rel
 
 	// Membership changes: from the action to the last rebalance it caused
 	// on any node, as the nodes logged it.
@@ -221,6 +279,7 @@ func TestHAProxyScaleUpAndDrain(t *testing.T) {
 	far := loadStart.Add(time.Hour)
 	upZone := span{ev.upStart, latest(ev.upReady, ev.upConverged, lastRebalance(ev.upStart, ev.drainStart))}
 	drainZone := span{ev.drainStart, latest(lastRebalance(ev.drainStart, far), ev.drainStart)}
+	out.rebalances, out.upZone, out.drainZone = rebalances, upZone, drainZone
 	t.Logf("timeline (from load start): node-4 started %s, ready %s, all list 4 members %s, HAProxy marks it UP %s; "+
 		"node-2 SIGTERM %s, HAProxy marks it DOWN %s, exited %s (code %d); load stopped %s",
 		rel(ev.upStart), rel(ev.upReady), rel(ev.upConverged), rel(ev.upHAProxy),
@@ -228,7 +287,8 @@ func TestHAProxyScaleUpAndDrain(t *testing.T) {
 	for _, n := range nodes {
 		for _, r := range rebalances[n.name] {
 			if !r.Time.Before(loadStart) {
-				t.Logf("rebalance %s at %s: ring v%d members %v moved %v", n.name, rel(r.Time), r.RingVersion, r.Members, r.MovedTenants)
+				t.Logf("rebalance %s at %s: ring v%d members %v moved %v; handed over %d, took over %d, state %v, handoff %d ms%s",
+					n.name, rel(r.Time), r.RingVersion, r.Members, r.MovedTenants, r.HandedOver, r.TakenOver, r.State, r.HandoffMS, r.flushNote())
 			}
 		}
 	}
@@ -261,8 +321,10 @@ func TestHAProxyScaleUpAndDrain(t *testing.T) {
 	// Provider side: per tenant, requests in every sliding window.
 	byTenant := map[string][]time.Time{}
 	for _, r := range recs {
-		byTenant[r.User] = append(byTenant[r.User], r.Received)
+		byTenant[r.tenant()] = append(byTenant[r.tenant()], r.Received)
 	}
+	out.byTenant = byTenant
+	out.whole, out.wholeSlack, out.closest = map[string]windowMax{}, map[string]windowMax{}, map[string]time.Duration{}
 	t.Logf("provider: %d requests recorded, clients got %d × 200", len(recs), ok200)
 	if len(recs) != ok200 {
 		t.Errorf("the provider saw %d requests but clients got %d answers 200", len(recs), ok200)
@@ -275,11 +337,13 @@ func TestHAProxyScaleUpAndDrain(t *testing.T) {
 		ts := byTenant[name]
 		slices.SortFunc(ts, func(a, b time.Time) int { return a.Compare(b) })
 		all := slidingMax(ts, window, nil)
+		out.whole[name], out.wholeSlack[name] = all, slidingMax(ts, window-measureSlack, nil)
+		out.closest[name] = tightest(ts, rpm, nil)
 		stable := slidingMax(ts, window, precise)
 		stableWide := slidingMax(ts, window, wide)
-		t.Logf("tenant %-8s: %3d reached the provider; max per sliding %s: whole run %d (at %s), "+
+		t.Logf("tenant %-8s: %3d reached the provider; max per sliding %s: whole run %d (at %s; %d within %s), "+
 			"stable membership %d (at %s, %d intervals; %d requests never closer than %s), stable ±1 window %d (%d intervals); limit %d",
-			name, len(ts), window, all.max, rel(all.at), stable.max, rel(stable.at), stable.n,
+			name, len(ts), window, all.max, rel(all.at), out.wholeSlack[name].max, window-measureSlack, stable.max, rel(stable.at), stable.n,
 			rpm+1, tightest(ts, rpm, precise).Round(time.Millisecond), stableWide.max, stableWide.n, rpm)
 		if len(ts) == 0 {
 			t.Errorf("tenant %s: nothing reached the provider", name)
@@ -319,11 +383,44 @@ func TestHAProxyScaleUpAndDrain(t *testing.T) {
 			t.Errorf("%s exited during the test: %v", n.name, n.p.err)
 		}
 	}
+	if len(out.metrics) > 0 {
+		t.Logf("snapshot store counters (node-2's during its drain, the others' at the end): %v", out.metrics)
+	}
 	t.Logf("wall time so far %s", time.Since(begin).Round(time.Millisecond))
+	return out
+}
+
+// redisConfig is the [redis] section's keys for the scenario.
+func redisConfig(sc scenario) string {
+	if sc.redis == "" {
+		return "addr = \"\"\n"
+	}
+	return fmt.Sprintf("addr = %q\nsnapshot_interval = %q\nhandoff_wait = %q\n", sc.redis, sc.snapshotInterval.String(), sc.handoffWait.String())
+}
+
+// snapshotMetrics reads a node's ringgate_snapshot_* counters from
+// /metrics (nil when it does not answer).
+func snapshotMetrics(listen string) map[string]float64 {
+	code, body, err := get("http://" + listen + "/metrics")
+	if err != nil || code != http.StatusOK {
+		return nil
+	}
+	out := map[string]float64{}
+	for line := range strings.Lines(string(body)) {
+		name, val, ok := strings.Cut(strings.TrimSpace(line), " ")
+		if !ok || !strings.HasPrefix(name, "ringgate_snapshot_") {
+			continue
+		}
+		var f float64
+		if _, err := fmt.Sscan(val, &f); err == nil {
+			out[strings.TrimSuffix(strings.TrimPrefix(name, "ringgate_snapshot_"), "_total")] = f
+		}
+	}
+	return out
 }
 
 // nodeConfig is the config.toml of one node.
-func nodeConfig(n *gwNode, join []string, secret, fake string) string {
+func nodeConfig(n *gwNode, join []string, secret, fake string, sc scenario) string {
 	quoted := make([]string, len(join))
 	for i, j := range join {
 		quoted[i] = fmt.Sprintf("%q", j)
@@ -343,8 +440,7 @@ secret = %q
 token = ""
 
 [redis]
-addr = ""
-
+%s
 [limits]
 window = %q
 
@@ -354,7 +450,7 @@ kind = "openai"
 base_url = "http://%s"
 api_key = "sk-upstream"
 models = ["gpt-4o-mini"]
-`, n.name, n.listen, n.gossip, strings.Join(quoted, ", "), drainTimeout.String(), secret, window.String(), fake)
+`, n.name, n.listen, n.gossip, strings.Join(quoted, ", "), drainTimeout.String(), secret, redisConfig(sc), window.String(), fake)
 	for _, name := range tenantNames {
 		fmt.Fprintf(&b, `
 [[tenants]]
@@ -483,6 +579,11 @@ type events struct {
 	drainStart, drainHAProxyDown, drainExit time.Time
 	drainCode                               int
 	drainErr                                error
+
+	// metricsOf, if set, reads a node's counters; node-2's are read during
+	// its drain, after it has handed its tenants over.
+	metricsOf    func(*gwNode) map[string]float64
+	drainMetrics map[string]float64
 }
 
 func (ev *events) run(loadStart time.Time, nodes []*gwNode, startNode func(*gwNode, []string) error, stats string) {
@@ -522,6 +623,11 @@ func (ev *events) run(loadStart time.Time, nodes []*gwNode, startNode func(*gwNo
 				ev.drainHAProxyDown = time.Now()
 			}
 		}
+		if ev.metricsOf != nil && ev.drainMetrics == nil && time.Since(ev.drainStart) > 500*time.Millisecond {
+			if m := ev.metricsOf(nodes[1]); m != nil {
+				ev.drainMetrics = m
+			}
+		}
 		time.Sleep(20 * time.Millisecond)
 	}
 	code, ok := n2.waitExit(0)
@@ -544,16 +650,24 @@ type load struct {
 	skipped          int
 	transportSamples []string
 	badSamples       []string
+	seq              int
+	answered         map[string]answer // by the request's "user" (tenant#seq): its last answer
+}
+
+// answer is what the client saw of one request.
+type answer struct {
+	status     int
+	node       string // x-ringgate-node: the node that enforced the limit
+	sent, done time.Time
 }
 
 func newLoad() *load {
-	return &load{statuses: map[int]int{}, perTenant: map[string]map[int]int{}, byNode: map[string]int{}}
+	return &load{statuses: map[int]int{}, perTenant: map[string]map[int]int{}, byNode: map[string]int{}, answered: map[string]answer{}}
 }
 
 // drive sends the tenant's requests at twice its limit until end, at most
 // perTenantCap in flight; it returns once all of them are answered.
 func (l *load) drive(c *http.Client, url, tenant string, end time.Time) {
-	body := fmt.Sprintf(`{"model":"gpt-4o-mini","user":%q,"max_tokens":50,"messages":[{"role":"user","content":"Say hello to %s, briefly."}]}`, tenant, tenant)
 	sem := make(chan struct{}, perTenantCap)
 	tick := time.NewTicker(window / (2 * rpm))
 	defer tick.Stop()
@@ -564,11 +678,18 @@ func (l *load) drive(c *http.Client, url, tenant string, end time.Time) {
 		}
 		select {
 		case sem <- struct{}{}:
+			// "user" names the tenant and the request, so the provider's
+			// records can be matched with the answers.
+			l.mu.Lock()
+			l.seq++
+			user := fmt.Sprintf("%s#%d", tenant, l.seq)
+			l.mu.Unlock()
+			body := fmt.Sprintf(`{"model":"gpt-4o-mini","user":%q,"max_tokens":50,"messages":[{"role":"user","content":"Say hello to %s, briefly."}]}`, user, tenant)
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
 				defer func() { <-sem }()
-				l.one(c, url, tenant, body)
+				l.one(c, url, tenant, user, body)
 			}()
 		default:
 			l.mu.Lock()
@@ -581,8 +702,9 @@ func (l *load) drive(c *http.Client, url, tenant string, end time.Time) {
 
 // one sends one request, retrying once a failure below HTTP (a kept-alive
 // connection the server side closed, as HAProxy does when a node goes away).
-func (l *load) one(c *http.Client, url, tenant, body string) {
+func (l *load) one(c *http.Client, url, tenant, user, body string) {
 	for attempt := range 2 {
+		sent := time.Now()
 		req, err := http.NewRequest(http.MethodPost, url, strings.NewReader(body))
 		if err != nil {
 			panic(err)
@@ -609,6 +731,7 @@ func (l *load) one(c *http.Client, url, tenant, body string) {
 			continue
 		}
 		l.statuses[resp.StatusCode]++
+		l.answered[user] = answer{status: resp.StatusCode, node: resp.Header.Get("x-ringgate-node"), sent: sent, done: time.Now()}
 		if l.perTenant[tenant] == nil {
 			l.perTenant[tenant] = map[int]int{}
 		}
@@ -628,7 +751,12 @@ func (l *load) one(c *http.Client, url, tenant, body string) {
 // record is the part of the fake provider's GET /_records we use.
 type record struct {
 	Received time.Time `json:"received"`
-	User     string    `json:"user"`
+	User     string    `json:"user"` // tenant#seq
+}
+
+func (r record) tenant() string {
+	name, _, _ := strings.Cut(r.User, "#")
+	return name
 }
 
 // rebalance is one "msg":"rebalance" log line.
@@ -637,6 +765,20 @@ type rebalance struct {
 	RingVersion  uint64    `json:"ring_version"`
 	Members      []string  `json:"members"`
 	MovedTenants []string  `json:"moved_tenants"`
+	HandedOver   int       `json:"handed_over"`
+	TakenOver    int       `json:"taken_over"`
+	// State says how the taken-over tenants' state arrived:
+	// redis_snapshot, stale_redis_snapshot, fresh.
+	State      map[string]int `json:"state"`
+	HandoffMS  int64          `json:"handoff_ms"`
+	FlushError string         `json:"flush_error"`
+}
+
+func (r rebalance) flushNote() string {
+	if r.FlushError == "" {
+		return ""
+	}
+	return "; flush error: " + r.FlushError
 }
 
 func parseRebalances(log string) []rebalance {

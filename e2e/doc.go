@@ -4,11 +4,16 @@
 // scale the cluster up and drain a node, then check what reached the provider
 // against each tenant's limits.
 //
+// TestHAProxyScaleUpAndDrainWithRedis runs the same scenario with the nodes
+// handing tenants over through Redis snapshots (a redis-server of its own,
+// internal/redistest) and asserts the limits over the whole run, ring changes
+// included; it logs both runs' figures side by side.
+//
 // The tests carry the build tag e2e and need haproxy on the PATH (or at
-// /usr/sbin/haproxy):
+// /usr/sbin/haproxy), and redis-server for the Redis variant:
 //
 //	go test -race -count=1 -tags e2e ./e2e/...
 //
-// Without haproxy they fail, unless RINGGATE_E2E_SKIP_MISSING=1 makes them
+// Without them they fail, unless RINGGATE_E2E_SKIP_MISSING=1 makes them
 // skip. This file has no build tag so that the package exists for go vet.
 package e2e
