@@ -23,6 +23,7 @@ import (
 
 	"github.com/ringgate/ringgate/config"
 	"github.com/ringgate/ringgate/fakeupstream"
+	"github.com/ringgate/ringgate/internal/audit"
 	"github.com/ringgate/ringgate/node"
 	"github.com/ringgate/ringgate/reserve"
 )
@@ -321,14 +322,14 @@ func report(out io.Writer, res []outcome, recs []fakeupstream.Record, window tim
 	fmt.Fprintln(tw, "tenant\tmax requests\trpm limit\tmax tokens\ttpm limit\t200\t429\tother\tenforced by\t")
 	for _, t := range tenants {
 		var times []time.Time
-		var toks []int
+		var toks []audit.Event
 		for _, r := range recs {
 			if r.User == t.name {
 				times = append(times, r.Received)
-				toks = append(toks, r.PromptTokens+r.CompletionTokens)
+				toks = append(toks, audit.Event{At: r.Received, Weight: int64(r.PromptTokens + r.CompletionTokens)})
 			}
 		}
-		maxReq, maxTok := slidingMax(times, toks, window)
+		maxReq, maxTok := audit.MaxIn(times, window).Count, audit.MaxWeightIn(toks, window).Weight
 		codes := map[int]int{}
 		nodes := map[string]int{}
 		for _, o := range res {
@@ -357,27 +358,6 @@ func report(out io.Writer, res []outcome, recs []fakeupstream.Record, window tim
 	fmt.Fprintln(out, "\n(a tenant is enforced by its owner and moves when the ring changes; without -redis the new owner")
 	fmt.Fprintln(out, " starts from a fresh window, which is what the scale-up and drain show; with -redis HOST:PORT")
 	fmt.Fprintln(out, " the state is handed over through snapshots)")
-}
-
-// slidingMax is the largest count and token sum in any window-long interval
-// ending at an arrival (times are in arrival order).
-func slidingMax(times []time.Time, toks []int, window time.Duration) (int, int) {
-	idx := make([]int, len(times))
-	for i := range idx {
-		idx[i] = i
-	}
-	sort.Slice(idx, func(a, b int) bool { return times[idx[a]].Before(times[idx[b]]) })
-	maxReq, maxTok, lo, sum := 0, 0, 0, 0
-	for i, k := range idx {
-		sum += toks[k]
-		for !times[idx[lo]].After(times[k].Add(-window)) {
-			sum -= toks[idx[lo]]
-			lo++
-		}
-		maxReq = max(maxReq, i-lo+1)
-		maxTok = max(maxTok, sum)
-	}
-	return maxReq, maxTok
 }
 
 // eventLog prints the operational events (rebalance, handoff, fallback,

@@ -18,6 +18,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/ringgate/ringgate/internal/audit"
 )
 
 const (
@@ -79,8 +81,8 @@ type outcome struct {
 	ld         *load
 	recs       []record
 	byTenant   map[string][]time.Time   // provider receive times, sorted
-	whole      map[string]windowMax     // whole run, full window
-	wholeSlack map[string]windowMax     // whole run, window - measureSlack
+	whole      map[string]audit.Window  // whole run, full window
+	wholeSlack map[string]audit.Window  // whole run, window - measureSlack
 	closest    map[string]time.Duration // whole run: shortest span of rpm+1 arrivals
 	rebalances map[string][]rebalance   // per node
 	upZone     span
@@ -324,7 +326,7 @@ func runScaleUpAndDrain(t *testing.T, sc scenario) *outcome {
 		byTenant[r.tenant()] = append(byTenant[r.tenant()], r.Received)
 	}
 	out.byTenant = byTenant
-	out.whole, out.wholeSlack, out.closest = map[string]windowMax{}, map[string]windowMax{}, map[string]time.Duration{}
+	out.whole, out.wholeSlack, out.closest = map[string]audit.Window{}, map[string]audit.Window{}, map[string]time.Duration{}
 	t.Logf("provider: %d requests recorded, clients got %d × 200", len(recs), ok200)
 	if len(recs) != ok200 {
 		t.Errorf("the provider saw %d requests but clients got %d answers 200", len(recs), ok200)
@@ -336,15 +338,15 @@ func runScaleUpAndDrain(t *testing.T, sc scenario) *outcome {
 	for _, name := range tenantNames {
 		ts := byTenant[name]
 		slices.SortFunc(ts, func(a, b time.Time) int { return a.Compare(b) })
-		all := slidingMax(ts, window, nil)
-		out.whole[name], out.wholeSlack[name] = all, slidingMax(ts, window-measureSlack, nil)
+		all := audit.MaxIn(ts, window)
+		out.whole[name], out.wholeSlack[name] = all, audit.MaxIn(ts, window-measureSlack)
 		out.closest[name] = tightest(ts, rpm, nil)
-		stable := slidingMax(ts, window, precise)
-		stableWide := slidingMax(ts, window, wide)
+		stable, stableN := audit.MaxInWhere(ts, window, outside(window, precise))
+		stableWide, stableWideN := audit.MaxInWhere(ts, window, outside(window, wide))
 		t.Logf("tenant %-8s: %3d reached the provider; max per sliding %s: whole run %d (at %s; %d within %s), "+
 			"stable membership %d (at %s, %d intervals; %d requests never closer than %s), stable ±1 window %d (%d intervals); limit %d",
-			name, len(ts), window, all.max, rel(all.at), out.wholeSlack[name].max, window-measureSlack, stable.max, rel(stable.at), stable.n,
-			rpm+1, tightest(ts, rpm, precise).Round(time.Millisecond), stableWide.max, stableWide.n, rpm)
+			name, len(ts), window, all.Count, rel(all.First), out.wholeSlack[name].Count, window-measureSlack, stable.Count, rel(stable.First), stableN,
+			rpm+1, tightest(ts, rpm, precise).Round(time.Millisecond), stableWide.Count, stableWideN, rpm)
 		if len(ts) == 0 {
 			t.Errorf("tenant %s: nothing reached the provider", name)
 		}
@@ -352,9 +354,9 @@ func runScaleUpAndDrain(t *testing.T, sc scenario) *outcome {
 		// few variable milliseconds (HAProxy, maybe a hop, scheduling), so
 		// the check allows measureSlack: a real breach (a second window,
 		// a double admission) puts the extra request well inside the window.
-		if strict := slidingMax(ts, window-measureSlack, precise); strict.max > rpm {
+		if strict, _ := audit.MaxInWhere(ts, window-measureSlack, outside(window-measureSlack, precise)); strict.Count > rpm {
 			t.Errorf("tenant %s: %d requests reached the provider within %s from %s, with stable membership; the limit is %d per %s",
-				name, strict.max, window-measureSlack, rel(strict.at), rpm, window)
+				name, strict.Count, window-measureSlack, rel(strict.First), rpm, window)
 		}
 	}
 
@@ -806,57 +808,34 @@ func latest(ts ...time.Time) time.Time {
 	return m
 }
 
-type windowMax struct {
-	max int
-	at  time.Time // start of the interval holding max
-	n   int       // intervals considered
-}
-
-// slidingMax is the most timestamps (sorted) in any interval [t, t+w) that
-// starts at one of them and overlaps none of the excluded spans.
-func slidingMax(ts []time.Time, w time.Duration, exclude []span) windowMax {
-	var m windowMax
-	j := 0
-	for i, t := range ts {
-		end := t.Add(w)
-		for j < len(ts) && ts[j].Before(end) {
-			j++
-		}
-		skip := false
+// outside keeps the windows [t, t+w) (t the run's first arrival) that
+// overlap none of the excluded spans.
+func outside(w time.Duration, exclude []span) func(audit.Window) bool {
+	return func(win audit.Window) bool {
+		end := win.First.Add(w)
 		for _, s := range exclude {
-			if t.Before(s.to) && end.After(s.from) {
-				skip = true
-				break
+			if win.First.Before(s.to) && end.After(s.from) {
+				return false
 			}
 		}
-		if skip {
-			continue
-		}
-		m.n++
-		if c := j - i; c > m.max {
-			m.max, m.at = c, t
-		}
+		return true
 	}
-	return m
 }
 
-// tightest is the shortest time spanned by k+1 consecutive timestamps
-// (sorted) whose span overlaps none of the excluded spans: below the window,
+// tightest is the shortest time spanned by k+1 consecutive timestamps whose
+// span overlaps none of the excluded spans (-1 if none): below the window,
 // k+1 fell into one window.
 func tightest(ts []time.Time, k int, exclude []span) time.Duration {
-	best := time.Duration(-1)
-	for i := 0; i+k < len(ts); i++ {
-		from, to := ts[i], ts[i+k]
-		skip := false
+	d, ok := audit.ShortestRun(ts, k+1, func(from, to time.Time) bool {
 		for _, s := range exclude {
 			if !from.After(s.to) && !to.Before(s.from) {
-				skip = true
-				break
+				return false
 			}
 		}
-		if d := to.Sub(from); !skip && (best < 0 || d < best) {
-			best = d
-		}
+		return true
+	})
+	if !ok {
+		return -1
 	}
-	return best
+	return d
 }

@@ -38,10 +38,10 @@ func TestHAProxyScaleUpAndDrainWithRedis(t *testing.T) {
 	bound := rpm + rpm*2/100
 	for _, name := range tenantNames {
 		m := out.wholeSlack[name]
-		if m.max > bound {
+		if m.Count > bound {
 			t.Errorf("tenant %s: %d requests reached the provider within %s from %s (whole run, Redis handoff); at most %d allowed (limit %d per %s + 2%%)",
-				name, m.max, window-measureSlack, out.rel(m.at), bound, rpm, window)
-			diagnose(t, out, name, m.at, window-measureSlack)
+				name, m.Count, window-measureSlack, out.rel(m.First), bound, rpm, window)
+			diagnose(t, out, name, m.First, window-measureSlack)
 		}
 	}
 
@@ -180,8 +180,8 @@ func (c *comparison) add(t *testing.T, o *outcome) {
 		fmt.Fprintf(&b, "%-9s", tenant)
 		for _, n := range names {
 			o := c.runs[n]
-			fmt.Fprintf(&b, " | %-22s", fmt.Sprintf("%d/%d at %s", o.whole[tenant].max, rpm, o.rel(o.whole[tenant].at)))
-			fmt.Fprintf(&b, " | %-22s", fmt.Sprintf("%d/%d at %s", o.wholeSlack[tenant].max, rpm, o.rel(o.wholeSlack[tenant].at)))
+			fmt.Fprintf(&b, " | %-22s", fmt.Sprintf("%d/%d at %s", o.whole[tenant].Count, rpm, o.rel(o.whole[tenant].First)))
+			fmt.Fprintf(&b, " | %-22s", fmt.Sprintf("%d/%d at %s", o.wholeSlack[tenant].Count, rpm, o.rel(o.wholeSlack[tenant].First)))
 			fmt.Fprintf(&b, " | %-8s", o.closest[tenant].Round(time.Millisecond))
 		}
 		b.WriteString("\n")

@@ -27,6 +27,7 @@ import (
 
 	"github.com/ringgate/ringgate/config"
 	"github.com/ringgate/ringgate/fakeupstream"
+	"github.com/ringgate/ringgate/internal/audit"
 	"github.com/ringgate/ringgate/reserve"
 )
 
@@ -496,18 +497,8 @@ func (c *clCluster) getStatus(nd *clNode, path string) (int, error) {
 // clMaxSliding returns the largest number of times inside any interval
 // (at-span, at] with at one of the times, and that at.
 func clMaxSliding(times []time.Time, span time.Duration) (worst int, at time.Time) {
-	ts := slices.Clone(times)
-	slices.SortFunc(ts, func(a, b time.Time) int { return a.Compare(b) })
-	lo := 0
-	for i, t := range ts {
-		for !ts[lo].After(t.Add(-span)) {
-			lo++
-		}
-		if n := i - lo + 1; n > worst {
-			worst, at = n, t
-		}
-	}
-	return worst, at
+	w := audit.MaxIn(times, span)
+	return w.Count, w.Last
 }
 
 // clReceived returns the Received times of records.
@@ -521,11 +512,5 @@ func clReceived(recs []fakeupstream.Record) []time.Time {
 
 // clCountIn counts times in [from, to).
 func clCountIn(times []time.Time, from, to time.Time) int {
-	n := 0
-	for _, t := range times {
-		if !t.Before(from) && t.Before(to) {
-			n++
-		}
-	}
-	return n
+	return audit.CountIn(times, from, to)
 }

@@ -37,6 +37,7 @@ import (
 
 	"github.com/ringgate/ringgate/config"
 	"github.com/ringgate/ringgate/fakeupstream"
+	"github.com/ringgate/ringgate/internal/audit"
 	"github.com/ringgate/ringgate/internal/redistest"
 	"github.com/ringgate/ringgate/reserve"
 	"github.com/ringgate/ringgate/ring"
@@ -454,18 +455,8 @@ func hoRun(t *testing.T, scenario string, withRedis bool) *hoOutcome {
 
 // hoMaxSlidingAfter is clMaxSliding over the windows that end after from.
 func hoMaxSlidingAfter(times []time.Time, span time.Duration, from time.Time) (worst int, at time.Time) {
-	ts := slices.Clone(times)
-	slices.SortFunc(ts, func(a, b time.Time) int { return a.Compare(b) })
-	lo := 0
-	for i, t := range ts {
-		for !ts[lo].After(t.Add(-span)) {
-			lo++
-		}
-		if n := i - lo + 1; t.After(from) && n > worst {
-			worst, at = n, t
-		}
-	}
-	return worst, at
+	w := audit.MaxInAfter(times, span, from)
+	return w.Count, w.Last
 }
 
 // hoAdmitters counts the tenant's admitted requests sent in (from, to] by

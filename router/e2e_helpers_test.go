@@ -18,7 +18,6 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -26,6 +25,7 @@ import (
 
 	"github.com/ringgate/ringgate/config"
 	"github.com/ringgate/ringgate/fakeupstream"
+	"github.com/ringgate/ringgate/internal/audit"
 	"github.com/ringgate/ringgate/node"
 	"github.com/ringgate/ringgate/reserve"
 )
@@ -655,35 +655,25 @@ type weighted struct {
 // maxSliding is the largest total weight of events inside any interval
 // [t, t+span) that starts at an event.
 func maxSliding(evs []weighted, span time.Duration) (worst int64, at time.Time) {
-	evs = slices.Clone(evs)
-	slices.SortFunc(evs, func(a, b weighted) int { return a.at.Compare(b.at) })
-	var sum int64
-	j := 0
-	for i := range evs {
-		for j < len(evs) && evs[j].at.Sub(evs[i].at) < span {
-			sum += evs[j].w
-			j++
-		}
-		if sum > worst {
-			worst, at = sum, evs[i].at
-		}
-		sum -= evs[i].w
-	}
-	return worst, at
+	w := audit.MaxWeightIn(auditEvents(evs), span)
+	return w.Weight, w.First
 }
 
 // fixedWindows sums the events in consecutive windows [start+k*span,
 // start+(k+1)*span) that end no later than end.
 func fixedWindows(evs []weighted, start, end time.Time, span time.Duration) []int64 {
+	aevs := auditEvents(evs)
 	var out []int64
 	for s := start; !s.Add(span).After(end); s = s.Add(span) {
-		var sum int64
-		for _, e := range evs {
-			if !e.at.Before(s) && e.at.Before(s.Add(span)) {
-				sum += e.w
-			}
-		}
-		out = append(out, sum)
+		out = append(out, audit.WeightIn(aevs, s, s.Add(span)))
+	}
+	return out
+}
+
+func auditEvents(evs []weighted) []audit.Event {
+	out := make([]audit.Event, len(evs))
+	for i, e := range evs {
+		out[i] = audit.Event{At: e.at, Weight: e.w}
 	}
 	return out
 }
