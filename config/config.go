@@ -72,6 +72,18 @@ type Node struct {
 	Join      []string // join: seed members' gossip addresses; empty = new cluster
 
 	DrainTimeout time.Duration // drain_timeout, default 30s
+
+	// Slow clients. HeaderTimeout (header_timeout, default 10s) bounds the
+	// wait for a request's headers, from its first byte (on a new
+	// connection, from the accept). The body then has BodyGrace
+	// (body_grace, default 5s) plus its length at BodyMinRate bytes per
+	// second (body_min_rate, default 4096); a chunked body, whose length is
+	// unknown, is allowed limits.max_body_bytes at that rate. A client that
+	// is slower gets 408 and its connection closed. Idle keep-alive
+	// connections are not affected.
+	HeaderTimeout time.Duration
+	BodyMinRate   int64
+	BodyGrace     time.Duration
 }
 
 // Cluster is the [cluster] table: settings shared by all members.
@@ -83,6 +95,9 @@ type Cluster struct {
 	ForwardConnectTimeout time.Duration // forward_connect_timeout, default 15ms
 	ForwardTimeout        time.Duration // forward_timeout, default 0 = use upstream timeouts
 	HopSkew               time.Duration // hop_skew, default 5s
+	// HandoffFetchTimeout (handoff_timeout, default 250ms) bounds a new
+	// owner's request for a tenant's state to its previous owner.
+	HandoffFetchTimeout time.Duration
 }
 
 // Admin is the [admin] table.
@@ -166,10 +181,15 @@ func Default() *Config {
 			Listen:       DefaultListen,
 			Gossip:       DefaultGossip,
 			DrainTimeout: 30 * time.Second,
+
+			HeaderTimeout: 10 * time.Second,
+			BodyMinRate:   4096,
+			BodyGrace:     5 * time.Second,
 		},
 		Cluster: Cluster{
 			ForwardConnectTimeout: 15 * time.Millisecond,
 			HopSkew:               5 * time.Second,
+			HandoffFetchTimeout:   250 * time.Millisecond,
 		},
 		Redis: Redis{
 			SnapshotInterval: time.Second,

@@ -110,6 +110,29 @@ join = ["10.0.0.1:7946",
 		{"drain_timeout negative", `
 [node]
 drain_timeout = "-1s"`, `t.toml:3: node.drain_timeout: must be >= 0 (got -1s)`},
+		{"header_timeout zero", `
+[node]
+header_timeout = "0s"`, `t.toml:3: node.header_timeout: must be > 0 (got 0s)`},
+		{"header_timeout syntax", `
+[node]
+header_timeout = "10"`, `t.toml:3: node.header_timeout: bad duration "10" (use a number and unit, e.g. "15s", "100ms")`},
+		{"body_min_rate zero", `
+[node]
+name = "a"
+
+body_min_rate = 0`, `t.toml:5: node.body_min_rate: must be > 0 bytes per second (got 0)`},
+		{"body_min_rate negative", `
+[node]
+body_min_rate = -4096`, `t.toml:3: node.body_min_rate: must be > 0 bytes per second (got -4096)`},
+		{"body_min_rate not an integer", `
+[node]
+body_min_rate = "4k"`, `t.toml:3: node.body_min_rate: must be an integer (got string)`},
+		{"body_grace negative", `
+[node]
+body_grace = "-5s"`, `t.toml:3: node.body_grace: must be > 0 (got -5s)`},
+		{"body_grace type", `
+[node]
+body_grace = 5`, `t.toml:3: node.body_grace: must be a duration string like "15s" (got integer)`},
 
 		// Cluster, Redis.
 		{"secret not base64", `
@@ -369,6 +392,9 @@ func TestDefaults(t *testing.T) {
 		{"listen", d.Node.Listen, "127.0.0.1:8080"},
 		{"gossip", d.Node.Gossip, "127.0.0.1:7946"},
 		{"drain_timeout", d.Node.DrainTimeout, 30 * time.Second},
+		{"header_timeout", d.Node.HeaderTimeout, 10 * time.Second},
+		{"body_min_rate", d.Node.BodyMinRate, int64(4096)},
+		{"body_grace", d.Node.BodyGrace, 5 * time.Second},
 		{"forward_connect_timeout", d.Cluster.ForwardConnectTimeout, 15 * time.Millisecond},
 		{"forward_timeout", d.Cluster.ForwardTimeout, time.Duration(0)},
 		{"hop_skew", d.Cluster.HopSkew, 5 * time.Second},
@@ -514,6 +540,12 @@ func TestExample(t *testing.T) {
 		len(c.Upstreams) != 2 || c.Upstreams[1].Kind != "anthropic" || c.Upstreams[1].APIKey != "sk-ant" ||
 		len(c.Tenants) != 2 || c.Tenants[1].Priority != "batch" || c.Redis.Addr != "127.0.0.1:6379" {
 		t.Errorf("example parsed oddly: %+v", c)
+	}
+	// The example states the slow-client defaults.
+	d := Default().Node
+	if c.Node.HeaderTimeout != d.HeaderTimeout || c.Node.BodyMinRate != d.BodyMinRate || c.Node.BodyGrace != d.BodyGrace {
+		t.Errorf("example slow-client keys %v %d %v, defaults %v %d %v",
+			c.Node.HeaderTimeout, c.Node.BodyMinRate, c.Node.BodyGrace, d.HeaderTimeout, d.BodyMinRate, d.BodyGrace)
 	}
 	// The sha256 key in the example is that of the key named in its comment.
 	hs, err := c.Tenants[1].KeyHashes()

@@ -327,18 +327,22 @@ func (d *decoder) rootFields() map[string]field {
 	c := d.c
 	return map[string]field{
 		"node": fTable(map[string]field{
-			"name":          fStr(&c.Node.Name),
-			"listen":        fStr(&c.Node.Listen),
-			"gossip":        fStr(&c.Node.Gossip),
-			"advertise":     fStr(&c.Node.Advertise),
-			"join":          fStrs(&c.Node.Join),
-			"drain_timeout": fDur(&c.Node.DrainTimeout),
+			"name":           fStr(&c.Node.Name),
+			"listen":         fStr(&c.Node.Listen),
+			"gossip":         fStr(&c.Node.Gossip),
+			"advertise":      fStr(&c.Node.Advertise),
+			"join":           fStrs(&c.Node.Join),
+			"drain_timeout":  fDur(&c.Node.DrainTimeout),
+			"header_timeout": fDur(&c.Node.HeaderTimeout),
+			"body_min_rate":  fInt64(&c.Node.BodyMinRate),
+			"body_grace":     fDur(&c.Node.BodyGrace),
 		}),
 		"cluster": fTable(map[string]field{
 			"secret":                  fBase64(&c.Cluster.Secret),
 			"forward_connect_timeout": fDur(&c.Cluster.ForwardConnectTimeout),
 			"forward_timeout":         fDur(&c.Cluster.ForwardTimeout),
 			"hop_skew":                fDur(&c.Cluster.HopSkew),
+			"handoff_timeout":         fDur(&c.Cluster.HandoffFetchTimeout),
 		}),
 		"admin": fTable(map[string]field{
 			"token": fSecret(&c.Admin.Token),

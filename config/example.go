@@ -18,12 +18,18 @@ gossip = "127.0.0.1:7946"     # memberlist bind address (TCP and UDP)
 # advertise = "10.0.0.5:7946" # gossip address peers use, if not the bind one
 join = []                     # seed members' gossip addresses; empty: start a new cluster
 drain_timeout = "30s"         # on SIGTERM, how long in-flight requests may take
+# Slow clients get 408 and their connection closed (idle keep-alive is not cut):
+header_timeout = "10s"        # max time to send a request's headers, from its first byte
+body_min_rate = 4096          # bytes per second a body must keep up, after body_grace;
+                              # a chunked body may take body_grace + max_body_bytes / body_min_rate
+body_grace = "5s"             # time a body gets on top of its length / body_min_rate
 
 [cluster]
 secret = "env:RINGGATE_SECRET"    # base64 of 32 bytes (openssl rand -base64 32); encrypts gossip, signs peer traffic
 forward_connect_timeout = "15ms"  # connecting to the node that owns a tenant
 forward_timeout = "0s"            # 0: forwarded requests use the upstream timeouts
 hop_skew = "5s"                   # accepted clock skew on signed peer requests
+handoff_timeout = "250ms"         # a new owner asking the previous owner for a moved tenant's state
 
 [admin]
 token = "env:RINGGATE_ADMIN_TOKEN" # bearer token for the admin API; empty: admin on loopback only
@@ -32,7 +38,7 @@ token = "env:RINGGATE_ADMIN_TOKEN" # bearer token for the admin API; empty: admi
 addr = "127.0.0.1:6379"     # "" = no Redis (single node, demo)
 snapshot_interval = "1s"    # how often tenant state is saved
 timeout = "15ms"            # past this, a Redis call counts as failed
-handoff_wait = "100ms"      # on a ring change, how long to wait for a peer's state
+handoff_wait = "100ms"      # a new owner whose previous owner is gone waits this long for its final snapshot
 
 [limits]
 window = "60s"              # sliding window for rpm/tpm; shorter windows make limits "per window"

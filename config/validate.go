@@ -111,6 +111,11 @@ func (v *validator) node() {
 		v.hostPort(fmt.Sprintf("node.join[%d]", i), j, true)
 	}
 	v.nonNegative("node.drain_timeout", n.DrainTimeout)
+	v.positive("node.header_timeout", n.HeaderTimeout)
+	if n.BodyMinRate <= 0 {
+		v.errf("node.body_min_rate", "must be > 0 bytes per second (got %d)", n.BodyMinRate)
+	}
+	v.positive("node.body_grace", n.BodyGrace)
 }
 
 func (v *validator) cluster() {
@@ -121,6 +126,7 @@ func (v *validator) cluster() {
 	v.positive("cluster.forward_connect_timeout", c.ForwardConnectTimeout)
 	v.nonNegative("cluster.forward_timeout", c.ForwardTimeout)
 	v.positive("cluster.hop_skew", c.HopSkew)
+	v.positive("cluster.handoff_timeout", c.HandoffFetchTimeout)
 }
 
 func (v *validator) redis() {

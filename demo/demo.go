@@ -319,6 +319,7 @@ func report(out io.Writer, res []outcome, recs []fakeupstream.Record, window tim
 
 	fmt.Fprintf(out, "\nthe auditor's view: the most any sliding %s window ever held, and what clients were told\n", window)
 	tw = tabwriter.NewWriter(out, 0, 0, 2, ' ', tabwriter.AlignRight)
+	var over []string
 	fmt.Fprintln(tw, "tenant\tmax requests\trpm limit\tmax tokens\ttpm limit\t200\t429\tother\tenforced by\t")
 	for _, t := range tenants {
 		var times []time.Time
@@ -330,6 +331,12 @@ func report(out io.Writer, res []outcome, recs []fakeupstream.Record, window tim
 			}
 		}
 		maxReq, maxTok := audit.MaxIn(times, window).Count, audit.MaxWeightIn(toks, window).Weight
+		if maxReq > t.rpm {
+			over = append(over, fmt.Sprintf("%s: %d requests of %d", t.name, maxReq, t.rpm))
+		}
+		if maxTok > int64(t.tpm) {
+			over = append(over, fmt.Sprintf("%s: %d tokens of %d", t.name, maxTok, t.tpm))
+		}
 		codes := map[int]int{}
 		nodes := map[string]int{}
 		for _, o := range res {
@@ -355,9 +362,14 @@ func report(out io.Writer, res []outcome, recs []fakeupstream.Record, window tim
 			codes[200], codes[429], other, strings.Join(names, ","))
 	}
 	tw.Flush()
-	fmt.Fprintln(out, "\n(a tenant is enforced by its owner and moves when the ring changes; without -redis the new owner")
-	fmt.Fprintln(out, " starts from a fresh window, which is what the scale-up and drain show; with -redis HOST:PORT")
-	fmt.Fprintln(out, " the state is handed over through snapshots)")
+	if len(over) == 0 {
+		fmt.Fprintln(out, "\nverdict: every tenant within its limits in every sliding window")
+	} else {
+		fmt.Fprintf(out, "\nverdict: OVER THE LIMIT in some window: %s\n", strings.Join(over, "; "))
+	}
+	fmt.Fprintln(out, "\n(a tenant is enforced by its owner and moves with its state when the ring changes: the")
+	fmt.Fprintln(out, " previous owner hands it to the new one directly, no Redis needed; with -redis HOST:PORT")
+	fmt.Fprintln(out, " snapshots also cover a node that crashes)")
 }
 
 // eventLog prints the operational events (rebalance, handoff, fallback,

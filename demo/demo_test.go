@@ -9,7 +9,9 @@ import (
 )
 
 // The README's first command must keep working: run the demo briefly and
-// check it shows the rebalances, the drain and the auditor's table.
+// check it shows the rebalances, the drain and the auditor's table, and
+// that the auditor found no tenant over its limit in any sliding window
+// through the scale-up and the drain (no Redis: state moves peer to peer).
 func TestDemoRuns(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
@@ -18,7 +20,8 @@ func TestDemoRuns(t *testing.T) {
 		t.Fatalf("demo: %v\n%s", err, out.String())
 	}
 	for _, want := range []string{`"msg":"rebalance"`, "adding node-4", "draining node-2", `"msg":"drain"`,
-		"drained cleanly: true", "the auditor's view", "acme", "globex", "initech"} {
+		"drained cleanly: true", "the auditor's view", "acme", "globex", "initech",
+		"verdict: every tenant within its limits in every sliding window"} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("demo output lacks %q:\n%s", want, out.String())
 		}

@@ -74,8 +74,10 @@ type Config struct {
 	// goroutine, never concurrently, coalesced, and an unchanged list is not
 	// delivered twice. It may block without stalling gossip (later changes
 	// are then coalesced) and may call any Node method, Leave included. The
-	// first call comes right after Start (the list holds at least the node
-	// itself). No call starts after Leave/Shutdown has returned, apart from
+	// first call comes once the node has joined: right after Start for a new
+	// cluster (the list holds at least the node itself), after a seed
+	// answered otherwise, never with a view of the node alone while its
+	// seeds are silent. No call starts after Leave/Shutdown has returned, apart from
 	// one that was already past its last check.
 	OnChange func(members []Member)
 }
@@ -427,6 +429,7 @@ func (n *Node) joinLoop(seeds []string) {
 		}
 		if contacted > 0 && !n.joined.Swap(true) {
 			n.log.Info("gossip", "event", "joined", "member", n.name, "seeds_contacted", contacted, "attempts", n.joinAttempts.Load())
+			n.d.notify() // deliver the first view, held back until now
 		}
 		if contacted == 0 {
 			lvl := slog.LevelDebug
@@ -506,7 +509,9 @@ func (n *Node) notifyLoop() {
 		if dropped > 0 {
 			n.log.Warn("gossip", "event", "events_dropped", "count", dropped)
 		}
-		if n.onChange == nil {
+		if n.onChange == nil || !n.joined.Load() {
+			// Before it has joined, a node's view is itself alone: a
+			// consumer building a ring of it would own every tenant.
 			continue
 		}
 		members := n.Members()

@@ -95,6 +95,7 @@ func (t *Tenant) Import(now int64, s State) {
 	defer t.mu.Unlock()
 	t.advance(now)
 	t.frozen = false
+	t.movedTo.Store(nil)
 	t.requests.reset()
 	t.tokens.reset()
 	t.slots.reset()
@@ -103,26 +104,36 @@ func (t *Tenant) Import(now int64, s State) {
 	t.slots.merge(s.Slots)
 }
 
-// Freeze marks the tenant's state as handed over to another node and
-// returns it: from now on the other node counts this tenant, and what calls
-// admitted here do afterwards (FinishOrHand) goes to it as deltas instead of
-// into these windows, so nothing is counted twice or lost between the
-// export and the moment this node stops routing to itself. Admissions still
-// made here (hops from nodes that have not seen the change) are charged
-// here too and flagged on their tickets (HandedOver) for reporting.
-func (t *Tenant) Freeze(now int64) State {
+// Freeze marks the tenant's state as handed over to the node named to and
+// returns it: from now on that node counts this tenant. Admit refuses to
+// decide (Decision.Moved), so no headroom is spent twice, and what calls
+// admitted here before do afterwards (FinishOrHand) goes to the new owner
+// as deltas instead of into these windows, so nothing is counted twice or
+// lost. Freezing a frozen tenant again only changes where it went.
+func (t *Tenant) Freeze(now int64, to string) State {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	t.advance(now)
 	t.frozen = true
+	t.movedTo.Store(&to)
 	return State{Requests: t.requests.export(), Tokens: t.tokens.export(), Slots: t.slots.export()}
 }
 
+// MovedTo is the node the tenant was handed over to, "" while this node
+// counts it. It takes no lock.
+func (t *Tenant) MovedTo() string {
+	if p := t.movedTo.Load(); p != nil {
+		return *p
+	}
+	return ""
+}
+
 // Thaw makes the windows authoritative again without importing anything: a
-// tenant comes back to a node that has no snapshot to load.
+// tenant comes back to a node that has no better account of it.
 func (t *Tenant) Thaw() {
 	t.mu.Lock()
 	t.frozen = false
+	t.movedTo.Store(nil)
 	t.mu.Unlock()
 }
 
@@ -140,6 +151,7 @@ func (t *Tenant) FinishOrHand(now int64, tk *Ticket, actual int64) (d Delta, han
 		return Delta{}, false
 	}
 	d = FinishDelta(tk, actual)
+	d.Bucket, d.SlotBucket = t.history.buckets(tk) // in the current windows (rebucket.go)
 	tk.tokens = actual
 	tk.released = true
 	return d, true
@@ -197,7 +209,7 @@ type Delta struct {
 }
 
 // DeltaOf describes a ticket's effect so far (an admission), for reporting
-// a call admitted here to the tenant's owner.
+// a call admitted elsewhere (a fallback share) to the tenant's owner.
 func DeltaOf(tk *Ticket) Delta {
 	return Delta{Bucket: tk.bucket, SlotBucket: tk.slotBucket, Requests: 1, Tokens: tk.tokens, Slots: 1}
 }
@@ -223,7 +235,11 @@ func FinishDelta(tk *Ticket, actual int64) Delta {
 }
 
 // Window is the length of the tenant's request and token windows.
-func (t *Tenant) Window() time.Duration { return t.requests.Length() }
+func (t *Tenant) Window() time.Duration {
+	t.mu.Lock() // Rebucket changes it
+	defer t.mu.Unlock()
+	return t.requests.Length()
+}
 
 // Replace swaps a part of the tenant's state that came from elsewhere for a
 // better account of the same thing: every bucket loses what old held and
@@ -267,4 +283,35 @@ func (s State) Share(n int64) State {
 		return out
 	}
 	return State{Requests: scale(s.Requests), Tokens: scale(s.Tokens), Slots: scale(s.Slots)}
+}
+
+// Restrict leaves the tenant, for one window from now, at most 1/n of its
+// request and token limits: it charges the newest bucket with what the
+// windows would need to hold for that. It is the conservative budget of a
+// new owner that can get no account of the tenant at all (its previous
+// owner is gone and no snapshot can be had): whatever the previous owner
+// admitted in the window before is unknown but at most the limit, so the
+// cluster stays within (1 + 1/n) × the limit, where n is the member count
+// the limit was shared by, and one window later the charge has left and
+// the whole limit is back. It returns the requests and tokens charged.
+func (t *Tenant) Restrict(now, n int64) (requests, tokens int64) {
+	if n < 1 {
+		n = 1
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.advance(now)
+	return t.requests.restrict(n), t.tokens.restrict(n)
+}
+
+func (w *Window) restrict(n int64) int64 {
+	if w.limit <= 0 {
+		return 0
+	}
+	c := w.limit - w.limit/n - w.total
+	if c <= 0 {
+		return 0
+	}
+	w.charge(c)
+	return c
 }

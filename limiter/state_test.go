@@ -145,35 +145,76 @@ func TestShareRoundsUp(t *testing.T) {
 }
 
 // After Freeze, a call admitted before it finishes as a delta for the new
-// owner and changes nothing here; one admitted after it is flagged.
+// owner and changes nothing here, and nothing more is admitted here: the
+// decision is the new owner's (Moved).
 func TestFreezeHandsFinishesOver(t *testing.T) {
 	tn := NewTenant(Limits{Requests: 10, Tokens: 1000, Concurrency: 2}, time.Minute, time.Hour)
 	before, _ := tn.Admit(t0, 300)
-	if before.HandedOver() {
-		t.Fatal("admitted before the freeze, flagged as handed over")
+	final := tn.Freeze(t0+1, "n2")
+	if tn.MovedTo() != "n2" {
+		t.Fatalf("MovedTo = %q after Freeze, want n2", tn.MovedTo())
 	}
-	final := tn.Freeze(t0 + 1)
-	after, _ := tn.Admit(t0+2, 100)
-	if !after.HandedOver() {
-		t.Fatal("admitted after the freeze, not flagged")
+	if tk, d := tn.Admit(t0+2, 100); d.Allowed || !d.Moved || tk.admitted {
+		t.Fatalf("a frozen tenant admitted: %+v", d)
 	}
 	d, handed := tn.FinishOrHand(t0+3, &before, 120)
 	if !handed || d.Tokens != -180 || d.Slots != -1 {
 		t.Fatalf("finish after freeze: %+v handed=%v", d, handed)
 	}
-	if u := tn.Usage(t0 + 3); u.Tokens != 400 || u.InFlight != 2 {
+	if u := tn.Usage(t0 + 3); u.Tokens != 300 || u.InFlight != 1 {
 		t.Fatalf("a handed-over finish changed the frozen windows: %+v", u)
 	}
 	owner := NewTenant(Limits{Requests: 10, Tokens: 1000, Concurrency: 2}, time.Minute, time.Hour)
 	owner.Import(t0+4, final)
-	owner.Apply(t0+4, DeltaOf(&after))
 	owner.Apply(t0+4, d)
-	if u := owner.Usage(t0 + 4); u.Tokens != 220 || u.InFlight != 1 || u.Requests != 2 {
+	if u := owner.Usage(t0 + 4); u.Tokens != 120 || u.InFlight != 0 || u.Requests != 1 {
 		t.Fatalf("new owner after the deltas: %+v", u)
 	}
 	tn.Import(t0+5, owner.Export(t0+5))
+	if tn.MovedTo() != "" {
+		t.Fatal("a tenant taken back still names where it went")
+	}
+	after, dec := tn.Admit(t0+6, 100)
+	if !dec.Allowed {
+		t.Fatalf("a tenant taken back does not admit: %+v", dec)
+	}
 	if _, handed := tn.FinishOrHand(t0+6, &after, 100); handed {
 		t.Fatal("a tenant taken back is still frozen")
+	}
+}
+
+// Restrict leaves 1/n of the limits for one window, then the whole limit.
+func TestRestrict(t *testing.T) {
+	for _, tc := range []struct {
+		name                 string
+		used, n, wantCharged int64
+	}{
+		{"empty, 4 members", 0, 4, 75},
+		{"already past the budget", 90, 4, 0},
+		{"partly used", 50, 4, 25},
+		{"one member", 0, 1, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tn := NewTenant(Limits{Requests: 100}, time.Minute, time.Hour)
+			for range tc.used {
+				tn.Admit(t0, 0)
+			}
+			if got, _ := tn.Restrict(t0, tc.n); got != tc.wantCharged {
+				t.Fatalf("charged %d, want %d", got, tc.wantCharged)
+			}
+			admitted := int64(0)
+			for range 200 {
+				if _, d := tn.Admit(t0+1, 0); d.Allowed {
+					admitted++
+				}
+			}
+			if want := min(100-tc.used, 100/tc.n); tc.n > 1 && admitted != want {
+				t.Fatalf("admitted %d after Restrict, want %d", admitted, want)
+			}
+			if u := tn.Usage(t0 + int64(2*time.Minute)); u.Requests != 0 {
+				t.Fatalf("the charge outlived the window: %+v", u)
+			}
+		})
 	}
 }
 

@@ -2,6 +2,7 @@ package limiter
 
 import (
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -44,6 +45,9 @@ type Decision struct {
 	// TooLarge means the request alone exceeds the limit of Limited: waiting
 	// will never admit it.
 	TooLarge bool
+	// Moved means nothing was decided: the tenant's state was handed over
+	// to another node (Freeze), which decides for it now (MovedTo).
+	Moved bool
 	// RetryAfter is how long until the refused dimension has room, when
 	// !Allowed. For concurrency it is an estimate (a slot frees when a
 	// stream ends, which no clock predicts).
@@ -63,12 +67,8 @@ type Ticket struct {
 	tokens     int64 // tokens charged so far
 	admitted   bool
 	released   bool
-	handedOver bool // admitted after the tenant's state was handed over
+	gen        uint32 // the tenant's rebucket generation at admission (rebucket.go)
 }
-
-// HandedOver reports whether the ticket was admitted after the tenant's
-// state was handed to another node (Freeze): that node must be told.
-func (t *Ticket) HandedOver() bool { return t.handedOver }
 
 // Tokens reports the tokens currently charged for the ticket.
 func (t *Ticket) Tokens() int64 { return t.tokens }
@@ -79,9 +79,11 @@ type Tenant struct {
 	mu       sync.Mutex
 	limits   Limits
 	frozen   bool // state handed over to another node (Freeze)
+	movedTo  atomic.Pointer[string]
 	requests Window
 	tokens   Window
 	slots    Window
+	history  rebuckets // for tickets admitted before a Rebucket (rebucket.go)
 }
 
 // NewTenant returns a tenant whose rpm/tpm are enforced over window and whose
@@ -113,6 +115,10 @@ func (t *Tenant) Admit(now, tokens int64) (Ticket, Decision) {
 
 	var d Decision
 	switch {
+	case t.frozen:
+		// Another node counts this tenant now: admitting here too would
+		// spend the same headroom twice.
+		d.Moved = true
 	case !t.requests.fits(1):
 		d.Limited = Requests
 		d.RetryAfter = time.Duration(t.requests.untilFits(now, 1))
@@ -136,7 +142,7 @@ func (t *Tenant) Admit(now, tokens int64) (Ticket, Decision) {
 			slotBucket: t.slots.charge(1),
 			tokens:     tokens,
 			admitted:   true,
-			handedOver: t.frozen,
+			gen:        t.history.gen,
 		}
 		t.tokens.charge(tokens)
 	}
@@ -153,7 +159,7 @@ func (t *Tenant) Settle(now int64, tk *Ticket, actual int64) {
 	}
 	t.mu.Lock()
 	t.advance(now)
-	t.tokens.adjust(tk.bucket, actual-tk.tokens)
+	t.tokens.adjust(t.history.bucket(tk), actual-tk.tokens)
 	t.mu.Unlock()
 	tk.tokens = actual
 }
@@ -165,7 +171,7 @@ func (t *Tenant) Release(now int64, tk *Ticket) {
 	}
 	t.mu.Lock()
 	t.advance(now)
-	t.slots.adjust(tk.slotBucket, -1)
+	t.slots.adjust(t.history.slot(tk), -1)
 	t.mu.Unlock()
 	tk.released = true
 }
@@ -183,11 +189,11 @@ func (t *Tenant) Finish(now int64, tk *Ticket, actual int64) {
 func (t *Tenant) finishLocked(now int64, tk *Ticket, actual int64) {
 	t.advance(now)
 	if actual != tk.tokens {
-		t.tokens.adjust(tk.bucket, actual-tk.tokens)
+		t.tokens.adjust(t.history.bucket(tk), actual-tk.tokens)
 		tk.tokens = actual
 	}
 	if !tk.released {
-		t.slots.adjust(tk.slotBucket, -1)
+		t.slots.adjust(t.history.slot(tk), -1)
 		tk.released = true
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/ringgate/ringgate/config"
+	"github.com/ringgate/ringgate/handoff"
 	"github.com/ringgate/ringgate/internal/redistest"
 	"github.com/ringgate/ringgate/limiter"
 	"github.com/ringgate/ringgate/ring"
@@ -43,8 +44,10 @@ func BenchmarkHandoffTake(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			h := newHandoff(cfg, store, rt, log, func() *ring.Ring { return nil }, func() []string { return names })
+			h := handoff.New(handoff.Config{Self: "taker", Window: cfg.Limits.Window, StoreTimeout: cfg.Redis.Timeout, FinalWait: cfg.Redis.HandoffWait, Logger: log},
+				rt, rt, store, nil)
 			b.Cleanup(func() { _ = store.Close() })
+			from := ring.New(1, []string{"giver"})
 			to := ring.New(2, []string{"taker", "giver"})
 
 			// A typical busy tenant: a request and a few hundred tokens in
@@ -72,7 +75,7 @@ func BenchmarkHandoffTake(b *testing.B) {
 				for _, n := range names {
 					rt.Hold(n, time.Second)
 				}
-				a := h.take(names, to)
+				a := h.Take(names, from, to)
 				if a.Final != len(names) {
 					b.Fatalf("took %+v, want %d final snapshots", a, len(names))
 				}

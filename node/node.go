@@ -17,6 +17,7 @@ import (
 
 	"github.com/ringgate/ringgate/config"
 	"github.com/ringgate/ringgate/gossip"
+	"github.com/ringgate/ringgate/handoff"
 	"github.com/ringgate/ringgate/reserve"
 	"github.com/ringgate/ringgate/ring"
 	"github.com/ringgate/ringgate/router"
@@ -53,7 +54,8 @@ type Node struct {
 	gossip *gossip.Node // nil: standalone (node.gossip = "")
 	table  *ring.Table
 
-	handoff *handoff // nil without Redis
+	mover *handoff.Mover  // moves tenants' state on ring changes
+	store *snapshot.Store // nil without Redis
 
 	pubMu       sync.Mutex
 	mu          sync.Mutex
@@ -89,27 +91,35 @@ func Start(cfg *config.Config, o Options) (*Node, error) {
 	for _, t := range cfg.Tenants {
 		n.tenantNames = append(n.tenantNames, t.Name)
 	}
+	clock := o.Clock
+	if clock == nil {
+		clock = func() int64 { return time.Now().UnixNano() }
+	}
+	var store handoff.Store = handoff.NoStore{}
 	if cfg.Redis.Addr != "" {
-		store, err := snapshot.NewStore(snapshot.StoreConfig{Addrs: []string{cfg.Redis.Addr}, Timeout: cfg.Redis.Timeout, Logger: log})
+		s, err := snapshot.NewStore(snapshot.StoreConfig{Addrs: []string{cfg.Redis.Addr}, Timeout: cfg.Redis.Timeout, Logger: log})
 		if err != nil {
 			_ = ln.Close()
 			return nil, fmt.Errorf("start node %s: redis: %w", cfg.Node.Name, err)
 		}
-		n.handoff = newHandoff(cfg, store, rt, log, n.currentRing, n.tenants)
-		for _, c := range n.handoff.collectors() {
+		n.store, store = s, s
+		for _, c := range storeCollectors(s) {
 			_ = rt.Register(c)
 		}
-		n.handoff.start()
-		rt.SetFallbackSeed(n.handoff.lastState)
 	}
-	if n.handoff != nil && cfg.Node.Gossip == "" {
+	n.mover = handoff.New(moverConfig(cfg, clock, o), rt, rt, store, n.currentRing)
+	rt.SetHandOver(n.mover.HandOver)
+	if n.store != nil {
+		rt.SetFallbackSeed(n.mover.LastState)
+	}
+	n.mover.Start()
+	if n.store != nil && cfg.Node.Gossip == "" {
 		// A standalone node restarting continues its tenants' windows
 		// from the last snapshots instead of starting them empty; it
 		// loads them before it serves.
-		names := n.tenants()
-		a := n.handoff.take(names, nil)
-		log.Info("rebalance", "ring_version", 0, "members", []string{cfg.Node.Name}, "taken_over", len(names),
-			"state", map[string]int{"redis_snapshot": a.Final, "stale_redis_snapshot": a.Stale, "fresh": a.None}, "handoff_ms", a.Took.Milliseconds())
+		a := n.mover.Restore(n.tenants())
+		log.Info("rebalance", "ring_version", 0, "members", []string{cfg.Node.Name}, "taken_over", len(n.tenants()),
+			"state", a.Counts(), "handoff_ms", a.Took.Milliseconds())
 	}
 	go func() { n.served <- n.server.Serve(ln) }()
 
@@ -164,7 +174,9 @@ func advertisedHTTP(listen, advertise, gossipBind string) string {
 	return listen
 }
 
-// onMembers runs on every membership change (from gossip's one goroutine).
+// onMembers runs on every membership change (from gossip's one goroutine);
+// gossip delivers none before the node has joined, so a node whose seeds
+// are slow never builds a ring of itself and takes every tenant.
 func (n *Node) onMembers(ms []gossip.Member) {
 	n.mu.Lock()
 	n.members = ms
@@ -181,79 +193,46 @@ func (n *Node) onMembers(ms []gossip.Member) {
 }
 
 // onRing runs after each new ring is built (from the table's goroutine):
-// it holds the tenants this node gains, switches routing to the new ring,
-// hands over the tenants it lost (final snapshots), loads the ones it gained,
-// and logs the rebalance.
+// the handoff protocol holds the tenants this node gains, the router
+// switches to the new ring, the tenants it lost are handed over and the
+// ones it gained taken over with their state; then the rebalance is logged.
 func (n *Node) onRing(from, to *ring.Ring) {
 	start := time.Now()
-	self := n.cfg.Node.Name
 	moved := ring.Moved(from, to, n.tenants())
-	var lost, gained []string
-	for _, t := range moved {
-		was, _ := from.Owner(t)
-		is, _ := to.Owner(t)
-		switch {
-		case was == self && is != self:
-			lost = append(lost, t)
-		case is == self && was != self:
-			gained = append(gained, t)
-		}
-	}
-	for _, t := range gained {
-		if n.handoff != nil {
-			n.router.Hold(t, n.handoff.gateWait(len(lost), len(gained)))
-		}
-	}
-	n.mu.Lock()
-	n.ring = to
-	n.mu.Unlock()
-	n.publish()
-
-	state := map[string]int{"redis_snapshot": 0, "stale_redis_snapshot": 0, "fresh": len(gained)}
-	var flushErr error
-	if n.handoff == nil {
-		// No snapshots: still stop counting the lost tenants here, so the
-		// calls that end here go to their new owners as deltas.
-		for _, t := range lost {
-			if lim := n.router.Limiter(t); lim != nil {
-				lim.Freeze(time.Now().UnixNano())
-			}
-		}
-	} else {
-		flushErr = n.handoff.flush(lost, to)
-		a := n.handoff.take(gained, to)
-		state = map[string]int{"redis_snapshot": a.Final, "stale_redis_snapshot": a.Stale, "fresh": a.None}
-	}
-	if n.handoff == nil {
-		for _, t := range gained {
-			if lim := n.router.Limiter(t); lim != nil {
-				lim.Thaw() // back with what this node still counts
-			}
-			n.router.Release(t) // applies deltas that arrived before this ring
-		}
-	}
+	lost, gained, a := n.mover.Change(from, to, func() {
+		n.mu.Lock()
+		n.ring = to
+		n.mu.Unlock()
+		n.publish()
+	})
 	n.mu.Lock()
 	since := time.Since(n.changedAt)
 	n.mu.Unlock()
-	attrs := []any{
+	n.log.Info("rebalance",
 		"ring_version", to.Version(),
 		"members", append([]string{}, to.Members()...), // [] rather than null when empty
 		"moved", len(moved),
-		"moved_tenants", moved,
+		"moved_tenants", boundedList(moved, maxLoggedTenants),
 		"partitions_moved", ring.MovedPartitions(from, to),
 		"handed_over", len(lost),
 		"taken_over", len(gained),
-		// How the state of the tenants this node took over arrived: a
-		// final snapshot from the previous owner, a stale one charged for
-		// the gap, or none (fresh windows).
-		"state", state,
+		// How the state of the tenants this node took over arrived.
+		"state", a.Counts(),
 		"handoff_ms", time.Since(start).Milliseconds(),
 		"took_ms", since.Milliseconds(),
+	)
+}
+
+// maxLoggedTenants bounds the tenant names one log line lists.
+const maxLoggedTenants = 50
+
+// boundedList is names, cut to at most n with a last entry saying how many
+// more there were.
+func boundedList(names []string, n int) []string {
+	if len(names) <= n {
+		return names
 	}
-	if flushErr != nil {
-		attrs = append(attrs, "flush_error", flushErr.Error())
-	}
-	n.log.Info("rebalance", attrs...)
+	return append(append([]string{}, names[:n]...), fmt.Sprintf("… %d more", len(names)-n))
 }
 
 // currentRing is the ring routing uses (nil standalone or before the first).
@@ -379,14 +358,15 @@ func (n *Node) stop(leave bool) {
 		if n.table != nil {
 			n.table.Close()
 		}
-		if n.handoff != nil {
-			if leave && g == nil {
-				// Standalone: the next process on this config takes over.
-				if err := n.handoff.flush(n.tenants(), nil); err != nil {
-					n.log.Warn("drain", "phase", "flush", "error", err.Error())
-				}
+		if leave && g == nil && n.store != nil {
+			// Standalone: the next process on this config takes over.
+			if err := n.mover.Flush(n.tenants()); err != nil {
+				n.log.Warn("drain", "phase", "flush", "error", err.Error())
 			}
-			n.handoff.close()
+		}
+		n.mover.Close()
+		if n.store != nil {
+			_ = n.store.Close()
 		}
 		n.shutdown()
 	})

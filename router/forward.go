@@ -87,7 +87,7 @@ func (p *peers) get(addr string) *peer {
 // answer. handled is false when the owner could not be reached before any of
 // the request left this node; the caller then enforces the strict local share.
 // streaming is true when a relayed stream finishes later (and calls done).
-func (r *Router) toOwner(ctx *fasthttp.RequestCtx, v *view, owner string, t *tenant) (handled, streaming bool) {
+func (r *Router) toOwner(ctx *fasthttp.RequestCtx, v *view, owner string, t *tenant, hops int) (handled, streaming bool) {
 	addr := v.addrs[owner]
 	if addr == "" || !r.hops.enabled() {
 		return false, false
@@ -102,7 +102,7 @@ func (r *Router) toOwner(ctx *fasthttp.RequestCtx, v *view, owner string, t *ten
 	req.Header.Del("Keep-Alive")
 	req.Header.SetHost(addr)
 	req.SetBodyRaw(ctx.PostBody())
-	r.hops.sign(req, r.node, owner, v.version())
+	r.hops.sign(req, r.node, owner, v.version(), hops)
 	resp := fasthttp.AcquireResponse()
 	err := pc.hc.Do(req, resp)
 	fasthttp.ReleaseRequest(req)

@@ -14,7 +14,8 @@ import (
 // The router's part in a handoff: holding a tenant's requests while its new
 // owner (this node) loads the tenant's state, and telling the owner about
 // calls that this node admitted before the tenant moved away and that end
-// here afterwards. Loading and saving snapshots is the node's job.
+// here afterwards. The protocol that decides when to hold, freeze and
+// import is the handoff package's.
 
 // deltaPath receives deltas from peers; it is signed like a hop.
 const deltaPath = "/_ringgate/delta"
@@ -166,30 +167,45 @@ type deltaMsg struct {
 	Deltas []limiter.Delta `json:"deltas"`
 }
 
-// reportDelta sends a delta of a call admitted here to the tenant's current
-// owner, if that is another node. Best effort and asynchronous: if it is
-// lost, a slot frees itself with its TTL and a token delta is forgotten with
-// its window.
+// reportDelta sends a delta of a call admitted here to the node that counts
+// the tenant now: the one this node handed it over to, else its owner by
+// the ring. Best effort and asynchronous: if it is lost, a slot frees
+// itself with its TTL and a token delta is forgotten with its window.
 func (r *Router) reportDelta(t *tenant, d limiter.Delta) {
+	r.sendDeltas(t, []limiter.Delta{d}, 0)
+}
+
+// sendDeltas sends deltas for t on; forwarded counts how often they were
+// passed on already (a tenant handed over twice in a row).
+func (r *Router) sendDeltas(t *tenant, ds []limiter.Delta, forwarded int) {
 	v := r.view.Load()
-	owner := v.owner(t.name)
-	if owner == "" || owner == r.node {
-		// The tenant came back here meanwhile: count it here.
-		t.lim.Apply(r.clock(), d)
+	dest := t.lim.MovedTo()
+	if dest == "" {
+		dest = v.owner(t.name)
+	}
+	if dest == "" || dest == r.node {
+		// The tenant is (back) here: count it here, through the same
+		// hold as a peer's deltas, so an import cannot wipe it.
+		now := r.clock()
+		if !r.hold(t, now, ds) {
+			for _, d := range ds {
+				t.lim.Apply(now, d)
+			}
+		}
 		return
 	}
-	if !r.hops.enabled() {
+	if !r.hops.enabled() || forwarded >= maxHops {
 		return
 	}
-	addr := v.addrs[owner]
+	addr := v.addrs[dest]
 	if addr == "" {
 		return
 	}
-	body, err := json.Marshal(deltaMsg{Tenant: t.name, Deltas: []limiter.Delta{d}})
+	body, err := json.Marshal(deltaMsg{Tenant: t.name, Deltas: ds})
 	if err != nil {
 		return
 	}
-	r.metrics.deltasSent.Inc()
+	r.metrics.deltasSent.Add(float64(len(ds)))
 	go func() {
 		req := fasthttp.AcquireRequest()
 		resp := fasthttp.AcquireResponse()
@@ -200,10 +216,10 @@ func (r *Router) reportDelta(t *tenant, d limiter.Delta) {
 		req.Header.SetHost(addr)
 		req.Header.SetContentType("application/json")
 		req.SetBody(body)
-		r.hops.sign(req, r.node, owner, v.version())
+		r.hops.sign(req, r.node, dest, v.version(), forwarded+1)
 		pc := r.peers.get(addr)
 		if err := pc.hc.DoTimeout(req, resp, 2*time.Second); err != nil || resp.StatusCode() != fasthttp.StatusNoContent {
-			r.log.Warn("handoff", "phase", "delta_lost", "tenant", t.name, "owner", owner,
+			r.log.Warn("handoff", "phase", "delta_lost", "tenant", t.name, "owner", dest,
 				"error", fmt.Sprint(err), "status", resp.StatusCode())
 		}
 	}()
@@ -215,7 +231,8 @@ func (r *Router) serveDelta(ctx *fasthttp.RequestCtx) {
 		fail(ctx, fasthttp.StatusMethodNotAllowed, "invalid_request_error", "method_not_allowed", "Use POST.")
 		return
 	}
-	if _, err := r.hops.verify(&ctx.Request, r.node); err != nil {
+	info, err := r.hops.verify(&ctx.Request, r.node)
+	if err != nil {
 		r.metrics.hopsRefused.Inc()
 		fail(ctx, fasthttp.StatusUnauthorized, "invalid_request_error", "invalid_peer_signature",
 			"Peer request refused: "+err.Error()+".")
@@ -229,6 +246,12 @@ func (r *Router) serveDelta(ctx *fasthttp.RequestCtx) {
 	t := r.state.Load().byName[m.Tenant]
 	if t == nil {
 		fail(ctx, fasthttp.StatusNotFound, "invalid_request_error", "unknown_tenant", "No tenant named "+m.Tenant+".")
+		return
+	}
+	if to := t.lim.MovedTo(); to != "" && to != r.node {
+		// Handed on since the sender looked: the deltas follow the state.
+		r.sendDeltas(t, m.Deltas, info.hops)
+		ctx.SetStatusCode(fasthttp.StatusNoContent)
 		return
 	}
 	now := r.clock()

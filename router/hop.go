@@ -19,12 +19,17 @@ import (
 // who sent it, to whom, the sender's ring version, a time and a nonce, signed
 // with the cluster secret over all of that plus the method, path, tenant key
 // and body hash. The owner enforces a hop itself, whatever its own ring says,
-// and never forwards it again (hop limit 1), so a hop can neither bounce nor
-// loop.
+// and never forwards it again, with one exception: a node that handed the
+// tenant over to another after the sender picked it passes the hop on once
+// (maxHops), so a hop can neither bounce nor loop.
 const (
 	hopHeader = "X-Ringgate-Hop"
 	sigHeader = "X-Ringgate-Signature"
 )
+
+// maxHops is how many times a request may travel between nodes: to the
+// owner, and once more from an owner that had just handed the tenant over.
+const maxHops = 2
 
 // hopInfo is a parsed hop header.
 type hopInfo struct {
@@ -32,6 +37,7 @@ type hopInfo struct {
 	ringVersion uint64
 	at          time.Time
 	nonce       string
+	hops        int // 1 for a request sent to the owner, 2 passed on
 }
 
 // signer signs and checks hops. Without a secret it can do neither: peer
@@ -61,12 +67,16 @@ func newSigner(secret []byte, skew time.Duration, now func() time.Time) *signer 
 func (s *signer) enabled() bool { return len(s.secret) > 0 }
 
 // sign sets the hop headers on req, a copy of the client's request on its way
-// from node from to node to.
-func (s *signer) sign(req *fasthttp.Request, from, to string, ringVersion uint64) {
+// from node from to node to, its hops-th hop (1 or 2; peer calls are 1).
+func (s *signer) sign(req *fasthttp.Request, from, to string, ringVersion uint64, hops ...int) {
 	var nb [12]byte
 	_, _ = rand.Read(nb[:])
-	hop := strings.Join([]string{from, to, strconv.FormatUint(ringVersion, 10),
-		strconv.FormatInt(s.now().UnixMilli(), 10), hex.EncodeToString(nb[:])}, ",")
+	fields := []string{from, to, strconv.FormatUint(ringVersion, 10),
+		strconv.FormatInt(s.now().UnixMilli(), 10), hex.EncodeToString(nb[:])}
+	if len(hops) > 0 && hops[0] > 1 {
+		fields = append(fields, strconv.Itoa(hops[0]))
+	}
+	hop := strings.Join(fields, ",")
 	req.Header.Set(hopHeader, hop)
 	req.Header.Set(sigHeader, s.mac(req, hop))
 }
@@ -105,8 +115,16 @@ func (s *signer) verify(req *fasthttp.Request, self string) (hopInfo, error) {
 	}
 	hop := string(req.Header.Peek(hopHeader))
 	parts := strings.Split(hop, ",")
-	if len(parts) != 5 {
+	if len(parts) != 5 && len(parts) != 6 {
 		return hopInfo{}, errHopMalformed
+	}
+	hops := 1
+	if len(parts) == 6 {
+		n, err := strconv.Atoi(parts[5])
+		if err != nil || n < 2 || n > maxHops {
+			return hopInfo{}, errHopMalformed
+		}
+		hops = n
 	}
 	version, err1 := strconv.ParseUint(parts[2], 10, 64)
 	ms, err2 := strconv.ParseInt(parts[3], 10, 64)
@@ -117,7 +135,7 @@ func (s *signer) verify(req *fasthttp.Request, self string) (hopInfo, error) {
 	if !hmac.Equal([]byte(want), req.Header.Peek(sigHeader)) {
 		return hopInfo{}, errHopSignature
 	}
-	info := hopInfo{from: parts[0], to: parts[1], ringVersion: version, at: time.UnixMilli(ms), nonce: parts[4]}
+	info := hopInfo{from: parts[0], to: parts[1], ringVersion: version, at: time.UnixMilli(ms), nonce: parts[4], hops: hops}
 	if info.to != self {
 		return info, errHopTarget
 	}

@@ -38,8 +38,11 @@ type call struct {
 func (r *Router) serveAPI(ctx *fasthttp.RequestCtx, ep upstream.Endpoint) bool {
 	st := r.state.Load()
 	hop := len(ctx.Request.Header.Peek(hopHeader)) > 0 || len(ctx.Request.Header.Peek(sigHeader)) > 0
+	hops := 0
 	if hop {
-		if _, err := r.hops.verify(&ctx.Request, r.node); err != nil {
+		info, err := r.hops.verify(&ctx.Request, r.node)
+		hops = info.hops
+		if err != nil {
 			r.metrics.hopsRefused.Inc()
 			r.log.Warn("hop_refused", "remote", ctx.RemoteAddr().String(), "error", err.Error())
 			fail(ctx, fasthttp.StatusUnauthorized, "invalid_request_error", "invalid_peer_signature",
@@ -63,12 +66,15 @@ func (r *Router) serveAPI(ctx *fasthttp.RequestCtx, ep upstream.Endpoint) bool {
 		if !open {
 			return r.refuseZeroShare(ctx)
 		}
-		return r.serveLocal(ctx, ep, st, t, lim)
+		return r.serveLocal(ctx, ep, st, t, lim, hops)
+	}
+	if r.clustered && (v == nil || v.ring.Len() == 0) {
+		return r.refuseNotJoined(ctx)
 	}
 	if owner == "" || owner == r.node {
-		return r.serveLocal(ctx, ep, st, t, t.lim)
+		return r.serveLocal(ctx, ep, st, t, t.lim, 0)
 	}
-	handled, streaming := r.toOwner(ctx, v, owner, t)
+	handled, streaming := r.toOwner(ctx, v, owner, t, 1)
 	if handled {
 		return streaming
 	}
@@ -76,7 +82,18 @@ func (r *Router) serveAPI(ctx *fasthttp.RequestCtx, ep upstream.Endpoint) bool {
 	if !open {
 		return r.refuseZeroShare(ctx)
 	}
-	return r.serveLocal(ctx, ep, st, t, lim)
+	return r.serveLocal(ctx, ep, st, t, lim, 0)
+}
+
+// refuseNotJoined answers a client request that reached a cluster node before
+// it joined: it knows no owners yet, and enforcing on its own would admit
+// on top of whoever owns the tenant.
+func (r *Router) refuseNotJoined(ctx *fasthttp.RequestCtx) bool {
+	ctx.Response.Header.Set("x-ringgate-node", r.node)
+	ctx.Response.Header.Set("Retry-After", "1")
+	fail(ctx, fasthttp.StatusServiceUnavailable, "server_error", "not_ready",
+		"This gateway node has not joined its cluster yet; retry in 1s.")
+	return false
 }
 
 func (r *Router) refuseZeroShare(ctx *fasthttp.RequestCtx) bool {
@@ -115,8 +132,9 @@ func (r *Router) hopLimiter(t *tenant) (*limiter.Tenant, bool) {
 	}
 }
 
-// serveLocal enforces the tenant's limits on lim and serves the request.
-func (r *Router) serveLocal(ctx *fasthttp.RequestCtx, ep upstream.Endpoint, st *state, t *tenant, lim *limiter.Tenant) bool {
+// serveLocal enforces the tenant's limits on lim and serves the request; hops
+// is how many nodes it came through (0: from a client).
+func (r *Router) serveLocal(ctx *fasthttp.RequestCtx, ep upstream.Endpoint, st *state, t *tenant, lim *limiter.Tenant, hops int) bool {
 	ctx.Response.Header.Set("x-ringgate-node", r.node)
 	req, err := upstream.ParseRequest(ep, ctx.PostBody())
 	if err != nil {
@@ -156,6 +174,9 @@ func (r *Router) serveLocal(ctx *fasthttp.RequestCtx, ep upstream.Endpoint, st *
 	}
 	var d limiter.Decision
 	c.tk, d = lim.Admit(r.clock(), int64(c.res.Total))
+	if d.Moved {
+		return r.movedOn(ctx, t, lim, hops)
+	}
 	setRateHeaders(&ctx.Response.Header, &d)
 	if !d.Allowed {
 		switch d.Limited {
@@ -171,11 +192,6 @@ func (r *Router) serveLocal(ctx *fasthttp.RequestCtx, ep upstream.Endpoint, st *
 	}
 	t.counts.allowed.Inc()
 	t.counts.reserved.Add(float64(c.res.Total))
-	if c.tk.HandedOver() {
-		// A hop that reached this node after it handed the tenant over:
-		// the owner must count it too.
-		r.reportDelta(t, limiter.DeltaOf(&c.tk))
-	}
 	return r.forward(ctx, c)
 }
 

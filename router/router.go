@@ -12,6 +12,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/ringgate/ringgate/config"
+	"github.com/ringgate/ringgate/handoff"
 	"github.com/ringgate/ringgate/limiter"
 	"github.com/ringgate/ringgate/reserve"
 	"github.com/ringgate/ringgate/upstream"
@@ -45,6 +46,10 @@ type Router struct {
 	fallbackSeed atomic.Pointer[func(tenant string) (limiter.State, bool)]
 	peers        *peers
 	held         heldDeltas // deltas for tenants not taken over yet (handoff.go)
+	// handOver answers a peer asking for tenants' state (peerstate.go).
+	handOver atomic.Pointer[func(asker string, tenants []string) []handoff.Reply]
+	// clustered: the node gossips; until it holds a ring it owns nothing.
+	clustered bool
 
 	draining atomic.Bool
 	ready    atomic.Bool
@@ -81,6 +86,9 @@ func New(o Options) (*Router, error) {
 		est:     reserve.NewEstimator(o.Config.Limits.DefaultCompletion),
 		metrics: newMetrics(),
 		started: time.Now(),
+		// A cluster node owns nothing until it has joined and holds a
+		// ring; a standalone one owns everything.
+		clustered: o.Config.Node.Gossip != "",
 	}
 	st, err := buildState(o.Config, nil, r.metrics)
 	if err != nil {
@@ -141,22 +149,67 @@ func (r *Router) Reload(cfg *config.Config) error {
 	return nil
 }
 
+// idleTimeout bounds the wait for the next request on a keep-alive
+// connection.
+const idleTimeout = 90 * time.Second
+
 // Server returns a fasthttp server configured for this router: body cap with
-// 413, no write timeout (it would cut long streams), idle keep-alive bound.
+// 413, no write timeout (it would cut long streams), idle keep-alive bound,
+// and slow clients cut with a 408 (see bodyDeadline).
+//
+// fasthttp's ReadTimeout is the header timeout: it is armed when a
+// connection opens and, on a keep-alive connection, again at the first byte
+// of each next request (the wait for that byte is bounded by IdleTimeout
+// alone), so an idle keep-alive connection is never cut by it. HeaderReceived
+// then replaces it with the body's own deadline.
 func (r *Router) Server() *fasthttp.Server {
 	cfg := r.state.Load().cfg
 	return &fasthttp.Server{
 		Handler:               r.Handler,
 		Name:                  "ringgate",
 		MaxRequestBodySize:    int(cfg.Limits.MaxBodyBytes),
-		ReadTimeout:           30 * time.Second,
-		IdleTimeout:           90 * time.Second,
+		ReadTimeout:           cfg.Node.HeaderTimeout,
+		HeaderReceived:        r.bodyDeadline,
+		IdleTimeout:           idleTimeout,
 		NoDefaultServerHeader: true,
 		ReduceMemoryUsage:     false,
 		CloseOnShutdown:       true,
 		ErrorHandler:          r.serverError,
 		Logger:                fasthttpLogger{r.log},
 	}
+}
+
+// bodyDeadline gives a request's body its read budget once its headers are
+// in, after Apache mod_reqtimeout's MinRate: body_grace plus the body's
+// length at body_min_rate. A body of unknown length (chunked) gets the
+// budget of the largest body accepted, max_body_bytes. Read from the live
+// config, so a reload applies to the next request.
+func (r *Router) bodyDeadline(h *fasthttp.RequestHeader) fasthttp.RequestConfig {
+	cfg := r.state.Load().cfg
+	return fasthttp.RequestConfig{
+		ReadTimeout: bodyBudget(int64(h.ContentLength()), cfg.Limits.MaxBodyBytes, cfg.Node.BodyMinRate, cfg.Node.BodyGrace),
+	}
+}
+
+// maxBodyBudget caps a body's budget whatever the configured sizes.
+const maxBodyBudget = 24 * time.Hour
+
+// bodyBudget is grace + size/rate, size being maxBody when unknown (< 0) or
+// larger (such a body is refused with 413 before it is read). 0 (keep the
+// header deadline) when the rate is unset.
+func bodyBudget(size, maxBody, rate int64, grace time.Duration) time.Duration {
+	if rate <= 0 {
+		return 0
+	}
+	if size < 0 || size > maxBody {
+		size = maxBody
+	}
+	secs := size / rate
+	if secs >= int64(maxBodyBudget/time.Second) {
+		return maxBodyBudget
+	}
+	d := time.Duration(secs)*time.Second + time.Duration(size%rate)*time.Second/time.Duration(rate)
+	return min(max(grace, 0)+d, maxBodyBudget)
 }
 
 // serverError answers errors met before the handler runs.
@@ -195,8 +248,12 @@ func (r *Router) Handler(ctx *fasthttp.RequestCtx) {
 		r.done()
 		return
 	}
-	if string(path) == deltaPath {
+	switch string(path) {
+	case deltaPath:
 		r.serveDelta(ctx)
+		return
+	case handoffPath:
+		r.serveHandoff(ctx)
 		return
 	}
 	r.serveAdmin(ctx)

@@ -55,3 +55,21 @@ func BenchmarkPrepareBody(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkParseRequestLarge parses a chat request with a 64 KiB prompt of
+// mixed ASCII and multi-byte text, where a per-byte pass over the body (the
+// UTF-8 check) shows most.
+func BenchmarkParseRequestLarge(b *testing.B) {
+	text := strings.Repeat("Rate limits keep tenants apart; débit limité, 速率限制. ", 1200)[:64<<10]
+	text = strings.ToValidUTF8(text, "")
+	body := []byte(`{"model":"gpt-4o-mini","max_tokens":256,"messages":[{"role":"system","content":"You are a helpful assistant."},{"role":"user","content":"` + text + `"}]}`)
+	b.SetBytes(int64(len(body)))
+	b.ReportAllocs()
+	for b.Loop() {
+		r, err := ParseRequest(Chat, body)
+		if err != nil {
+			b.Fatal(err)
+		}
+		benchRequest = r
+	}
+}

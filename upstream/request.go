@@ -3,6 +3,7 @@ package upstream
 import (
 	"fmt"
 	"strconv"
+	"unicode/utf8"
 
 	"github.com/tidwall/gjson"
 	"github.com/tidwall/sjson"
@@ -132,6 +133,14 @@ func ParseRequest(ep Endpoint, body []byte) (Request, error) {
 	}
 	if !gjson.ValidBytes(body) {
 		return Request{}, badRequest("invalid_json", "", "malformed JSON body")
+	}
+	// JSON text is UTF-8 (RFC 8259 §8.1), but gjson does not check the
+	// bytes inside strings: a provider would refuse the body, or worse,
+	// decode it otherwise than the tokenizer counts it. One pass, with an
+	// ASCII fast path; the offset is only looked for on failure.
+	if !utf8.Valid(body) {
+		return Request{}, badRequest("invalid_json", "",
+			fmt.Sprintf("body is not valid UTF-8 (first invalid byte at offset %d)", invalidUTF8At(body)))
 	}
 	// One copy of the body backs every string the Request keeps.
 	root := gjson.Parse(string(body))
@@ -305,6 +314,23 @@ func ParseRequest(ep Endpoint, body []byte) (Request, error) {
 		}
 	}
 	return r, nil
+}
+
+// invalidUTF8At is the offset of the first byte of b that does not start a
+// valid UTF-8 sequence, or -1.
+func invalidUTF8At(b []byte) int {
+	for i := 0; i < len(b); {
+		if b[i] < utf8.RuneSelf {
+			i++
+			continue
+		}
+		r, n := utf8.DecodeRune(b[i:])
+		if r == utf8.RuneError && n == 1 {
+			return i
+		}
+		i += n
+	}
+	return -1
 }
 
 // intParam validates an optional integer parameter: absent or null reads as

@@ -226,6 +226,13 @@ func TestParseRequestInvalid(t *testing.T) {
 		{Messages, `{"model":"c","max_tokens":1024,"messages":5}`, "invalid_type", "messages"},
 		{Messages, `{"model":"c","max_tokens":1024,"system":5,` + msgs + `}`, "invalid_type", "system"},
 		{Messages, `{"model":"c","max_tokens":1024,"system":{},` + msgs + `}`, "invalid_type", "system"},
+		// JSON text is UTF-8: invalid bytes inside a string are refused.
+		{Chat, "{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"caf\xe9\"}]}", "invalid_json", ""},
+		{Chat, "{\"model\":\"m\xff\",\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]}", "invalid_json", ""},
+		{Chat, "{\"model\":\"m\",\"user\":\"\xed\xa0\x80\"," + msgs + "}", "invalid_json", ""},                    // an encoded surrogate
+		{Chat, "{\"model\":\"m\",\"user\":\"\xc0\xaf\"," + msgs + "}", "invalid_json", ""},                        // overlong "/"
+		{Messages, "{\"model\":\"c\",\"max_tokens\":1,\"system\":\"\xe2\x82\"," + msgs + "}", "invalid_json", ""}, // truncated
+		{Embeddings, "{\"model\":\"m\",\"input\":[\"ok\",\"\x80\"]}", "invalid_json", ""},
 	}
 	for _, tc := range tests {
 		t.Run(tc.ep.String()+" "+tc.body, func(t *testing.T) {
@@ -248,6 +255,28 @@ func TestParseRequestInvalid(t *testing.T) {
 		t.Error("invalid endpoint accepted")
 	} else if ce := (*ClientError)(nil); errors.As(err, &ce) {
 		t.Error("invalid endpoint is a programming error, not a ClientError")
+	}
+}
+
+func TestParseRequestUTF8(t *testing.T) {
+	ok := `{"model":"m","messages":[{"role":"user","content":"café 速率 😀 \u00e9"}]}`
+	if r, err := ParseRequest(Chat, []byte(ok)); err != nil || r.Texts[0] != "café 速率 😀 é" {
+		t.Fatalf("valid UTF-8 refused or misread: %+v %v", r, err)
+	}
+	bad := []byte(`{"model":"m","messages":[{"role":"user","content":"caf` + "\xe9" + ` au lait"}]}`)
+	_, err := ParseRequest(Chat, bad)
+	var ce *ClientError
+	if !errors.As(err, &ce) || ce.Code != "invalid_json" || !strings.Contains(ce.Message, "UTF-8") ||
+		!strings.Contains(ce.Message, "offset 54") {
+		t.Fatalf("got %v, want invalid_json naming UTF-8 and offset 54", err)
+	}
+	for _, tc := range []struct {
+		in   string
+		want int
+	}{{"", -1}, {"abc", -1}, {"é😀", -1}, {"a\xff", 1}, {"é\xe2\x82", 2}, {"\xed\xa0\x80", 0}} {
+		if got := invalidUTF8At([]byte(tc.in)); got != tc.want {
+			t.Errorf("invalidUTF8At(%q) = %d, want %d", tc.in, got, tc.want)
+		}
 	}
 }
 

@@ -1,0 +1,737 @@
+// Package handoff moves each tenant's limiter state with the tenant when the
+// ring changes, so that its limits hold through every change. It owns the
+// whole protocol:
+//
+//   - The previous owner freezes a tenant when it hands it over — on its own
+//     ring change, or when the new owner asks first — and from then on
+//     decides nothing for it (limiter.Decision.Moved): its router passes
+//     such requests on to the new owner.
+//   - The new owner holds the tenant's requests until it has the state: from
+//     the previous owner over the peer channel (a join, a drain, a rolling
+//     restart: no Redis needed); if that owner is gone, from the store (its
+//     final snapshot for this change, or its last periodic one charged for
+//     the gap at the tenant's peak rate); with neither, under a
+//     conservative budget for one window (limiter.Tenant.Restrict). Every
+//     path makes the windows authoritative again, so a tenant that comes
+//     back to a node that once handed it over is never left frozen.
+//   - Owners save their busy tenants to the store every interval, for crash
+//     recovery.
+//
+// It knows nothing of HTTP, gossip or Redis: state travels through Peers and
+// Store, and the node's tenants are reached through Tenants. InmemPeers and
+// InmemStore are twins of the real ones for unit tests; NoStore is the store
+// of a cluster without Redis.
+package handoff
+
+import (
+	"context"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/ringgate/ringgate/limiter"
+	"github.com/ringgate/ringgate/ring"
+	"github.com/ringgate/ringgate/snapshot"
+)
+
+// Tenants is the node's tenants as the protocol moves them.
+type Tenants interface {
+	// Names are the configured tenants.
+	Names() []string
+	// Limiter is the tenant's owner limiter, nil for an unknown tenant.
+	Limiter(name string) *limiter.Tenant
+	// Hold makes the tenant's requests wait, at most wait, until Release.
+	Hold(name string, wait time.Duration) bool
+	// Release applies the deltas that reached this node while the tenant
+	// was held and lets its requests through.
+	Release(name string)
+	// Held reports whether the tenant's requests are held.
+	Held(name string) bool
+	// Owns reports whether the ring routing uses makes this node the
+	// tenant's owner.
+	Owns(name string) bool
+	// OwnedWithin reports whether this node owns the tenant or owned it
+	// within the last d: it holds state worth handing over.
+	OwnedWithin(name string, d time.Duration) bool
+}
+
+// Status says what a previous owner did with a tenant asked for.
+type Status uint8
+
+const (
+	// Handed: here is its state; the sender froze it and decides nothing
+	// for it any more.
+	Handed Status = iota + 1
+	// NotHere: the sender neither owns it nor owned it within a window.
+	NotHere
+	// Moved: the sender handed it over to another node (Reply.To).
+	Moved
+	// Busy: the sender is itself still waiting for the tenant's state;
+	// ask again.
+	Busy
+)
+
+func (s Status) String() string {
+	switch s {
+	case Handed:
+		return "handed"
+	case NotHere:
+		return "not_here"
+	case Moved:
+		return "moved"
+	case Busy:
+		return "busy"
+	}
+	return "unknown"
+}
+
+// Reply is a previous owner's answer about one tenant.
+type Reply struct {
+	Tenant string
+	Status Status
+	State  limiter.State // Handed
+	To     string        // Moved
+}
+
+// Peers reaches the other nodes.
+type Peers interface {
+	// Fetch asks node to hand the named tenants over to this node. An
+	// error means it could not be asked or did not answer: it may be
+	// gone, and it may or may not have frozen them.
+	Fetch(ctx context.Context, node string, tenants []string) ([]Reply, error)
+}
+
+// Store keeps snapshots for crash recovery (Redis; NoStore without).
+type Store interface {
+	SaveBatch(ctx context.Context, snaps []*snapshot.Snapshot, ttl time.Duration) error
+	// LoadMany returns one snapshot (or nil: none) per name.
+	LoadMany(ctx context.Context, names []string) ([]*snapshot.Snapshot, error)
+}
+
+// Config sets up a Mover. Zero values take the defaults below.
+type Config struct {
+	Self   string
+	Window time.Duration // the limiter window
+	// SnapshotInterval is how often busy owned tenants are saved.
+	SnapshotInterval time.Duration
+	// StoreTimeout bounds one store call.
+	StoreTimeout time.Duration
+	// FinalWait is how long a new owner whose previous owner is gone looks
+	// for its final snapshot in the store.
+	FinalWait time.Duration
+	// FetchTimeout bounds asking a previous owner for its state.
+	FetchTimeout time.Duration
+	// Clock is the node's clock (Unix ns); nil is time.Now.
+	Clock  func() int64
+	Logger *slog.Logger
+}
+
+// Defaults.
+const (
+	DefaultSnapshotInterval = time.Second
+	DefaultStoreTimeout     = 15 * time.Millisecond
+	DefaultFinalWait        = 100 * time.Millisecond
+	DefaultFetchTimeout     = 250 * time.Millisecond
+	// lateFor is how long a new owner that continued from a stale snapshot
+	// keeps looking for the final one.
+	lateFor = 2 * time.Second
+	// pollEvery is how often the store is polled for a final snapshot and
+	// a busy previous owner asked again.
+	pollEvery = 5 * time.Millisecond
+	// maxFollow bounds how many Moved answers a take follows.
+	maxFollow = 3
+)
+
+// Arrival counts how the state of the tenants a node took over arrived.
+type Arrival struct {
+	Peer, Final, Stale, Conservative, Fresh int
+	Took                                    time.Duration
+}
+
+// Counts is the arrival as the rebalance log spells it.
+func (a Arrival) Counts() map[string]int {
+	return map[string]int{"peer": a.Peer, "redis_snapshot": a.Final, "stale_redis_snapshot": a.Stale,
+		"conservative": a.Conservative, "fresh": a.Fresh}
+}
+
+func (a *Arrival) add(b Arrival) {
+	a.Peer += b.Peer
+	a.Final += b.Final
+	a.Stale += b.Stale
+	a.Conservative += b.Conservative
+	a.Fresh += b.Fresh
+}
+
+// Mover runs the protocol for one node.
+type Mover struct {
+	cfg     Config
+	tenants Tenants
+	peers   Peers
+	store   Store
+	log     *slog.Logger
+	ttl     time.Duration
+
+	current func() *ring.Ring // the ring routing uses
+
+	saveMu sync.Mutex // one save at a time: a periodic save never lands after a final
+	mu     sync.Mutex
+	empty  map[string]bool // tenant → whether its last saved state was empty
+
+	stop      chan struct{}
+	done      chan struct{}
+	closeOnce sync.Once
+}
+
+// New returns a Mover; Start begins the periodic saves. current is the ring
+// routing uses (nil: standalone).
+func New(cfg Config, tenants Tenants, peers Peers, store Store, current func() *ring.Ring) *Mover {
+	if cfg.SnapshotInterval <= 0 {
+		cfg.SnapshotInterval = DefaultSnapshotInterval
+	}
+	if cfg.StoreTimeout <= 0 {
+		cfg.StoreTimeout = DefaultStoreTimeout
+	}
+	if cfg.FinalWait <= 0 {
+		cfg.FinalWait = DefaultFinalWait
+	}
+	if cfg.FetchTimeout <= 0 {
+		cfg.FetchTimeout = DefaultFetchTimeout
+	}
+	if cfg.Clock == nil {
+		cfg.Clock = func() int64 { return time.Now().UnixNano() }
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if store == nil {
+		store = NoStore{}
+	}
+	if current == nil {
+		current = func() *ring.Ring { return nil }
+	}
+	return &Mover{
+		cfg: cfg, tenants: tenants, peers: peers, store: store, log: cfg.Logger, current: current,
+		// A snapshot outlives the window a little, and tenants holding
+		// slots are saved every interval, so it never expires under a
+		// running stream.
+		ttl:   cfg.Window + 2*cfg.SnapshotInterval + time.Second,
+		empty: make(map[string]bool),
+		stop:  make(chan struct{}),
+		done:  make(chan struct{}),
+	}
+}
+
+// Start begins saving the owned busy tenants every interval (only with a
+// real store).
+func (m *Mover) Start() {
+	if _, none := m.store.(NoStore); none {
+		close(m.done)
+		return
+	}
+	go func() {
+		defer close(m.done)
+		tick := time.NewTicker(m.cfg.SnapshotInterval)
+		defer tick.Stop()
+		for {
+			select {
+			case <-m.stop:
+				return
+			case <-tick.C:
+				m.SaveOwned()
+			}
+		}
+	}()
+}
+
+// Close stops the periodic saves and the late-final watchers.
+func (m *Mover) Close() {
+	m.closeOnce.Do(func() { close(m.stop) })
+	<-m.done
+}
+
+// GateWait is how long a gained tenant's requests may be held: long enough
+// for the whole of a take (asking the previous owner, the store's final
+// wait, a last load), so a held request never times out into a window that
+// is then replaced.
+func (m *Mover) GateWait(tenants int) time.Duration {
+	perCall := m.cfg.StoreTimeout + time.Duration(tenants)*40*time.Microsecond
+	return m.cfg.FetchTimeout + m.cfg.FinalWait + 3*perCall + 100*time.Millisecond
+}
+
+// Change moves the tenants whose owner differs between from and to, on the
+// node's ring change: it holds the tenants this node gains, calls publish
+// (the node switches routing to the new ring), hands over the tenants it
+// lost and takes over the ones it gained. It returns how many it handed
+// over and how the state of the others arrived.
+func (m *Mover) Change(from, to *ring.Ring, publish func()) (lost, gained []string, a Arrival) {
+	self := m.cfg.Self
+	for _, t := range ring.Moved(from, to, m.tenants.Names()) {
+		was, _ := from.Owner(t)
+		is, _ := to.Owner(t)
+		switch {
+		case was == self && is != self:
+			lost = append(lost, t)
+		case is == self && was != self:
+			gained = append(gained, t)
+		}
+	}
+	wait := m.GateWait(max(len(lost), len(gained)))
+	for _, t := range gained {
+		m.tenants.Hold(t, wait)
+	}
+	if publish != nil {
+		publish()
+	}
+	m.HandOverLost(lost, to)
+	a = m.Take(gained, from, to)
+	return lost, gained, a
+}
+
+// HandOverLost freezes the tenants this node just lost by its own ring, each
+// handed to its owner in to, and writes their final snapshots to the store
+// (for the case the new owner dies before it asks). A tenant a new owner
+// already asked for is left as it is.
+func (m *Mover) HandOverLost(lost []string, to *ring.Ring) {
+	if len(lost) == 0 {
+		return
+	}
+	m.saveMu.Lock()
+	defer m.saveMu.Unlock()
+	now := m.cfg.Clock()
+	batch := make([]*snapshot.Snapshot, 0, len(lost))
+	for _, name := range lost {
+		lim := m.tenants.Limiter(name)
+		if lim == nil || lim.MovedTo() != "" {
+			continue
+		}
+		owner, _ := to.Owner(name)
+		st := lim.Freeze(now, owner)
+		batch = append(batch, &snapshot.Snapshot{Tenant: name, Writer: m.cfg.Self, WrittenAt: now,
+			RingHash: to.Hash(), Final: true, State: st})
+	}
+	if err := m.save(batch); err != nil {
+		m.log.Debug("handoff", "phase", "final", "tenants", len(batch), "error", err.Error())
+	}
+}
+
+// HandOver answers a node that asks for tenants it believes it now owns:
+// each one this node counts is frozen, handed to the asker and its state
+// returned. It is the previous owner's side of Take.
+func (m *Mover) HandOver(asker string, names []string) []Reply {
+	out := make([]Reply, len(names))
+	now := m.cfg.Clock()
+	for i, name := range names {
+		out[i] = Reply{Tenant: name, Status: NotHere}
+		lim := m.tenants.Limiter(name)
+		switch {
+		case lim == nil:
+		case m.tenants.Held(name):
+			out[i].Status = Busy
+		case lim.MovedTo() != "" && lim.MovedTo() != asker:
+			out[i] = Reply{Tenant: name, Status: Moved, To: lim.MovedTo()}
+		case lim.MovedTo() == asker || m.tenants.OwnedWithin(name, m.cfg.Window):
+			// Asked twice (the first answer was lost), or ours: the
+			// state as of now, frozen for the asker.
+			out[i] = Reply{Tenant: name, Status: Handed, State: lim.Freeze(now, asker)}
+		}
+	}
+	return out
+}
+
+// previousOwner is the node that held the tenant before to: its owner in
+// from, or, on a node's first ring (from is empty: it just joined), its
+// owner among the other members. "" when nobody could have held it (a
+// cluster starting).
+func previousOwner(from, to *ring.Ring, self, tenant string, others *ring.Ring) string {
+	if from.Len() > 0 {
+		o, _ := from.Owner(tenant)
+		return o
+	}
+	o, _ := others.Owner(tenant)
+	return o
+}
+
+// Take loads the state of the tenants this node just gained, whose requests
+// are held, and releases each as soon as its state is in: from the
+// previous owner; if it cannot be asked, from the store; else under the
+// conservative budget. Tenants nobody could have held start from what this
+// node counts.
+func (m *Mover) Take(gained []string, from, to *ring.Ring) Arrival {
+	start := time.Now()
+	var a Arrival
+	if len(gained) == 0 {
+		return a
+	}
+	var others *ring.Ring
+	if from.Len() == 0 {
+		var ms []string
+		for _, n := range to.Members() {
+			if n != m.cfg.Self {
+				ms = append(ms, n)
+			}
+		}
+		others = ring.New(0, ms)
+	}
+	byPrev := make(map[string][]string)
+	for _, t := range gained {
+		prev := previousOwner(from, to, m.cfg.Self, t, others)
+		if prev == m.cfg.Self {
+			prev = ""
+		}
+		byPrev[prev] = append(byPrev[prev], t)
+	}
+	n := int64(max(from.Len(), to.Len(), 2))
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	for prev, names := range byPrev {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			var b Arrival
+			if prev == "" {
+				for _, t := range names {
+					if lim := m.tenants.Limiter(t); lim != nil {
+						lim.Thaw()
+					}
+					m.tenants.Release(t)
+					b.Fresh++
+				}
+			} else {
+				b = m.takeFrom(prev, names, to, n)
+			}
+			mu.Lock()
+			a.add(b)
+			mu.Unlock()
+		}()
+	}
+	wg.Wait()
+	a.Took = time.Since(start)
+	return a
+}
+
+// takeFrom takes names over from prev, following Moved answers.
+func (m *Mover) takeFrom(prev string, names []string, to *ring.Ring, n int64) Arrival {
+	var a Arrival
+	deadline := time.Now().Add(m.cfg.FetchTimeout)
+	ask := map[string][]string{prev: names}
+	var unreachable []string // asked node did not answer
+	var notHere []string     // nobody asked holds them
+	for follow := 0; len(ask) > 0; follow++ {
+		next := make(map[string][]string)
+		for node, ns := range ask {
+			if follow > maxFollow || node == m.cfg.Self {
+				unreachable = append(unreachable, ns...)
+				continue
+			}
+			replies, err := m.fetch(node, ns, deadline)
+			if err != nil {
+				m.log.Info("handoff", "phase", "peer_unreachable", "peer", node, "tenants", len(ns), "error", err.Error())
+				unreachable = append(unreachable, ns...)
+				continue
+			}
+			for _, r := range replies {
+				switch r.Status {
+				case Handed:
+					if lim := m.tenants.Limiter(r.Tenant); lim != nil {
+						lim.Import(m.cfg.Clock(), r.State)
+					}
+					m.tenants.Release(r.Tenant)
+					a.Peer++
+				case Moved:
+					next[r.To] = append(next[r.To], r.Tenant)
+				case Busy:
+					unreachable = append(unreachable, r.Tenant)
+				default:
+					notHere = append(notHere, r.Tenant)
+				}
+			}
+		}
+		ask = next
+	}
+	if len(unreachable) > 0 || len(notHere) > 0 {
+		a.add(m.fromStore(prev, unreachable, notHere, to, n))
+	}
+	return a
+}
+
+// fetch asks node for ns, asking again those it is busy with until the
+// deadline.
+func (m *Mover) fetch(node string, ns []string, deadline time.Time) ([]Reply, error) {
+	var out []Reply
+	for {
+		ctx, cancel := context.WithDeadline(context.Background(), deadline)
+		replies, err := m.peers.Fetch(ctx, node, ns)
+		cancel()
+		if err != nil {
+			if len(out) > 0 {
+				// Some were handed already: the rest count as busy.
+				for _, t := range ns {
+					out = append(out, Reply{Tenant: t, Status: Busy})
+				}
+				return out, nil
+			}
+			return nil, err
+		}
+		var busy []string
+		for _, r := range replies {
+			if r.Status == Busy {
+				busy = append(busy, r.Tenant)
+			} else {
+				out = append(out, r)
+			}
+		}
+		if len(busy) == 0 || time.Now().Add(pollEvery).After(deadline) {
+			for _, t := range busy {
+				out = append(out, Reply{Tenant: t, Status: Busy})
+			}
+			return out, nil
+		}
+		ns = busy
+		time.Sleep(pollEvery)
+	}
+}
+
+// fromStore takes over tenants whose previous owner could not hand them
+// over. unreachable ones: the previous owner is gone (or stuck), so its
+// final snapshot for this change is waited for a little, then its last
+// periodic one is continued with the gap charged; without any, the
+// conservative budget. notHere ones: the node asked never had them; a
+// snapshot is used if there is one, else they start fresh.
+func (m *Mover) fromStore(prev string, unreachable, notHere []string, to *ring.Ring, n int64) Arrival {
+	var a Arrival
+	gone := make(map[string]bool, len(unreachable))
+	pending := make(map[string]*snapshot.Snapshot)
+	for _, t := range unreachable {
+		gone[t] = true
+		pending[t] = nil
+	}
+	for _, t := range notHere {
+		pending[t] = nil
+	}
+	failed := false
+	deadline := time.Now().Add(m.cfg.FinalWait)
+	// A final for the same member set may be left from an earlier change;
+	// the previous owner writes this change's at most a gossip round before
+	// this node sees it.
+	recent := m.cfg.Clock() - int64(2*time.Second)
+	for len(pending) > 0 {
+		names := keys(pending)
+		snaps, err := m.loadMany(names)
+		failed = err != nil
+		if err == nil {
+			for i, name := range names {
+				s := snaps[i]
+				if s != nil && s.Final && s.Writer == prev && s.RingHash == to.Hash() && s.WrittenAt > recent {
+					m.importState(name, s.State)
+					delete(pending, name)
+					a.Final++
+					continue
+				}
+				if s != nil && s.Final && s.Writer != prev {
+					// Another node's hand-over (two changes in a row):
+					// not an account of what prev did.
+					s = nil
+				}
+				pending[name] = s
+			}
+		}
+		// Only a gone owner's final is worth waiting for.
+		waiting := false
+		for name := range pending {
+			waiting = waiting || gone[name]
+		}
+		if _, none := m.store.(NoStore); none || !waiting || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(pollEvery)
+	}
+	stale := make(map[string]limiter.State)
+	for name, s := range pending {
+		lim := m.tenants.Limiter(name)
+		switch {
+		case lim == nil:
+		case s != nil:
+			now := m.cfg.Clock()
+			lim.Import(now, s.State)
+			lim.ChargeGap(now, s.State)
+			stale[name] = lim.Export(now)
+			a.Stale++
+		case gone[name] || failed:
+			// No account of the tenant can be had: its previous owner
+			// may have admitted up to the whole limit just now.
+			now := m.cfg.Clock()
+			lim.Import(now, limiter.State{})
+			lim.Restrict(now, n)
+			a.Conservative++
+			m.log.Warn("handoff", "phase", "conservative", "tenant", name, "from", prev, "budget_share", n)
+		default:
+			lim.Thaw()
+			a.Fresh++
+		}
+		m.tenants.Release(name)
+	}
+	if len(stale) > 0 {
+		go m.awaitLateFinals(prev, stale, to)
+	}
+	return a
+}
+
+func (m *Mover) importState(name string, st limiter.State) {
+	if lim := m.tenants.Limiter(name); lim != nil {
+		lim.Import(m.cfg.Clock(), st)
+	}
+	m.tenants.Release(name)
+}
+
+// awaitLateFinals keeps looking, for a while, for the final snapshots that
+// missed the wait; one that arrives replaces the stale state and gap
+// estimate the tenant was continued from.
+func (m *Mover) awaitLateFinals(prev string, base map[string]limiter.State, to *ring.Ring) {
+	recent := m.cfg.Clock() - int64(m.cfg.FinalWait+2*time.Second)
+	deadline := time.Now().Add(lateFor)
+	for len(base) > 0 && time.Now().Before(deadline) {
+		select {
+		case <-m.stop:
+			return
+		case <-time.After(4 * pollEvery):
+		}
+		if m.current() != to {
+			return // the ring moved on; a newer handoff is in charge
+		}
+		names := keys(base)
+		snaps, err := m.loadMany(names)
+		if err != nil {
+			continue
+		}
+		for i, name := range names {
+			s, st := snaps[i], base[name]
+			if s == nil || !s.Final || s.Writer != prev || s.RingHash != to.Hash() || s.WrittenAt < recent {
+				continue
+			}
+			if lim := m.tenants.Limiter(name); lim != nil {
+				lim.Replace(m.cfg.Clock(), st, s.State)
+			}
+			delete(base, name)
+			m.log.Info("handoff", "phase", "late_final", "tenant", name, "from", s.Writer)
+		}
+	}
+}
+
+// SaveOwned writes, in one round trip, the tenants this node owns whose
+// windows hold anything (or just emptied). Saving a busy tenant every
+// interval, changed or not, keeps its snapshot at most an interval old: a
+// new owner that has only this snapshot charges the time since it at the
+// peak rate.
+func (m *Mover) SaveOwned() {
+	m.saveMu.Lock()
+	defer m.saveMu.Unlock()
+	r := m.current()
+	now := m.cfg.Clock()
+	var batch []*snapshot.Snapshot
+	for _, name := range m.tenants.Names() {
+		if !m.tenants.Owns(name) || m.tenants.Held(name) {
+			continue // not ours, or ours but its state is still on its way
+		}
+		lim := m.tenants.Limiter(name)
+		if lim == nil || lim.MovedTo() != "" {
+			continue
+		}
+		st := lim.Export(now)
+		m.mu.Lock()
+		wasEmpty, seen := m.empty[name]
+		m.mu.Unlock()
+		if st.Empty() && (!seen || wasEmpty) {
+			continue
+		}
+		batch = append(batch, &snapshot.Snapshot{Tenant: name, Writer: m.cfg.Self, WrittenAt: now, RingHash: r.Hash(), State: st})
+	}
+	if len(batch) == 0 || m.save(batch) != nil {
+		return
+	}
+	m.mu.Lock()
+	for _, s := range batch {
+		m.empty[s.Tenant] = s.State.Empty()
+	}
+	m.mu.Unlock()
+}
+
+// Flush writes final snapshots of the named tenants (a standalone node
+// stopping: the next process on this config continues from them).
+func (m *Mover) Flush(names []string) error {
+	m.saveMu.Lock()
+	defer m.saveMu.Unlock()
+	now := m.cfg.Clock()
+	var batch []*snapshot.Snapshot
+	for _, name := range names {
+		if lim := m.tenants.Limiter(name); lim != nil {
+			batch = append(batch, &snapshot.Snapshot{Tenant: name, Writer: m.cfg.Self, WrittenAt: now, Final: true, State: lim.Export(now)})
+		}
+	}
+	return m.save(batch)
+}
+
+// Restore continues a standalone node's tenants from their last snapshots,
+// before it serves.
+func (m *Mover) Restore(names []string) Arrival {
+	start := time.Now()
+	var a Arrival
+	snaps, err := m.loadMany(names)
+	for i, name := range names {
+		lim := m.tenants.Limiter(name)
+		if lim == nil {
+			continue
+		}
+		var s *snapshot.Snapshot
+		if err == nil {
+			s = snaps[i]
+		}
+		switch {
+		case s == nil:
+			a.Fresh++
+		case s.Final:
+			lim.Import(m.cfg.Clock(), s.State)
+			a.Final++
+		default:
+			now := m.cfg.Clock()
+			lim.Import(now, s.State)
+			lim.ChargeGap(now, s.State)
+			a.Stale++
+		}
+	}
+	a.Took = time.Since(start)
+	return a
+}
+
+// LastState is a tenant's last snapshot, whatever wrote it, for seeding a
+// fallback share while its owner is unreachable.
+func (m *Mover) LastState(tenant string) (limiter.State, bool) {
+	snaps, err := m.loadMany([]string{tenant})
+	if err != nil || snaps[0] == nil {
+		return limiter.State{}, false
+	}
+	return snaps[0].State, true
+}
+
+func (m *Mover) save(batch []*snapshot.Snapshot) error {
+	if len(batch) == 0 {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), m.cfg.StoreTimeout+time.Duration(len(batch))*20*time.Microsecond)
+	defer cancel()
+	return m.store.SaveBatch(ctx, batch, m.ttl)
+}
+
+func (m *Mover) loadMany(names []string) ([]*snapshot.Snapshot, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), m.cfg.StoreTimeout+time.Duration(len(names))*20*time.Microsecond)
+	defer cancel()
+	return m.store.LoadMany(ctx, names)
+}
+
+// keys lists a pending set's tenants.
+func keys[V any](m map[string]V) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	return out
+}

@@ -1,0 +1,365 @@
+package handoff
+
+import (
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/ringgate/ringgate/limiter"
+	"github.com/ringgate/ringgate/ring"
+	"github.com/ringgate/ringgate/snapshot"
+)
+
+// memTenants is Tenants in memory: limiters, gates and the ring a node routes
+// by, for unit tests of the protocol without HTTP.
+type memTenants struct {
+	self  string
+	names []string
+	lims  map[string]*limiter.Tenant
+	mu    sync.Mutex
+	held  map[string]bool
+	ring  *ring.Ring
+	owned map[string]bool // owned at some point
+}
+
+const (
+	testWindow = time.Minute
+	testLimit  = 100
+)
+
+func newMemTenants(self string, names ...string) *memTenants {
+	mt := &memTenants{self: self, names: names, lims: map[string]*limiter.Tenant{}, held: map[string]bool{}, owned: map[string]bool{}}
+	for _, n := range names {
+		mt.lims[n] = limiter.NewTenant(limiter.Limits{Requests: testLimit}, testWindow, time.Hour)
+	}
+	return mt
+}
+
+func (mt *memTenants) Names() []string                  { return mt.names }
+func (mt *memTenants) Limiter(n string) *limiter.Tenant { return mt.lims[n] }
+func (mt *memTenants) Hold(n string, _ time.Duration) bool {
+	mt.mu.Lock()
+	mt.held[n] = true
+	mt.mu.Unlock()
+	return true
+}
+func (mt *memTenants) Release(n string)                           { mt.mu.Lock(); delete(mt.held, n); mt.mu.Unlock() }
+func (mt *memTenants) Held(n string) bool                         { mt.mu.Lock(); defer mt.mu.Unlock(); return mt.held[n] }
+func (mt *memTenants) OwnedWithin(n string, _ time.Duration) bool { return mt.Owns(n) || mt.owned[n] }
+func (mt *memTenants) Owns(n string) bool {
+	mt.mu.Lock()
+	defer mt.mu.Unlock()
+	o, ok := mt.ring.Owner(n)
+	return ok && o == mt.self
+}
+func (mt *memTenants) setRing(r *ring.Ring) {
+	mt.mu.Lock()
+	mt.ring = r
+	mt.mu.Unlock()
+	for _, n := range mt.names {
+		if mt.Owns(n) {
+			mt.owned[n] = true
+		}
+	}
+}
+
+// clock is a settable test clock.
+type clock struct {
+	mu  sync.Mutex
+	now int64
+}
+
+func (c *clock) Now() int64 { c.mu.Lock(); defer c.mu.Unlock(); return c.now }
+
+type testNode struct {
+	name string
+	mt   *memTenants
+	m    *Mover
+}
+
+type testCluster struct {
+	t     *testing.T
+	net   *InmemNet
+	store *InmemStore
+	clk   *clock
+	nodes map[string]*testNode
+	names []string
+}
+
+func newTestCluster(t *testing.T, store *InmemStore, names ...string) *testCluster {
+	return &testCluster{t: t, net: NewInmemNet(), store: store, clk: &clock{now: int64(time.Hour)}, nodes: map[string]*testNode{}, names: names}
+}
+
+func (c *testCluster) node(name string) *testNode {
+	if nd := c.nodes[name]; nd != nil {
+		return nd
+	}
+	mt := newMemTenants(name, c.names...)
+	var st Store = NoStore{}
+	if c.store != nil {
+		st = c.store
+	}
+	m := New(Config{Self: name, Window: testWindow, FetchTimeout: 50 * time.Millisecond, FinalWait: 20 * time.Millisecond, Clock: c.clk.Now},
+		mt, c.net.Peers(name), st, func() *ring.Ring { return mt.ring })
+	c.net.Join(name, m)
+	nd := &testNode{name: name, mt: mt, m: m}
+	c.nodes[name] = nd
+	return nd
+}
+
+// change runs a ring change on one node.
+func (c *testCluster) change(name string, from, to *ring.Ring) Arrival {
+	nd := c.node(name)
+	_, _, a := nd.m.Change(from, to, func() { nd.mt.setRing(to) })
+	return a
+}
+
+// tenantOwnedBy finds a tenant name that r gives to owner and before gives
+// to beforeOwner.
+func tenantOwnedBy(t *testing.T, before *ring.Ring, beforeOwner string, r *ring.Ring, owner string) string {
+	for i := range 10000 {
+		n := fmt.Sprintf("t%d", i)
+		a, _ := before.Owner(n)
+		b, _ := r.Owner(n)
+		if a == beforeOwner && b == owner {
+			return n
+		}
+	}
+	t.Fatalf("no tenant moves from %s to %s", beforeOwner, owner)
+	return ""
+}
+
+func admitN(lim *limiter.Tenant, now int64, n int) (admitted, moved int) {
+	for range n {
+		_, d := lim.Admit(now, 0)
+		if d.Allowed {
+			admitted++
+		}
+		if d.Moved {
+			moved++
+		}
+	}
+	return
+}
+
+func TestTakeOverPaths(t *testing.T) {
+	ab := ring.New(1, []string{"a", "b"})
+	abc := ring.New(2, []string{"a", "b", "c"})
+	tenant := tenantOwnedBy(t, ab, "a", abc, "c")
+
+	for _, tc := range []struct {
+		name string
+		// before runs after a counted 60 in the window, before c takes over.
+		before       func(c *testCluster)
+		store        bool
+		storeDown    bool
+		want         string // how the state arrived
+		wantAdmitted int    // what c admits after taking over
+	}{
+		{name: "peer: the previous owner has not seen the change", want: "peer", wantAdmitted: 40},
+		{name: "peer: the previous owner saw it first", before: func(c *testCluster) { c.change("a", ab, abc) }, want: "peer", wantAdmitted: 40},
+		{name: "peer without a store, store down", store: true, storeDown: true, want: "peer", wantAdmitted: 40},
+		{name: "crash, final in the store", store: true, before: func(c *testCluster) {
+			c.change("a", ab, abc)
+			c.net.Partition("a", true)
+		}, want: "redis_snapshot", wantAdmitted: 40},
+		{name: "crash, periodic snapshot in the store", store: true, before: func(c *testCluster) {
+			c.node("a").m.SaveOwned()
+			c.net.Partition("a", true)
+		}, want: "stale_redis_snapshot", wantAdmitted: 40},
+		{name: "crash, no store", before: func(c *testCluster) { c.net.Partition("a", true) }, want: "conservative", wantAdmitted: testLimit / 3},
+		{name: "crash, store down", store: true, storeDown: true, before: func(c *testCluster) {
+			c.node("a").m.SaveOwned()
+			c.net.Partition("a", true)
+		}, want: "conservative", wantAdmitted: testLimit / 3},
+		{name: "crash, nothing in the store", store: true, before: func(c *testCluster) { c.net.Partition("a", true) }, want: "conservative", wantAdmitted: testLimit / 3},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var store *InmemStore
+			if tc.store {
+				store = NewInmemStore()
+			}
+			c := newTestCluster(t, store, tenant)
+			for _, n := range []string{"a", "b", "c"} {
+				c.node(n)
+			}
+			c.change("a", nil, ab)
+			c.node("b").mt.setRing(ab)
+			if got, _ := admitN(c.node("a").mt.Limiter(tenant), c.clk.Now(), 60); got != 60 {
+				t.Fatalf("a admitted %d of 60", got)
+			}
+			if tc.before != nil {
+				tc.before(c)
+			}
+			if tc.storeDown {
+				store.Down(true)
+			}
+			a := c.change("c", ab, abc)
+			if got := a.Counts()[tc.want]; got != 1 {
+				t.Fatalf("arrival %v, want 1 %s", a.Counts(), tc.want)
+			}
+			if c.node("c").mt.Held(tenant) {
+				t.Fatal("c still holds the tenant")
+			}
+			got, _ := admitN(c.node("c").mt.Limiter(tenant), c.clk.Now(), 100)
+			if got != tc.wantAdmitted {
+				t.Fatalf("c admitted %d after taking over, want %d", got, tc.wantAdmitted)
+			}
+			if _, moved := admitN(c.node("a").mt.Limiter(tenant), c.clk.Now(), 1); tc.want == "peer" && moved != 1 {
+				t.Fatal("the previous owner still decides for the tenant after handing it over")
+			}
+		})
+	}
+}
+
+// A tenant that comes back to a node that froze it when it left is thawed,
+// whichever way its state arrives, so it never stays counted twice and
+// locked out.
+func TestTenantComingBackIsThawed(t *testing.T) {
+	a1 := ring.New(1, []string{"a"})
+	ab := ring.New(2, []string{"a", "b"})
+	tenant := tenantOwnedBy(t, a1, "a", ab, "b")
+	for _, crash := range []bool{false, true} {
+		t.Run(fmt.Sprintf("b crashed=%v", crash), func(t *testing.T) {
+			c := newTestCluster(t, nil, tenant)
+			c.change("a", nil, a1)
+			c.change("a", a1, ab) // a hands the tenant to b (frozen, b not asked yet)
+			c.change("b", nil, ab)
+			if crash {
+				c.net.Partition("b", true)
+			}
+			c.change("a", ab, a1) // b leaves or dies: the tenant comes back to a
+			lim := c.node("a").mt.Limiter(tenant)
+			if lim.MovedTo() != "" {
+				t.Fatalf("tenant back on a still moved to %q", lim.MovedTo())
+			}
+			if got, _ := admitN(lim, c.clk.Now(), 10); got != 10 {
+				t.Fatalf("tenant back on a admitted %d of 10", got)
+			}
+		})
+	}
+}
+
+// Two changes in a row: c asks a, which handed the tenant to b meanwhile;
+// c follows to b, which is still loading it (busy), and gets it once b has.
+func TestTwoChangesFollowMovedAndBusy(t *testing.T) {
+	a1 := ring.New(1, []string{"a"})
+	ab := ring.New(2, []string{"a", "b"})
+	abc := ring.New(3, []string{"a", "b", "c"})
+	var tenant string
+	for i := range 10000 {
+		n := fmt.Sprintf("t%d", i)
+		if o, _ := ab.Owner(n); o != "b" {
+			continue
+		}
+		if o, _ := abc.Owner(n); o == "c" {
+			tenant = n
+			break
+		}
+	}
+	if tenant == "" {
+		t.Fatal("no tenant moves a → b → c")
+	}
+	c := newTestCluster(t, nil, tenant)
+	c.change("a", nil, a1)
+	admitN(c.node("a").mt.Limiter(tenant), c.clk.Now(), 70)
+	c.change("b", a1, ab) // b takes it from a
+	b := c.node("b")
+	b.mt.Hold(tenant, time.Second) // b is (again) loading it
+	go func() {
+		time.Sleep(15 * time.Millisecond)
+		b.mt.Release(tenant)
+	}()
+	// c's view: the tenant was a's (it never saw b own it).
+	arr := c.change("c", a1, abc)
+	if arr.Peer != 1 {
+		t.Fatalf("arrival %v, want peer", arr.Counts())
+	}
+	if got, _ := admitN(c.node("c").mt.Limiter(tenant), c.clk.Now(), 100); got != 30 {
+		t.Fatalf("c admitted %d, want 30", got)
+	}
+	if _, moved := admitN(b.mt.Limiter(tenant), c.clk.Now(), 1); moved != 1 {
+		t.Fatal("b still decides for the tenant")
+	}
+}
+
+// A final snapshot is accepted only from the tenant's owner in the previous
+// ring: two writers under the same member-set hash cannot both hand over.
+func TestFinalOnlyFromPreviousOwner(t *testing.T) {
+	ab := ring.New(1, []string{"a", "b"})
+	abc := ring.New(2, []string{"a", "b", "c"})
+	tenant := tenantOwnedBy(t, ab, "a", abc, "c")
+	store := NewInmemStore()
+	c := newTestCluster(t, store, tenant)
+	c.change("a", nil, ab)
+	admitN(c.node("a").mt.Limiter(tenant), c.clk.Now(), 60)
+	c.node("a").m.SaveOwned()
+	// b writes a final for the same change, with nothing in it.
+	st := limiter.NewTenant(limiter.Limits{Requests: testLimit}, testWindow, time.Hour).Export(c.clk.Now())
+	now := c.clk.Now()
+	_ = store.SaveBatch(t.Context(), []*snapshot.Snapshot{{Tenant: tenant, Writer: "b", WrittenAt: time.Now().UnixNano(), RingHash: abc.Hash(), Final: true, State: st}}, time.Minute)
+	_ = now
+	c.net.Partition("a", true)
+	arr := c.change("c", ab, abc)
+	if arr.Final != 0 {
+		t.Fatalf("took a final from b, which never owned the tenant: %v", arr.Counts())
+	}
+	if got, _ := admitN(c.node("c").mt.Limiter(tenant), c.clk.Now(), 100); got > 40 {
+		t.Fatalf("c admitted %d, more than the 40 left", got)
+	}
+}
+
+// A node's first ring (it just joined) is a change from nothing: it asks
+// the owner among the other members, and a cluster starting has nobody to
+// ask.
+func TestFirstRing(t *testing.T) {
+	a1 := ring.New(1, []string{"a"})
+	ab := ring.New(1, []string{"a", "b"})
+	tenant := tenantOwnedBy(t, a1, "a", ab, "b")
+	c := newTestCluster(t, nil, tenant)
+	if arr := c.change("a", nil, a1); arr.Fresh != 1 {
+		t.Fatalf("a starting a cluster: %v, want fresh", arr.Counts())
+	}
+	admitN(c.node("a").mt.Limiter(tenant), c.clk.Now(), 55)
+	if arr := c.change("b", nil, ab); arr.Peer != 1 {
+		t.Fatalf("b joining: %v, want peer", arr.Counts())
+	}
+	if got, _ := admitN(c.node("b").mt.Limiter(tenant), c.clk.Now(), 100); got != 45 {
+		t.Fatalf("b admitted %d, want 45", got)
+	}
+}
+
+func TestWireRoundTrip(t *testing.T) {
+	lim := limiter.NewTenant(limiter.Limits{Requests: 10}, testWindow, time.Hour)
+	lim.Admit(int64(time.Hour), 5)
+	st := lim.Export(int64(time.Hour))
+	in := []Reply{{Tenant: "x", Status: Handed, State: st}, {Tenant: "y", Status: Moved, To: "n3"}, {Tenant: "z", Status: NotHere}, {Tenant: "w", Status: Busy}}
+	out, err := DecodeReplies(EncodeReplies(nil, "n1", 1, in))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(out) != len(in) || out[0].State.Requests.Buckets[0].Value != 1 || out[1].To != "n3" || out[2].Status != NotHere || out[3].Status != Busy {
+		t.Fatalf("round trip: %+v", out)
+	}
+	for _, bad := range [][]byte{nil, []byte("RGH"), []byte("RGH\x02\x00"), []byte("RGH\x01\x01\x09\x01x"), append(EncodeReplies(nil, "n", 1, in), 0)} {
+		if _, err := DecodeReplies(bad); err == nil {
+			t.Fatalf("decoded %q", bad)
+		}
+	}
+}
+
+func FuzzDecodeReplies(f *testing.F) {
+	lim := limiter.NewTenant(limiter.Limits{Requests: 10}, testWindow, time.Hour)
+	lim.Admit(int64(time.Hour), 5)
+	f.Add(EncodeReplies(nil, "n1", 1, []Reply{{Tenant: "x", Status: Handed, State: lim.Export(int64(time.Hour))}, {Tenant: "y", Status: Moved, To: "n2"}}))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		rs, err := DecodeReplies(b)
+		if err != nil {
+			return
+		}
+		if _, err := DecodeReplies(EncodeReplies(nil, "n", 1, rs)); err != nil {
+			t.Fatalf("re-encoding a decoded answer: %v", err)
+		}
+	})
+}

@@ -1,0 +1,158 @@
+package router
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/valyala/fasthttp"
+
+	"github.com/ringgate/ringgate/handoff"
+	"github.com/ringgate/ringgate/limiter"
+)
+
+// The router's part in moving state peer to peer: the signed endpoint a new
+// owner asks a previous owner on (answered by the node's handoff.Mover), and
+// the client side of that call (Router implements handoff.Peers). The
+// protocol itself is the handoff package's.
+
+// handoffPath receives a new owner's request for tenants' state; it is
+// signed like a hop.
+const handoffPath = "/_ringgate/handoff"
+
+// maxFetchTenants bounds one request's tenant list.
+const maxFetchTenants = 1 << 16
+
+type fetchMsg struct {
+	Tenants []string `json:"tenants"`
+}
+
+// SetHandOver gives the router the node's answer to a peer asking for
+// tenants' state (handoff.Mover.HandOver).
+func (r *Router) SetHandOver(f func(asker string, tenants []string) []handoff.Reply) {
+	r.handOver.Store(&f)
+}
+
+// serveHandoff answers a new owner asking for tenants' state.
+func (r *Router) serveHandoff(ctx *fasthttp.RequestCtx) {
+	if !ctx.IsPost() {
+		fail(ctx, fasthttp.StatusMethodNotAllowed, "invalid_request_error", "method_not_allowed", "Use POST.")
+		return
+	}
+	info, err := r.hops.verify(&ctx.Request, r.node)
+	if err != nil {
+		r.metrics.hopsRefused.Inc()
+		fail(ctx, fasthttp.StatusUnauthorized, "invalid_request_error", "invalid_peer_signature",
+			"Peer request refused: "+err.Error()+".")
+		return
+	}
+	var m fetchMsg
+	if err := json.Unmarshal(ctx.PostBody(), &m); err != nil || len(m.Tenants) > maxFetchTenants {
+		fail(ctx, fasthttp.StatusBadRequest, "invalid_request_error", "invalid_json", "Malformed handoff request.")
+		return
+	}
+	f := r.handOver.Load()
+	if f == nil {
+		fail(ctx, fasthttp.StatusServiceUnavailable, "server_error", "not_ready", "This node does not hand state over yet.")
+		return
+	}
+	replies := (*f)(info.from, m.Tenants)
+	ctx.SetContentType("application/octet-stream")
+	ctx.SetBody(handoff.EncodeReplies(nil, r.node, r.clock(), replies))
+}
+
+// errNoPeer: the node asked for is not in this node's view.
+var errNoPeer = errors.New("no address for peer")
+
+// Fetch asks node to hand the tenants over to this node (handoff.Peers).
+func (r *Router) Fetch(ctx context.Context, node string, tenants []string) ([]handoff.Reply, error) {
+	v := r.view.Load()
+	addr := ""
+	if v != nil {
+		addr = v.addrs[node]
+	}
+	if addr == "" {
+		return nil, fmt.Errorf("fetch from %s: %w", node, errNoPeer)
+	}
+	if !r.hops.enabled() {
+		return nil, fmt.Errorf("fetch from %s: %w", node, errHopUnsigned)
+	}
+	body, err := json.Marshal(fetchMsg{Tenants: tenants})
+	if err != nil {
+		return nil, fmt.Errorf("fetch from %s: %w", node, err)
+	}
+	req := fasthttp.AcquireRequest()
+	resp := fasthttp.AcquireResponse()
+	defer fasthttp.ReleaseRequest(req)
+	defer fasthttp.ReleaseResponse(resp)
+	req.Header.SetMethod(fasthttp.MethodPost)
+	req.SetRequestURI(handoffPath)
+	req.Header.SetHost(addr)
+	req.Header.SetContentType("application/json")
+	req.SetBody(body)
+	r.hops.sign(req, r.node, node, v.version())
+	timeout := time.Second
+	if d, ok := ctx.Deadline(); ok {
+		timeout = time.Until(d)
+	}
+	if timeout <= 0 {
+		return nil, fmt.Errorf("fetch from %s: %w", node, context.DeadlineExceeded)
+	}
+	if err := r.peers.get(addr).hc.DoTimeout(req, resp, timeout); err != nil {
+		return nil, fmt.Errorf("fetch from %s: %w", node, err)
+	}
+	if resp.StatusCode() != fasthttp.StatusOK {
+		return nil, fmt.Errorf("fetch from %s: status %d: %.200s", node, resp.StatusCode(), resp.Body())
+	}
+	replies, err := handoff.DecodeReplies(resp.Body())
+	if err != nil {
+		return nil, fmt.Errorf("fetch from %s: %w", node, err)
+	}
+	return replies, nil
+}
+
+// Names are the configured tenants (handoff.Tenants).
+func (r *Router) Names() []string {
+	cfg := r.state.Load().cfg
+	out := make([]string, len(cfg.Tenants))
+	for i, t := range cfg.Tenants {
+		out[i] = t.Name
+	}
+	return out
+}
+
+// OwnedWithin reports whether this node owns the tenant or owned it within
+// the last d (handoff.Tenants).
+func (r *Router) OwnedWithin(name string, d time.Duration) bool {
+	t := r.state.Load().byName[name]
+	if t == nil {
+		return false
+	}
+	until := t.ownedUntil.Load()
+	return until == ownedNow || until > r.clock()-int64(d)
+}
+
+var _ handoff.Tenants = (*Router)(nil)
+var _ handoff.Peers = (*Router)(nil)
+
+// movedOn passes a request for a tenant this node handed over on to the
+// node that has it now. A client request is a first hop; a hop may be
+// passed on once more (this node handed the tenant over after the sender
+// picked it), never twice. Past that, or with the new owner unreachable,
+// the answer is 503 with Retry-After: the cluster is moving the tenant, not
+// the client's fault, and nothing was admitted.
+func (r *Router) movedOn(ctx *fasthttp.RequestCtx, t *tenant, lim *limiter.Tenant, hops int) bool {
+	to := lim.MovedTo()
+	if to != "" && to != r.node && hops < maxHops {
+		if handled, streaming := r.toOwner(ctx, r.view.Load(), to, t, hops+1); handled {
+			return streaming
+		}
+	}
+	ctx.Response.Header.Set("x-ringgate-node", r.node)
+	ctx.Response.Header.Set("Retry-After", "1")
+	fail(ctx, fasthttp.StatusServiceUnavailable, "server_error", "tenant_moving",
+		"This tenant's limits are moving between gateway nodes; retry in 1s.")
+	return false
+}
