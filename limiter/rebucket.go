@@ -69,10 +69,11 @@ import (
 // a release dropped (the slot already expired). Rebucket changes the tenant in
 // place, so whoever holds it (calls in flight, requests that loaded the
 // state before the reload, the handoff) sees the new windows at once.
-//
-// A ticket older than maxRebuckets rebuckets is settled as if its buckets had
-// left the window: conservative for the windows, but its slot stays counted
-// until the slot TTL frees it.
+
+// maxRebuckets bounds the rebuckets a tenant remembers for its tickets. A
+// ticket older than that is settled as if its buckets had left the window:
+// conservative for the windows, but its slot stays counted until the slot
+// TTL frees it.
 const maxRebuckets = 16
 
 // deadBucket is an index no window ever holds: adjusting it drops a credit

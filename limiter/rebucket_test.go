@@ -209,8 +209,7 @@ func rebucketRun(t *testing.T, rng *rand.Rand, w1, w2, ttl1, ttl2 time.Duration,
 	reload := t0 + 3*int64(w1) + rng.Int63n(int64(w1))
 	stop := reload + 4*int64(max(w1, w2))
 	var calls, open []*rbCall
-	finishUntil := func(until int64) {
-		sort.Slice(open, func(i, j int) bool { return open[i].end < open[j].end })
+	finishUntil := func(until int64) { // open is in order of end
 		k := 0
 		for ; k < len(open) && open[k].end <= until; k++ {
 			c := open[k]
@@ -256,7 +255,10 @@ func rebucketRun(t *testing.T, rng *rand.Rand, w1, w2, ttl1, ttl2 time.Duration,
 			}
 		} else {
 			c.end = now + 1 + rng.Int63n(minTTL/3)
-			open = append(open, c)
+			i := sort.Search(len(open), func(i int) bool { return open[i].end > c.end })
+			open = append(open, nil)
+			copy(open[i+1:], open[i:])
+			open[i] = c
 		}
 		calls = append(calls, c)
 	}

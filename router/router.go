@@ -90,7 +90,7 @@ func New(o Options) (*Router, error) {
 		// ring; a standalone one owns everything.
 		clustered: o.Config.Node.Gossip != "",
 	}
-	st, err := buildState(o.Config, nil, r.metrics)
+	st, err := buildState(o.Config, nil, r.metrics, 0)
 	if err != nil {
 		return nil, err
 	}
@@ -127,13 +127,13 @@ func peerTimeouts(cfg *config.Config) (first, idle time.Duration) {
 }
 
 // Reload swaps in a new configuration's tenants, limits and upstreams. Usage
-// already counted is kept for tenants that keep their name (unless the window
-// or slot TTL changed, which gives them fresh windows).
+// already counted is kept for tenants that keep their name, and calls in
+// flight settle on it; a new window or slot TTL rebuckets it (buildState).
 func (r *Router) Reload(cfg *config.Config) error {
 	r.reloadMu.Lock()
 	defer r.reloadMu.Unlock()
 	prev := r.state.Load()
-	st, err := buildState(cfg, prev, r.metrics)
+	st, err := buildState(cfg, prev, r.metrics, r.clock())
 	if err != nil {
 		return err
 	}

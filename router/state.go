@@ -45,8 +45,12 @@ type state struct {
 }
 
 // buildState makes a state from cfg, keeping the limiter (and so the usage) of
-// every tenant that prev already had under the same name.
-func buildState(cfg *config.Config, prev *state, m *metrics) (*state, error) {
+// every tenant that prev already had under the same name. If the window or
+// the slot TTL changed, those limiters are rebucketed at now (see
+// limiter.Tenant.Rebucket): what they count and the tickets of calls in
+// flight carry over to the new bucket widths. The limiters are shared with
+// prev, so that is done last: a reload that fails leaves their widths alone.
+func buildState(cfg *config.Config, prev *state, m *metrics, now int64) (*state, error) {
 	st := &state{
 		cfg:     cfg,
 		byKey:   make(map[[32]byte]*tenant),
@@ -76,14 +80,17 @@ func buildState(cfg *config.Config, prev *state, m *metrics) (*state, error) {
 			st.byModel[model] = p
 		}
 	}
+	var rebucket []*limiter.Tenant
 	for _, tc := range cfg.Tenants {
 		limits := limiter.Limits{Requests: int64(tc.RPM), Tokens: int64(tc.TPM), Concurrency: int64(tc.Concurrency)}
 		var lim, fallback *limiter.Tenant
 		if prev != nil {
-			if old := prev.byName[tc.Name]; old != nil && prev.cfg.Limits.Window == cfg.Limits.Window &&
-				prev.cfg.Limits.SlotTTL == cfg.Limits.SlotTTL {
+			if old := prev.byName[tc.Name]; old != nil {
 				lim, fallback = old.lim, old.fallback
 				lim.SetLimits(limits)
+				if prev.cfg.Limits.Window != cfg.Limits.Window || prev.cfg.Limits.SlotTTL != cfg.Limits.SlotTTL {
+					rebucket = append(rebucket, lim, fallback)
+				}
 			}
 		}
 		if lim == nil {
@@ -104,6 +111,9 @@ func buildState(cfg *config.Config, prev *state, m *metrics) (*state, error) {
 		for _, h := range hashes {
 			st.byKey[h] = t
 		}
+	}
+	for _, lim := range rebucket {
+		lim.Rebucket(now, cfg.Limits.Window, cfg.Limits.SlotTTL)
 	}
 	return st, nil
 }
