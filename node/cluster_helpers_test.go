@@ -17,6 +17,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"slices"
 	"sort"
@@ -130,6 +131,9 @@ type clOptions struct {
 	// ForwardConnectTimeout overrides cluster.forward_connect_timeout
 	// (0: 15 ms).
 	ForwardConnectTimeout time.Duration
+	// Listen, if set, makes each node's HTTP listener (Options.Listener),
+	// given the node's name.
+	Listen func(name string) (net.Listener, error)
 }
 
 // clTenant is a tenant with the given requests per window and token and
@@ -247,10 +251,18 @@ func (c *clCluster) addNode() *clNode {
 	}}
 	cfg.Tenants = slices.Clone(c.tenants)
 	lg := &clLog{}
+	var ln net.Listener
+	if c.opts.Listen != nil {
+		var err error
+		if ln, err = c.opts.Listen(cfg.Node.Name); err != nil {
+			c.t.Fatalf("listen for %s: %v", cfg.Node.Name, err)
+		}
+	}
 	nd, err := Start(cfg, Options{
 		Tokenizer:  tok,
 		Logger:     slog.New(slog.NewJSONHandler(lg, nil)),
 		DrainGrace: clDrainGrace,
+		Listener:   ln,
 	})
 	if err != nil {
 		c.t.Fatalf("start %s: %v", cfg.Node.Name, err)

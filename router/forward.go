@@ -67,7 +67,7 @@ func (p *peers) get(addr string) *peer {
 		if err != nil {
 			return nil, &dialError{err}
 		}
-		return c, nil
+		return newCheckedConn(c), nil // see peerconn.go
 	})
 	pc := &peer{hc: &fasthttp.HostClient{
 		Addr:                     addr,
@@ -79,6 +79,7 @@ func (p *peers) get(addr string) *peer {
 		StreamResponseBody:       true,
 		NoDefaultUserAgentHeader: true,
 	}}
+	pc.hc.RetryIfErr = retryStale(pc.hc)
 	p.byAddr[addr] = pc
 	return pc
 }
@@ -111,6 +112,12 @@ func (r *Router) toOwner(ctx *fasthttp.RequestCtx, v *view, owner string, t *ten
 		var de *dialError
 		if errors.As(err, &de) || errors.Is(err, fasthttp.ErrNoFreeConns) {
 			pc.failed(err)
+			return false, false
+		}
+		if errors.Is(err, errStaleConn) {
+			// Every pooled connection tried was closed by the owner
+			// before the request was written (peerconn.go): it never saw
+			// it. Not a sign it is down: the next hop dials afresh.
 			return false, false
 		}
 		// The owner took the request and then failed: it may have admitted

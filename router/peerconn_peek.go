@@ -1,0 +1,40 @@
+//go:build linux || darwin || freebsd || netbsd || openbsd || dragonfly
+
+package router
+
+import (
+	"errors"
+	"io"
+	"syscall"
+)
+
+const canPeek = true
+
+// errUnasked: the peer sent bytes on an idle connection (an answer to no
+// request of ours); the connection is out of step and not used.
+var errUnasked = errors.New("unexpected bytes on an idle connection")
+
+// peerGone peeks at an idle connection's socket without blocking: nil when
+// nothing is queued (the peer is there), else why the connection is dead.
+func peerGone(raw syscall.RawConn) error {
+	var (
+		buf  [1]byte
+		n    int
+		rerr error
+	)
+	if err := raw.Read(func(fd uintptr) bool {
+		n, _, rerr = syscall.Recvfrom(int(fd), buf[:], syscall.MSG_PEEK|syscall.MSG_DONTWAIT)
+		return true // never wait for readability
+	}); err != nil {
+		return err // closed on this side
+	}
+	switch {
+	case errors.Is(rerr, syscall.EAGAIN), errors.Is(rerr, syscall.EWOULDBLOCK), errors.Is(rerr, syscall.EINTR):
+		return nil
+	case rerr != nil:
+		return rerr // ECONNRESET and the like
+	case n == 0:
+		return io.EOF // the peer closed it
+	}
+	return errUnasked
+}
