@@ -117,6 +117,9 @@ type Node struct {
 
 	joined       atomic.Bool
 	joinAttempts atomic.Int64 // join calls made (tests)
+	// joinMu serialises joins: each reads what its seed said of us from
+	// the one delegate.mergeView (the rejoin loop and Resync both join).
+	joinMu sync.Mutex
 }
 
 // Start creates the memberlist and returns at once. With Seeds, it joins in
@@ -469,15 +472,18 @@ func (n *Node) joinLoop(seeds []string) {
 func (n *Node) joinOnce(seeds []string) (contacted int, confirmed bool, errs error) {
 	confirmed = true
 	for _, s := range seeds {
+		n.joinMu.Lock()
 		n.life.RLock()
 		if n.stopped.Load() {
 			n.life.RUnlock()
+			n.joinMu.Unlock()
 			return contacted, false, ErrStopped
 		}
 		n.d.mergeView.Store(viewNone)
 		c, err := n.ml.Join([]string{s})
 		view := n.d.mergeView.Load()
 		n.life.RUnlock()
+		n.joinMu.Unlock()
 		n.joinAttempts.Add(1)
 		if c > 0 {
 			contacted += c
@@ -489,6 +495,25 @@ func (n *Node) joinOnce(seeds []string) (contacted int, confirmed bool, errs err
 		}
 	}
 	return contacted, confirmed && contacted > 0, errs
+}
+
+// Resync exchanges full state (a join's push/pull) with every other live
+// member and reports whether each one that answered lists this node alive,
+// at its address, with its current metadata. A node that was stopped for
+// longer than failure detection calls it until it is confirmed: a member
+// that declared it dead or suspect meanwhile says so in the exchange, which
+// makes memberlist refute (a higher incarnation, broadcast alive), and a
+// later round confirms that the refutation took. Alone (no other member),
+// it is confirmed at once.
+func (n *Node) Resync() (contacted int, confirmed bool, err error) {
+	var addrs []string
+	for _, m := range n.Peers() {
+		addrs = append(addrs, m.GossipAddr)
+	}
+	if len(addrs) == 0 {
+		return 0, !n.stopped.Load(), nil
+	}
+	return n.joinOnce(addrs)
 }
 
 // notifyLoop logs membership events and delivers OnChange, from this one

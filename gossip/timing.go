@@ -96,6 +96,17 @@ var LANFast = Timing{
 	SuspicionMaxTimeoutMult: 2,
 }
 
+// DeadAfter is the shortest silence after which the other members may
+// declare a member dead: the minimum suspicion timeout, SuspicionMult ×
+// ProbeInterval (1.6 s with LANFast; memberlist scales it by log10(N) above
+// 10 members, and a probe has to fail first, so the real figure is longer).
+// A node that stood still for longer (SIGSTOP, a VM pause) must assume its
+// tenants were taken over meanwhile.
+func (t Timing) DeadAfter() time.Duration {
+	t = t.withDefaults()
+	return time.Duration(t.SuspicionMult) * t.ProbeInterval
+}
+
 // withDefaults fills zero fields from LANFast.
 func (t Timing) withDefaults() Timing {
 	d := LANFast

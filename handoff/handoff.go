@@ -432,10 +432,7 @@ func (m *Mover) takeFrom(prev string, names []string, to *ring.Ring, n int64) Ar
 			for _, r := range replies {
 				switch r.Status {
 				case Handed:
-					if lim := m.tenants.Limiter(r.Tenant); lim != nil {
-						lim.Import(m.cfg.Clock(), r.State)
-					}
-					m.tenants.Release(r.Tenant)
+					m.importState(r.Tenant, r.State)
 					a.Peer++
 				case Moved:
 					next[r.To] = append(next[r.To], r.Tenant)
@@ -522,7 +519,7 @@ func (m *Mover) fromStore(prev string, unreachable, notHere []string, to *ring.R
 			for i, name := range names {
 				s := snaps[i]
 				if s != nil && s.Final && s.Writer == prev && s.RingHash == to.Hash() && s.WrittenAt > recent {
-					m.importState(name, s.State)
+					m.importState(name, m.held(s))
 					delete(pending, name)
 					a.Final++
 					continue
@@ -552,8 +549,12 @@ func (m *Mover) fromStore(prev string, unreachable, notHere []string, to *ring.R
 		case lim == nil:
 		case s != nil:
 			now := m.cfg.Clock()
-			lim.Import(now, s.State)
+			lim.Import(now, m.held(s))
 			lim.ChargeGap(now, s.State)
+			if gone[name] {
+				// Its calls died with it.
+				lim.DropNode(now, prev)
+			}
 			stale[name] = lim.Export(now)
 			a.Stale++
 		case gone[name] || failed:
@@ -576,11 +577,22 @@ func (m *Mover) fromStore(prev string, unreachable, notHere []string, to *ring.R
 	return a
 }
 
+// importState makes st (st.Holder's account) the tenant's state here and
+// lets its requests through. Release also forgets the slots of calls on
+// nodes that are gone.
 func (m *Mover) importState(name string, st limiter.State) {
 	if lim := m.tenants.Limiter(name); lim != nil {
-		lim.Import(m.cfg.Clock(), st)
+		lim.Import(m.cfg.Clock(), st.As(m.cfg.Self))
 	}
 	m.tenants.Release(name)
+}
+
+// held is a snapshot's state as this node holds it: the writer's slots are
+// the writer's calls.
+func (m *Mover) held(s *snapshot.Snapshot) limiter.State {
+	st := s.State
+	st.Holder = s.Writer
+	return st.As(m.cfg.Self)
 }
 
 // awaitLateFinals keeps looking, for a while, for the final snapshots that
@@ -609,7 +621,7 @@ func (m *Mover) awaitLateFinals(prev string, base map[string]limiter.State, to *
 				continue
 			}
 			if lim := m.tenants.Limiter(name); lim != nil {
-				lim.Replace(m.cfg.Clock(), st, s.State)
+				lim.Replace(m.cfg.Clock(), st, m.held(s))
 			}
 			delete(base, name)
 			m.log.Info("handoff", "phase", "late_final", "tenant", name, "from", s.Writer)
@@ -684,6 +696,11 @@ func (m *Mover) Restore(names []string) Arrival {
 		var s *snapshot.Snapshot
 		if err == nil {
 			s = snaps[i]
+		}
+		if s != nil {
+			// This process is new: no call of the one that wrote the
+			// snapshot is still running.
+			s.State.Slots, s.State.Away = limiter.WindowState{}, nil
 		}
 		switch {
 		case s == nil:

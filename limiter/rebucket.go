@@ -212,5 +212,8 @@ func (t *Tenant) Rebucket(now int64, window, slotTTL time.Duration) {
 	t.requests.rebucket(s.window)
 	t.tokens.rebucket(s.window)
 	t.slots.rebucket(s.slots)
+	for _, w := range t.away { // advanced with slots: same head, same map
+		w.rebucket(s.slots)
+	}
 	t.history.push(s)
 }

@@ -26,11 +26,16 @@ type WindowState struct {
 // concurrency slots held, each in the bucket it expires with.
 type State struct {
 	Requests, Tokens, Slots WindowState
+	// Away are the slots of calls running on other nodes (away.go).
+	Away []NodeSlots
+	// Holder names the node whose calls Slots are ("": the node holding
+	// this State). Not encoded: a snapshot's writer says it (As).
+	Holder string
 }
 
 // Empty reports whether the state holds no charge at all.
 func (s State) Empty() bool {
-	return len(s.Requests.Buckets) == 0 && len(s.Tokens.Buckets) == 0 && len(s.Slots.Buckets) == 0
+	return len(s.Requests.Buckets) == 0 && len(s.Tokens.Buckets) == 0 && len(s.Slots.Buckets) == 0 && len(s.Away) == 0
 }
 
 func (w *Window) export() WindowState {
@@ -85,7 +90,7 @@ func (t *Tenant) Export(now int64) State {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	t.advance(now)
-	return State{Requests: t.requests.export(), Tokens: t.tokens.export(), Slots: t.slots.export()}
+	return State{Requests: t.requests.export(), Tokens: t.tokens.export(), Slots: t.slots.export(), Away: t.exportAway()}
 }
 
 // Import replaces the tenant's windows with a handed-over state, at now, and
@@ -102,6 +107,7 @@ func (t *Tenant) Import(now int64, s State) {
 	t.requests.merge(s.Requests)
 	t.tokens.merge(s.Tokens)
 	t.slots.merge(s.Slots)
+	t.importAway(s.Away)
 }
 
 // Freeze marks the tenant's state as handed over to the node named to and
@@ -116,7 +122,7 @@ func (t *Tenant) Freeze(now int64, to string) State {
 	t.advance(now)
 	t.frozen = true
 	t.movedTo.Store(&to)
-	return State{Requests: t.requests.export(), Tokens: t.tokens.export(), Slots: t.slots.export()}
+	return State{Requests: t.requests.export(), Tokens: t.tokens.export(), Slots: t.slots.export(), Away: t.exportAway()}
 }
 
 // MovedTo is the node the tenant was handed over to, "" while this node
@@ -214,15 +220,9 @@ func DeltaOf(tk *Ticket) Delta {
 	return Delta{Bucket: tk.bucket, SlotBucket: tk.slotBucket, Requests: 1, Tokens: tk.tokens, Slots: 1}
 }
 
-// Apply adds a delta made elsewhere.
-func (t *Tenant) Apply(now int64, d Delta) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	t.advance(now)
-	t.requests.adjust(d.Bucket, d.Requests)
-	t.tokens.adjust(d.Bucket, d.Tokens)
-	t.slots.adjust(d.SlotBucket, d.Slots)
-}
+// Apply adds a delta whose slots are this node's calls (ApplyFrom for
+// another node's).
+func (t *Tenant) Apply(now int64, d Delta) { t.ApplyFrom(now, "", d) }
 
 // FinishDelta is what Finish(now, tk, actual) changes, for reporting it to
 // the owner when tk was admitted before the tenant moved away.
@@ -314,4 +314,22 @@ func (w *Window) restrict(n int64) int64 {
 	}
 	w.charge(c)
 	return c
+}
+
+// ChargeAt charges requests and tokens to the bucket that held time at (at
+// most now): usage learnt of after the fact, such as another node's count
+// read from its answers. Usage from before the window is not charged.
+func (t *Tenant) ChargeAt(now, at, requests, tokens int64) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.advance(now)
+	at = min(at, now)
+	for _, c := range []struct {
+		w *Window
+		n int64
+	}{{&t.requests, requests}, {&t.tokens, tokens}} {
+		if b := at / c.w.width; c.n > 0 && c.w.live(b) {
+			c.w.adjust(b, c.n)
+		}
+	}
 }

@@ -82,8 +82,12 @@ type Tenant struct {
 	movedTo  atomic.Pointer[string]
 	requests Window
 	tokens   Window
-	slots    Window
-	history  rebuckets // for tickets admitted before a Rebucket (rebucket.go)
+	slots    Window // slots of calls running on this node
+	// away are the slots of calls running on other nodes, by node
+	// (away.go): they count against the limit, and go when their node is
+	// gone. nil while there are none.
+	away    map[string]*Window
+	history rebuckets // for tickets admitted before a Rebucket (rebucket.go)
 }
 
 // NewTenant returns a tenant whose rpm/tpm are enforced over window and whose
@@ -126,10 +130,10 @@ func (t *Tenant) Admit(now, tokens int64) (Ticket, Decision) {
 		d.Limited = Tokens
 		d.TooLarge = tokens > t.tokens.limit
 		d.RetryAfter = time.Duration(t.tokens.untilFits(now, tokens))
-	case !t.slots.fits(1):
+	case !t.slotsFit():
 		d.Limited = Concurrency
 		d.RetryAfter = time.Duration(t.slots.untilFits(now, 1))
-		if d.RetryAfter > time.Second {
+		if d.RetryAfter > time.Second || d.RetryAfter <= 0 {
 			d.RetryAfter = time.Second
 		}
 	default:
@@ -212,7 +216,7 @@ func (t *Tenant) Usage(now int64) Usage {
 	return Usage{
 		Requests: t.requests.used(),
 		Tokens:   t.tokens.used(),
-		InFlight: t.slots.used(),
+		InFlight: t.slotsUsed(),
 		Limits:   t.limits,
 	}
 }
@@ -232,6 +236,9 @@ func (t *Tenant) advance(now int64) {
 	t.requests.advance(now)
 	t.tokens.advance(now)
 	t.slots.advance(now)
+	for _, w := range t.away {
+		w.advance(now)
+	}
 }
 
 func (t *Tenant) fill(now int64, d *Decision) {
@@ -242,7 +249,7 @@ func (t *Tenant) fill(now int64, d *Decision) {
 	d.RemainingTokens = t.tokens.remaining()
 	d.ResetTokens = time.Duration(t.tokens.untilEmpty(now))
 	d.LimitConcurrency = t.slots.limit
-	d.InFlight = t.slots.used()
+	d.InFlight = t.slotsUsed()
 }
 
 // SetLimits changes the limits in place, keeping what the windows hold: a

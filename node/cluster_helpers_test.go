@@ -21,6 +21,7 @@ import (
 	"net/http"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -525,4 +526,31 @@ func clReceived(recs []fakeupstream.Record) []time.Time {
 // clCountIn counts times in [from, to).
 func clCountIn(times []time.Time, from, to time.Time) int {
 	return audit.CountIn(times, from, to)
+}
+
+// metric reads one unlabelled counter or gauge from nd's /metrics (-1 when
+// it is not there).
+func (c *clCluster) metric(nd *clNode, name string) float64 {
+	c.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+nd.Addr()+"/metrics", nil)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	resp, err := c.hc.Do(req)
+	if err != nil {
+		c.t.Fatalf("metrics of %s: %v", nd.Name(), err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	for _, line := range strings.Split(string(body), "\n") {
+		if v, ok := strings.CutPrefix(line, name+" "); ok {
+			f, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
+			if err == nil {
+				return f
+			}
+		}
+	}
+	return -1
 }

@@ -462,6 +462,16 @@ func TestClusterFallback(t *testing.T) {
 	if len(ends) != 1 {
 		t.Errorf("edge logged %d fallback ends for acme, want exactly 1", len(ends))
 	}
+	// What the edge admitted under its share reached the owner, which
+	// counts it (the episode's end delivered it at the latest).
+	deadline = time.Now().Add(2 * time.Second)
+	for c.metric(e, "ringgate_fallback_reported_total") < float64(admitted) || c.metric(o, "ringgate_handoff_deltas_applied_total") < float64(admitted) {
+		if time.Now().After(deadline) {
+			t.Fatalf("edge reported %v fallback admissions of %d, owner applied %v deltas", c.metric(e, "ringgate_fallback_reported_total"),
+				admitted, c.metric(o, "ringgate_handoff_deltas_applied_total"))
+		}
+		time.Sleep(clPollEvery)
+	}
 	select {
 	case err := <-served:
 		t.Errorf("restored listener stopped serving: %v", err)

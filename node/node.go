@@ -64,6 +64,8 @@ type Node struct {
 	changedAt   time.Time
 	stopOnce    sync.Once
 	tenantNames []string
+
+	wake waker // pause watchdog and catch-up (wake.go)
 }
 
 // Start builds and starts a node; it serves until Drain or Close. With
@@ -108,7 +110,7 @@ func Start(cfg *config.Config, o Options) (*Node, error) {
 		}
 	}
 	n.mover = handoff.New(moverConfig(cfg, clock, o), rt, rt, store, n.currentRing)
-	rt.SetHandOver(n.mover.HandOver)
+	rt.SetHandOver(n.handOver) // the mover's, see wake.go
 	if n.store != nil {
 		rt.SetFallbackSeed(n.mover.LastState)
 	}
@@ -149,6 +151,7 @@ func Start(cfg *config.Config, o Options) (*Node, error) {
 		n.mu.Lock()
 		n.gossip = g
 		n.mu.Unlock()
+		n.startWatchdog(o.Timing)
 	}
 	log.Info("start", "listen", ln.Addr().String(), "gossip", n.GossipAddr(), "tenants", len(cfg.Tenants), "upstreams", len(cfg.Upstreams))
 	return n, nil
@@ -182,13 +185,9 @@ func (n *Node) onMembers(ms []gossip.Member) {
 	n.members = ms
 	n.changedAt = time.Now()
 	n.mu.Unlock()
-	var active []string
-	for _, m := range ms {
-		if m.State == gossip.StateActive {
-			active = append(active, m.Name)
-		}
-	}
-	n.table.Update(active)
+	n.wake.mu.Lock()
+	n.table.Update(n.activeLocked(ms)) // the active members (without self while catching up: wake.go)
+	n.wake.mu.Unlock()
 	n.publish()
 }
 
@@ -259,7 +258,7 @@ func (n *Node) publish() {
 	n.mu.Lock()
 	ms, g, r := n.members, n.gossip, n.ring
 	n.mu.Unlock()
-	if r.Len() > 0 && (len(n.cfg.Node.Join) == 0 || g != nil && g.Joined()) {
+	if r.Len() > 0 && (len(n.cfg.Node.Join) == 0 || g != nil && g.Joined()) && !n.catchingUp() {
 		n.router.SetReady(true)
 	}
 	view := router.View{Ring: r}
@@ -343,6 +342,7 @@ func (n *Node) Close() error {
 
 func (n *Node) stop(leave bool) {
 	n.stopOnce.Do(func() {
+		n.stopWatchdog()
 		n.mu.Lock()
 		g := n.gossip
 		n.mu.Unlock()

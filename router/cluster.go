@@ -40,6 +40,10 @@ func (r *Router) SetView(v View) {
 	r.view.Store(nv)
 	r.trackOwnership(nv)
 	r.reloadMu.Unlock()
+	r.reportFallbacksTo(nv)
+	for _, t := range r.state.Load().byName {
+		r.dropGoneSlots(t, nv)
+	}
 }
 
 // trackOwnership (under reloadMu) records, per tenant, until when this node owned it
@@ -47,6 +51,12 @@ func (r *Router) SetView(v View) {
 // holds its state, one that never owned it holds nothing worth enforcing on.
 func (r *Router) trackOwnership(v *view) {
 	now := r.clock()
+	if r.clustered && (v == nil || v.ring.Len() == 0) {
+		// A cluster node without a ring (it has not joined yet) owns
+		// nothing: marking every tenant owned would let it enforce hops
+		// on empty windows as a "recent owner" once its ring arrives.
+		return
+	}
 	for name, t := range r.state.Load().byName {
 		if o := v.owner(name); o == "" || o == r.node {
 			t.ownedUntil.Store(ownedNow)

@@ -129,6 +129,14 @@ func (r *Router) toOwner(ctx *fasthttp.RequestCtx, v *view, owner string, t *ten
 	}
 	pc.downUntil.Store(0)
 	pc.timeouts.Store(0)
+	if reason := hopRefusal(resp); reason != "" {
+		// The owner refused the hop (stale, not ready, ...): it took
+		// nothing, and its refusal is not the client's (wake.go).
+		fasthttp.ReleaseResponse(resp)
+		r.ownerRefused(ctx, t, owner, reason)
+		return true, false
+	}
+	r.noteOwnerUsage(t, &resp.Header)
 	r.endFallback(t, owner)
 	for k, val := range resp.Header.All() {
 		if !isConnHeader(k) {
@@ -238,25 +246,23 @@ func (r *Router) fallbackLimiter(t *tenant, v *view, owner string) (*limiter.Ten
 }
 
 // seedFallback charges the tenant's fallback share with its share (1/n) of
-// what the unreachable owner last reported in its snapshot, and of the time
-// since at the peak rate. Each of the n-1 other nodes doing the same keeps
-// their admissions plus the owner's within the limit, instead of adding
-// n-1 fresh shares to whatever the owner had admitted before it went
-// silent. Without a snapshot source (no Redis) it does nothing.
-func (r *Router) seedFallback(t *tenant, n int64) bool {
-	seed := r.fallbackSeed.Load()
-	if seed == nil {
-		return false
+// what the unreachable owner had admitted: its last snapshot and the time
+// since at the peak rate, or else what its last answers relayed here
+// reported (seedFromAnswers). Each of the n-1 other nodes doing the same
+// keeps their admissions plus the owner's within the limit, instead of
+// adding n-1 fresh shares to whatever the owner had admitted before it
+// went silent. It says which account it used.
+func (r *Router) seedFallback(t *tenant, n int64) string {
+	if seed := r.fallbackSeed.Load(); seed != nil {
+		if st, ok := (*seed)(t.name); ok {
+			share := st.Share(n)
+			now := r.clock()
+			t.fallback.Replace(now, limiter.State{}, share)
+			t.fallback.ChargeGap(now, share)
+			return "redis_snapshot"
+		}
 	}
-	st, ok := (*seed)(t.name)
-	if !ok {
-		return false
-	}
-	share := st.Share(n)
-	now := r.clock()
-	t.fallback.Replace(now, limiter.State{}, share)
-	t.fallback.ChargeGap(now, share)
-	return true
+	return r.seedFromAnswers(t, n)
 }
 
 // SetFallbackSeed gives the router a source of a tenant's last known state
@@ -269,5 +275,6 @@ func (r *Router) SetFallbackSeed(seed func(tenant string) (limiter.State, bool))
 func (r *Router) endFallback(t *tenant, owner string) {
 	if t.inFallback.Load() && t.inFallback.CompareAndSwap(true, false) {
 		r.log.Info("fallback", "phase", "end", "tenant", t.name, "owner", owner)
+		r.reportFallback(t)
 	}
 }

@@ -2,6 +2,7 @@ package router
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -52,13 +53,30 @@ func (r *Router) Release(name string) {
 		now := r.clock()
 		for _, h := range ds {
 			if now-h.at < int64(t.lim.Window()) {
-				t.lim.Apply(now, h.d)
+				t.lim.ApplyFrom(now, h.from, h.d)
 			}
 		}
 	}
 	r.held.mu.Unlock()
+	r.dropGoneSlots(t, r.view.Load())
 	if g != nil {
 		g.release()
+	}
+}
+
+// dropGoneSlots frees the tenant's slots of calls that ran on nodes no
+// longer members: declared dead (or left), their calls died with them, so
+// their slots must not wait for the slot TTL.
+func (r *Router) dropGoneSlots(t *tenant, v *view) {
+	if v == nil || len(v.addrs) == 0 {
+		return
+	}
+	for _, n := range t.lim.AwayNodes() {
+		if _, member := v.addrs[n]; !member {
+			if freed := t.lim.DropNode(r.clock(), n); freed > 0 {
+				r.log.Info("handoff", "phase", "slots_dropped", "tenant", t.name, "node", n, "slots", freed)
+			}
+		}
 	}
 }
 
@@ -74,13 +92,14 @@ type heldDeltas struct {
 }
 
 type heldDelta struct {
-	at int64 // when it arrived (router clock)
-	d  limiter.Delta
+	from string // the node whose calls they are ("": this one)
+	at   int64  // when it arrived (router clock)
+	d    limiter.Delta
 }
 
 // hold keeps ds for the tenant t if it is not taken over yet, and reports
 // whether it did.
-func (r *Router) hold(t *tenant, now int64, ds []limiter.Delta) bool {
+func (r *Router) hold(t *tenant, now int64, from string, ds []limiter.Delta) bool {
 	r.held.mu.Lock()
 	defer r.held.mu.Unlock()
 	if t.gate.Load() == nil && r.Owns(t.name) {
@@ -102,7 +121,7 @@ func (r *Router) hold(t *tenant, now int64, ds []limiter.Delta) bool {
 		}
 	}
 	for _, d := range ds {
-		r.held.by[t.name] = append(r.held.by[t.name], heldDelta{at: now, d: d})
+		r.held.by[t.name] = append(r.held.by[t.name], heldDelta{from: from, at: now, d: d})
 	}
 	return true
 }
@@ -163,7 +182,10 @@ func (t *tenant) awaitHandoff() {
 
 // deltaMsg is a batch of deltas for one tenant, sent to its owner.
 type deltaMsg struct {
-	Tenant string          `json:"tenant"`
+	Tenant string `json:"tenant"`
+	// From is the node whose calls the deltas are (the first sender; a
+	// node passing them on keeps it). Their slots count as that node's.
+	From   string          `json:"from,omitempty"`
 	Deltas []limiter.Delta `json:"deltas"`
 }
 
@@ -172,57 +194,83 @@ type deltaMsg struct {
 // the ring. Best effort and asynchronous: if it is lost, a slot frees
 // itself with its TTL and a token delta is forgotten with its window.
 func (r *Router) reportDelta(t *tenant, d limiter.Delta) {
-	r.sendDeltas(t, []limiter.Delta{d}, 0)
+	r.sendDeltas(t, "", []limiter.Delta{d}, 0)
 }
 
-// sendDeltas sends deltas for t on; forwarded counts how often they were
-// passed on already (a tenant handed over twice in a row).
-func (r *Router) sendDeltas(t *tenant, ds []limiter.Delta, forwarded int) {
-	v := r.view.Load()
-	dest := t.lim.MovedTo()
-	if dest == "" {
-		dest = v.owner(t.name)
+// sendDeltas sends deltas of calls running on node from ("": this one) for
+// t on, in the background; forwarded counts how often they were passed on
+// already (a tenant handed over twice in a row).
+func (r *Router) sendDeltas(t *tenant, from string, ds []limiter.Delta, forwarded int) {
+	if dest, _ := r.deltaDest(t); dest == "" || dest == r.node {
+		_ = r.deliverDeltas(t, from, ds, forwarded) // local: nothing to wait for
+		return
 	}
+	go func() { _ = r.deliverDeltas(t, from, ds, forwarded) }()
+}
+
+// deltaDest is the node that counts t now: the one this node handed it over
+// to, else its owner by the ring.
+func (r *Router) deltaDest(t *tenant) (string, *view) {
+	v := r.view.Load()
+	if dest := t.lim.MovedTo(); dest != "" {
+		return dest, v
+	}
+	return v.owner(t.name), v
+}
+
+// errDeltaUndelivered: the deltas did not reach the node counting the tenant.
+var errDeltaUndelivered = errors.New("deltas not delivered")
+
+// deliverDeltas gives ds, deltas of calls running on node from ("": this
+// one), to the node that counts t now and reports whether it took them.
+func (r *Router) deliverDeltas(t *tenant, from string, ds []limiter.Delta, forwarded int) error {
+	if from == r.node {
+		from = ""
+	}
+	dest, v := r.deltaDest(t)
 	if dest == "" || dest == r.node {
 		// The tenant is (back) here: count it here, through the same
 		// hold as a peer's deltas, so an import cannot wipe it.
 		now := r.clock()
-		if !r.hold(t, now, ds) {
+		if !r.hold(t, now, from, ds) {
 			for _, d := range ds {
-				t.lim.Apply(now, d)
+				t.lim.ApplyFrom(now, from, d)
 			}
 		}
-		return
+		return nil
 	}
-	if !r.hops.enabled() || forwarded >= maxHops {
-		return
+	if from == "" {
+		from = r.node
 	}
 	addr := v.addrs[dest]
-	if addr == "" {
-		return
+	if !r.hops.enabled() || forwarded >= maxHops || addr == "" {
+		return fmt.Errorf("%w to %s: no signed path", errDeltaUndelivered, dest)
 	}
-	body, err := json.Marshal(deltaMsg{Tenant: t.name, Deltas: ds})
+	pc := r.peers.get(addr)
+	if until := pc.downUntil.Load(); until != 0 && time.Now().UnixNano() < until {
+		return fmt.Errorf("%w to %s: marked down", errDeltaUndelivered, dest)
+	}
+	body, err := json.Marshal(deltaMsg{Tenant: t.name, From: from, Deltas: ds})
 	if err != nil {
-		return
+		return fmt.Errorf("%w to %s: %w", errDeltaUndelivered, dest, err)
 	}
 	r.metrics.deltasSent.Add(float64(len(ds)))
-	go func() {
-		req := fasthttp.AcquireRequest()
-		resp := fasthttp.AcquireResponse()
-		defer fasthttp.ReleaseRequest(req)
-		defer fasthttp.ReleaseResponse(resp)
-		req.Header.SetMethod(fasthttp.MethodPost)
-		req.SetRequestURI(deltaPath)
-		req.Header.SetHost(addr)
-		req.Header.SetContentType("application/json")
-		req.SetBody(body)
-		r.hops.sign(req, r.node, dest, v.version(), forwarded+1)
-		pc := r.peers.get(addr)
-		if err := pc.hc.DoTimeout(req, resp, 2*time.Second); err != nil || resp.StatusCode() != fasthttp.StatusNoContent {
-			r.log.Warn("handoff", "phase", "delta_lost", "tenant", t.name, "owner", dest,
-				"error", fmt.Sprint(err), "status", resp.StatusCode())
-		}
-	}()
+	req := fasthttp.AcquireRequest()
+	resp := fasthttp.AcquireResponse()
+	defer fasthttp.ReleaseRequest(req)
+	defer fasthttp.ReleaseResponse(resp)
+	req.Header.SetMethod(fasthttp.MethodPost)
+	req.SetRequestURI(deltaPath)
+	req.Header.SetHost(addr)
+	req.Header.SetContentType("application/json")
+	req.SetBody(body)
+	r.hops.sign(req, r.node, dest, v.version(), forwarded+1)
+	if err := pc.hc.DoTimeout(req, resp, 2*time.Second); err != nil || resp.StatusCode() != fasthttp.StatusNoContent {
+		r.log.Warn("handoff", "phase", "delta_lost", "tenant", t.name, "owner", dest,
+			"error", fmt.Sprint(err), "status", resp.StatusCode())
+		return fmt.Errorf("%w to %s", errDeltaUndelivered, dest)
+	}
+	return nil
 }
 
 // serveDelta applies deltas a peer reports for a tenant.
@@ -250,14 +298,25 @@ func (r *Router) serveDelta(ctx *fasthttp.RequestCtx) {
 	}
 	if to := t.lim.MovedTo(); to != "" && to != r.node {
 		// Handed on since the sender looked: the deltas follow the state.
-		r.sendDeltas(t, m.Deltas, info.hops)
+		from := m.From
+		if from == "" {
+			from = info.from
+		}
+		r.sendDeltas(t, from, m.Deltas, info.hops)
 		ctx.SetStatusCode(fasthttp.StatusNoContent)
 		return
 	}
 	now := r.clock()
-	if !r.hold(t, now, m.Deltas) {
+	from := m.From
+	if from == "" {
+		from = info.from
+	}
+	if from == r.node {
+		from = "" // this node's own calls, reported back to it
+	}
+	if !r.hold(t, now, from, m.Deltas) {
 		for _, d := range m.Deltas {
-			t.lim.Apply(now, d)
+			t.lim.ApplyFrom(now, from, d)
 		}
 	}
 	r.metrics.deltasApplied.Add(float64(len(m.Deltas)))

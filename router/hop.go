@@ -20,16 +20,18 @@ import (
 // with the cluster secret over all of that plus the method, path, tenant key
 // and body hash. The owner enforces a hop itself, whatever its own ring says,
 // and never forwards it again, with one exception: a node that handed the
-// tenant over to another after the sender picked it passes the hop on once
-// (maxHops), so a hop can neither bounce nor loop.
+// tenant over to another after the sender picked it passes the hop on to
+// that node, along the chain of hand-overs of changes in quick succession,
+// at most maxHops in all, so a hop can neither bounce nor loop.
 const (
 	hopHeader = "X-Ringgate-Hop"
 	sigHeader = "X-Ringgate-Signature"
 )
 
 // maxHops is how many times a request may travel between nodes: to the
-// owner, and once more from an owner that had just handed the tenant over.
-const maxHops = 2
+// owner, and on from an owner that had just handed the tenant over, twice
+// (two changes in a row).
+const maxHops = 3
 
 // hopInfo is a parsed hop header.
 type hopInfo struct {
@@ -37,7 +39,7 @@ type hopInfo struct {
 	ringVersion uint64
 	at          time.Time
 	nonce       string
-	hops        int // 1 for a request sent to the owner, 2 passed on
+	hops        int // 1 for a request sent to the owner, more passed on
 }
 
 // signer signs and checks hops. Without a secret it can do neither: peer

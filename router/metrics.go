@@ -18,6 +18,9 @@ type metrics struct {
 	hopsRefused   prometheus.Counter
 	deltasSent    prometheus.Counter
 	deltasApplied prometheus.Counter
+	// fallbackReported counts admissions made under a fallback share and
+	// delivered to the tenant's owner.
+	fallbackReported prometheus.Counter
 
 	mu      sync.Mutex
 	tenants map[string]*tenantCounters
@@ -61,9 +64,13 @@ func newMetrics() *metrics {
 			Name: "ringgate_handoff_deltas_applied_total",
 			Help: "Changes reported by a tenant's previous owner and applied here.",
 		}),
+		fallbackReported: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "ringgate_fallback_reported_total",
+			Help: "Admissions made under a fallback share (owner unreachable) and delivered to the tenant's owner.",
+		}),
 		tenants: make(map[string]*tenantCounters),
 	}
-	m.reg.MustRegister(m.decisions, m.tokens, m.upstream, m.inflight, m.hopsRefused, m.deltasSent, m.deltasApplied,
+	m.reg.MustRegister(m.decisions, m.tokens, m.upstream, m.inflight, m.hopsRefused, m.deltasSent, m.deltasApplied, m.fallbackReported,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }

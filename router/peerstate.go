@@ -139,14 +139,25 @@ var _ handoff.Peers = (*Router)(nil)
 
 // movedOn passes a request for a tenant this node handed over on to the
 // node that has it now. A client request is a first hop; a hop may be
-// passed on once more (this node handed the tenant over after the sender
-// picked it), never twice. Past that, or with the new owner unreachable,
-// the answer is 503 with Retry-After: the cluster is moving the tenant, not
-// the client's fault, and nothing was admitted.
+// passed on along the hand-overs (this node handed the tenant over after
+// the sender picked it), at most maxHops in all. The new owner may have
+// asked for the tenant before this node's gossip view lists it: its
+// address is waited for a little. Past the hop limit, or with the new owner
+// unreachable, the answer is 503 with Retry-After: the cluster is moving
+// the tenant, not the client's fault, and nothing was admitted.
 func (r *Router) movedOn(ctx *fasthttp.RequestCtx, t *tenant, lim *limiter.Tenant, hops int) bool {
 	to := lim.MovedTo()
 	if to != "" && to != r.node && hops < maxHops {
-		if handled, streaming := r.toOwner(ctx, r.view.Load(), to, t, hops+1); handled {
+		v := r.view.Load()
+		deadline := time.Now().Add(hopCatchUp)
+		for v == nil || v.addrs[to] == "" {
+			if time.Now().After(deadline) {
+				break
+			}
+			time.Sleep(5 * time.Millisecond)
+			v = r.view.Load()
+		}
+		if handled, streaming := r.toOwner(ctx, v, to, t, hops+1); handled {
 			return streaming
 		}
 	}

@@ -24,6 +24,7 @@ const maxAnswerBytes = 64 << 20
 type call struct {
 	t    *tenant
 	lim  *limiter.Tenant // the owner's limiter, or the fallback share
+	fb   *fallbackEntry  // admitted under the fallback share: its ledger entry
 	prov *upstream.Provider
 	req  upstream.Request
 	res  reserve.Reservation
@@ -45,6 +46,9 @@ func (r *Router) serveAPI(ctx *fasthttp.RequestCtx, ep upstream.Endpoint) bool {
 		if err != nil {
 			r.metrics.hopsRefused.Inc()
 			r.log.Warn("hop_refused", "remote", ctx.RemoteAddr().String(), "error", err.Error())
+			// Marked, so that the edge knows nothing was admitted and
+			// does not pass the 401 on to its client (wake.go).
+			ctx.Response.Header.Set(hopRefusedHeader, refusalReason(err))
 			fail(ctx, fasthttp.StatusUnauthorized, "invalid_request_error", "invalid_peer_signature",
 				"Peer request refused: "+err.Error()+".")
 			return false
@@ -56,6 +60,10 @@ func (r *Router) serveAPI(ctx *fasthttp.RequestCtx, ep upstream.Endpoint) bool {
 		fail(ctx, fasthttp.StatusUnauthorized, "invalid_request_error", "invalid_api_key",
 			"Missing or unknown API key. Send it as 'Authorization: Bearer <key>'.")
 		return false
+	}
+	if r.catchingUp() {
+		// Woken from a pause: no decision on the ring it had (wake.go).
+		return r.refuseCatchingUp(ctx, hop)
 	}
 	v := r.view.Load()
 	owner := v.owner(t.name)
@@ -192,6 +200,9 @@ func (r *Router) serveLocal(ctx *fasthttp.RequestCtx, ep upstream.Endpoint, st *
 	}
 	t.counts.allowed.Inc()
 	t.counts.reserved.Add(float64(c.res.Total))
+	if lim == t.fallback {
+		c.fb = r.fallbackAdmitted(t, &c.tk)
+	}
 	return r.forward(ctx, c)
 }
 
@@ -386,7 +397,14 @@ func (r *Router) finish(c *call, u upstream.Usage, ok bool, countedCompletion in
 			r.reportDelta(c.t, d)
 		}
 	} else {
+		var d limiter.Delta
+		if c.fb != nil {
+			d = limiter.FinishDelta(&c.tk, int64(actual))
+		}
 		c.lim.Finish(r.clock(), &c.tk, int64(actual))
+		if c.fb != nil {
+			r.fallbackFinished(c.t, c.fb, d)
+		}
 	}
 	c.t.counts.settled.Add(float64(actual))
 }

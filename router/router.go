@@ -53,6 +53,7 @@ type Router struct {
 
 	draining atomic.Bool
 	ready    atomic.Bool
+	wake     wakeGuard    // pause watchdog (wake.go)
 	active   atomic.Int64 // client requests and streams being served
 	started  time.Time
 

@@ -24,6 +24,12 @@ type tenant struct {
 	fallback   *limiter.Tenant
 	inFallback atomic.Bool
 	fallbackMu sync.Mutex // serialises the start of an episode
+	// fb keeps the admissions of fallback episodes until the owner is
+	// told (fallback.go).
+	fb *fallbackLedger
+	// seen is the owner's usage as its last relayed answer reported it,
+	// to seed a fallback share with (fallback.go).
+	seen ownerSeen
 
 	// gate holds requests while this node, the new owner, loads the
 	// tenant's state; nil when open.
@@ -97,10 +103,11 @@ func buildState(cfg *config.Config, prev *state, m *metrics, now int64) (*state,
 			lim = limiter.NewTenant(limits, cfg.Limits.Window, cfg.Limits.SlotTTL)
 			fallback = limiter.NewTenant(limits, cfg.Limits.Window, cfg.Limits.SlotTTL)
 		}
-		t := &tenant{name: tc.Name, priority: tc.Priority, limits: limits, lim: lim, fallback: fallback, counts: m.tenant(tc.Name)}
+		t := &tenant{name: tc.Name, priority: tc.Priority, limits: limits, lim: lim, fallback: fallback, counts: m.tenant(tc.Name), fb: &fallbackLedger{}}
 		if prev != nil {
 			if old := prev.byName[tc.Name]; old != nil {
 				t.ownedUntil.Store(old.ownedUntil.Load())
+				t.fb = old.fb
 			}
 		}
 		st.byName[tc.Name] = t

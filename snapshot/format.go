@@ -29,8 +29,12 @@ const (
 	MaxValue = 1 << 50
 )
 
-// Version is the format version Encode writes and Decode reads.
-const Version = 1
+// Version is the format version Encode writes; Decode also reads version 1
+// (no slots away).
+const Version = 2
+
+// MaxAway bounds the nodes a snapshot lists slots for.
+const MaxAway = 1024
 
 // Encoding, version 1 (varint = encoding/binary Uvarint, svarint = zig-zag
 // Varint, fixed64 = 8 bytes little-endian):
@@ -42,6 +46,11 @@ const Version = 1
 //	3 windows (Requests, Tokens, Slots), each:
 //	  svarint Width, svarint Head, uvarint n,
 //	  n buckets: uvarint gap, svarint Value
+//	version 2 only: uvarint m, m times: uvarint len, node name, window
+//	  (State.Away: the slots of calls running on other nodes)
+//
+// Decode sets State.Holder to the Writer: the Slots window is the writer's
+// own calls.
 //
 // A bucket's gap is its distance (two's-complement, wrapping) from the
 // previous bucket's index, and the first bucket's from Head counted
@@ -70,7 +79,17 @@ func (s *Snapshot) Validate() error {
 	case len(s.Writer) > MaxNameLen:
 		return fmt.Errorf("%w: writer name of %d bytes (max %d)", ErrFormat, len(s.Writer), MaxNameLen)
 	}
-	for _, w := range []*limiter.WindowState{&s.State.Requests, &s.State.Tokens, &s.State.Slots} {
+	if len(s.State.Away) > MaxAway {
+		return fmt.Errorf("%w: slots on %d nodes (max %d)", ErrFormat, len(s.State.Away), MaxAway)
+	}
+	ws := []*limiter.WindowState{&s.State.Requests, &s.State.Tokens, &s.State.Slots}
+	for i := range s.State.Away {
+		if n := len(s.State.Away[i].Node); n > MaxNameLen {
+			return fmt.Errorf("%w: node name of %d bytes (max %d)", ErrFormat, n, MaxNameLen)
+		}
+		ws = append(ws, &s.State.Away[i].Slots)
+	}
+	for _, w := range ws {
 		if len(w.Buckets) > MaxBuckets {
 			return fmt.Errorf("%w: %d buckets in a window (max %d)", ErrFormat, len(w.Buckets), MaxBuckets)
 		}
@@ -100,6 +119,13 @@ func Encode(dst []byte, s *Snapshot) []byte {
 	dst = appendWindow(dst, &s.State.Requests)
 	dst = appendWindow(dst, &s.State.Tokens)
 	dst = appendWindow(dst, &s.State.Slots)
+	dst = binary.AppendUvarint(dst, uint64(len(s.State.Away)))
+	for i := range s.State.Away {
+		a := &s.State.Away[i]
+		dst = binary.AppendUvarint(dst, uint64(len(a.Node)))
+		dst = append(dst, a.Node...)
+		dst = appendWindow(dst, &a.Slots)
+	}
 	return dst
 }
 
@@ -131,8 +157,9 @@ func Decode(b []byte) (Snapshot, error) {
 	if len(b) < len(magic)+2 || string(b[:len(magic)]) != magic {
 		return s, fmt.Errorf("%w: no %q header", ErrFormat, magic)
 	}
-	if v := b[len(magic)]; v != Version {
-		return s, fmt.Errorf("%w: %d (this build reads %d)", ErrVersion, v, Version)
+	v := b[len(magic)]
+	if v != 1 && v != Version {
+		return s, fmt.Errorf("%w: %d (this build reads 1 and %d)", ErrVersion, v, Version)
 	}
 	flags := b[len(magic)+1]
 	if flags&^flagFinal != 0 {
@@ -147,6 +174,19 @@ func Decode(b []byte) (Snapshot, error) {
 	d.window(&s.State.Requests, "requests")
 	d.window(&s.State.Tokens, "tokens")
 	d.window(&s.State.Slots, "slots")
+	if v >= 2 {
+		n := d.uvarint("away", "count")
+		if d.err == nil && (n > MaxAway || n > uint64(len(d.b))/4) {
+			d.fail("%d nodes away (max %d)", n, MaxAway)
+		}
+		for i := uint64(0); i < n && d.err == nil; i++ {
+			var a limiter.NodeSlots
+			a.Node = d.name("away node")
+			d.window(&a.Slots, "away slots")
+			s.State.Away = append(s.State.Away, a)
+		}
+	}
+	s.State.Holder = s.Writer
 	if d.err == nil && len(d.b) != 0 {
 		d.fail("%d trailing bytes", len(d.b))
 	}

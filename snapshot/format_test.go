@@ -53,6 +53,14 @@ func equal(a, b *Snapshot) bool {
 		a.RingHash != b.RingHash || a.Final != b.Final {
 		return false
 	}
+	if len(a.State.Away) != len(b.State.Away) {
+		return false
+	}
+	for i := range a.State.Away {
+		if a.State.Away[i].Node != b.State.Away[i].Node || !equalWindow(a.State.Away[i].Slots, b.State.Away[i].Slots) {
+			return false
+		}
+	}
 	return equalWindow(a.State.Requests, b.State.Requests) &&
 		equalWindow(a.State.Tokens, b.State.Tokens) &&
 		equalWindow(a.State.Slots, b.State.Slots)
@@ -113,6 +121,13 @@ func TestRoundTrip(t *testing.T) {
 			Requests: fullWindow(1, 1<<40, MaxBuckets, func(i int) int64 { return 1 }),
 		}}},
 		{"unicode and braces", &Snapshot{Tenant: "ténant-{x}", Writer: "gw-ü"}},
+		{"slots away on other nodes", &Snapshot{Tenant: "t", Writer: "gw-1", State: limiter.State{
+			Slots: fullWindow(width, 9, 2, func(int) int64 { return 1 }),
+			Away: []limiter.NodeSlots{
+				{Node: "gw-2", Slots: fullWindow(width, 9, 3, func(int) int64 { return 2 })},
+				{Node: "gw-3", Slots: limiter.WindowState{Width: width, Head: 9}},
+			},
+		}}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -195,7 +210,7 @@ func TestDecodeRejects(t *testing.T) {
 		{"short", []byte("RGS"), ErrFormat},
 		{"bad magic", mutate(func(b []byte) []byte { b[0] = 'X'; return b }), ErrFormat},
 		{"version 0", mutate(func(b []byte) []byte { b[3] = 0; return b }), ErrVersion},
-		{"version 2", mutate(func(b []byte) []byte { b[3] = 2; return b }), ErrVersion},
+		{"version 3", mutate(func(b []byte) []byte { b[3] = 3; return b }), ErrVersion},
 		{"unknown flag", mutate(func(b []byte) []byte { b[4] |= 0x80; return b }), ErrFormat},
 		{"trailing byte", append(append([]byte(nil), valid...), 0), ErrFormat},
 		{"empty tenant", Encode(nil, &Snapshot{}), ErrFormat},
@@ -330,5 +345,20 @@ func TestBucketValueRange(t *testing.T) {
 		if _, err := Decode(Encode(nil, s)); !errors.Is(err, ErrFormat) {
 			t.Errorf("Decode with value %d: %v", v, err)
 		}
+	}
+}
+
+// A version 1 encoding (before slots away) still decodes, with no Away.
+func TestDecodeVersion1(t *testing.T) {
+	s := typicalSnapshot("acme", 10, rand.New(rand.NewPCG(3, 4)))
+	b := Encode(nil, s)
+	b[3] = 1
+	b = b[:len(b)-1] // version 1 ends after the slots window: drop the empty away count
+	got, err := Decode(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !equal(&got, s) || got.State.Holder != s.Writer {
+		t.Fatalf("version 1: got %+v", got)
 	}
 }

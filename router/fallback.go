@@ -1,0 +1,174 @@
+package router
+
+import (
+	"slices"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/valyala/fasthttp"
+
+	"github.com/ringgate/ringgate/limiter"
+)
+
+// What this node admits under its strict share while a tenant's owner is
+// unreachable is still the tenant's usage: the owner (it may be alive but
+// slow to accept a connection) or whoever owns the tenant once the ring has
+// changed (a crash) must count it before it admits on top. The ledger keeps
+// each such admission as a delta on the buckets it was charged in and
+// reports it as soon as it can: a few milliseconds after the admission (an
+// owner that is alive then counts it at once), when the episode ends (the
+// owner answers again), and when the ring gives the tenant another owner.
+// What cannot be delivered stays in the ledger for the next attempt. A call
+// still running when its admission is reported reports its end too.
+
+// maxFallbackEntries bounds one tenant's ledger; past it the oldest
+// entries are dropped (their buckets have long left the window at any
+// sensible share).
+const maxFallbackEntries = 1 << 14
+
+// reportSoon is how long after a fallback admission the ledger is sent, so
+// a burst goes in one message.
+const reportSoon = 5 * time.Millisecond
+
+type fallbackLedger struct {
+	sendMu sync.Mutex // one report at a time; a finish waits for its outcome
+	mu     sync.Mutex
+	owner  string // the owner the admissions could not reach
+	// pending are not delivered yet, oldest first.
+	pending []*fallbackEntry
+	soon    atomic.Bool // a report is scheduled
+}
+
+type fallbackEntry struct {
+	d        limiter.Delta
+	reported bool
+}
+
+// admitted records a call admitted under the fallback share and schedules
+// a report.
+func (r *Router) fallbackAdmitted(t *tenant, tk *limiter.Ticket) *fallbackEntry {
+	l := t.fb
+	e := &fallbackEntry{d: limiter.DeltaOf(tk)}
+	l.mu.Lock()
+	l.owner = r.view.Load().owner(t.name)
+	if len(l.pending) >= maxFallbackEntries {
+		l.pending = append(l.pending[:0], l.pending[len(l.pending)/2:]...)
+	}
+	l.pending = append(l.pending, e)
+	l.mu.Unlock()
+	if l.soon.CompareAndSwap(false, true) {
+		go func() {
+			time.Sleep(reportSoon)
+			l.soon.Store(false)
+			r.reportFallback(t)
+		}()
+	}
+	return e
+}
+
+// waitsFor reports whether the ledger holds admissions the owner named in
+// a new view has not been told of.
+func (l *fallbackLedger) waitsFor(owner string) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return len(l.pending) > 0 && owner != l.owner
+}
+
+// fallbackFinished accounts for the end of a call admitted under the
+// fallback share: d is what it changed (limiter.FinishDelta). Not reported
+// yet, the entry is amended; reported, d goes after it.
+func (r *Router) fallbackFinished(t *tenant, e *fallbackEntry, d limiter.Delta) {
+	t.fb.sendMu.Lock() // not while its admission is on its way: wait for the outcome
+	t.fb.mu.Lock()
+	reported := e.reported
+	if !reported {
+		e.d.Tokens += d.Tokens
+		e.d.Slots += d.Slots
+	}
+	t.fb.mu.Unlock()
+	t.fb.sendMu.Unlock()
+	if reported {
+		r.reportDelta(t, d)
+	}
+}
+
+// reportFallback tells the node that counts the tenant now what this node
+// admitted for it under its share; what cannot be delivered stays.
+func (r *Router) reportFallback(t *tenant) {
+	l := t.fb
+	l.sendMu.Lock()
+	defer l.sendMu.Unlock()
+	l.mu.Lock()
+	sent := slices.Clone(l.pending)
+	ds := make([]limiter.Delta, len(sent))
+	for i, e := range sent {
+		ds[i] = e.d
+	}
+	l.mu.Unlock()
+	if len(ds) == 0 {
+		return
+	}
+	if err := r.deliverDeltas(t, "", ds, 0); err != nil {
+		return // kept for the next report: the episode's end or a new owner
+	}
+	l.mu.Lock()
+	for _, e := range sent {
+		e.reported = true
+	}
+	l.pending = slices.DeleteFunc(l.pending, func(e *fallbackEntry) bool { return e.reported })
+	l.mu.Unlock()
+	r.metrics.fallbackReported.Add(float64(len(ds)))
+}
+
+// reportFallbacksTo reports the ledgers of tenants whose owner the view v
+// changed (from the one they could not reach): after a crash the new owner
+// counts what the edges admitted meanwhile.
+func (r *Router) reportFallbacksTo(v *view) {
+	for name, t := range r.state.Load().byName {
+		if t.fb.waitsFor(v.owner(name)) {
+			go r.reportFallback(t)
+		}
+	}
+}
+
+// ownerSeen is a tenant's usage at its owner as the x-ratelimit headers of
+// the owner's last answer relayed here reported it.
+type ownerSeen struct {
+	at, requests, tokens atomic.Int64
+}
+
+// noteOwnerUsage records what the owner's answer says the tenant has used.
+// It allocates nothing: two header lookups and integer parses.
+func (r *Router) noteOwnerUsage(t *tenant, h *fasthttp.ResponseHeader) {
+	used := func(limit, remaining string) int64 {
+		l, err1 := strconv.ParseInt(string(h.Peek(limit)), 10, 64)
+		rem, err2 := strconv.ParseInt(string(h.Peek(remaining)), 10, 64)
+		if err1 != nil || err2 != nil || l <= 0 {
+			return 0
+		}
+		return max(0, l-rem)
+	}
+	t.seen.requests.Store(used("x-ratelimit-limit-requests", "x-ratelimit-remaining-requests"))
+	t.seen.tokens.Store(used("x-ratelimit-limit-tokens", "x-ratelimit-remaining-tokens"))
+	t.seen.at.Store(r.clock())
+}
+
+// seedFromAnswers charges the tenant's fallback share with its share (1/n)
+// of the owner's usage as last seen in its answers; with none seen within
+// the window, with 1/n of the whole limit: an edge that knows nothing of
+// what the owner admitted before it went silent assumes it admitted all it
+// could, and its share opens as that window passes.
+func (r *Router) seedFromAnswers(t *tenant, n int64) string {
+	now := r.clock()
+	at := t.seen.at.Load()
+	reqs, toks := t.seen.requests.Load(), t.seen.tokens.Load()
+	how := "owner_answers"
+	if at == 0 || now-at >= int64(t.lim.Window()) {
+		at, reqs, toks, how = now, t.limits.Requests, t.limits.Tokens, "full_window"
+	}
+	ceil := func(v int64) int64 { return (v + n - 1) / n }
+	t.fallback.ChargeAt(now, at, ceil(reqs), ceil(toks))
+	return how
+}
