@@ -53,6 +53,11 @@ type Tenants interface {
 	// OwnedWithin reports whether this node owns the tenant or owned it
 	// within the last d: it holds state worth handing over.
 	OwnedWithin(name string, d time.Duration) bool
+	// Deciding reports whether this node decides for the tenants it owns
+	// now: it has joined, holds a ring and is not catching up after a
+	// pause (then its view of what it owns is stale, and so is what it
+	// would save).
+	Deciding() bool
 }
 
 // Status says what a previous owner did with a tenant asked for.
@@ -329,6 +334,11 @@ func (m *Mover) HandOver(asker string, names []string) []Reply {
 			out[i].Status = Busy
 		case lim.MovedTo() != "" && lim.MovedTo() != asker:
 			out[i] = Reply{Tenant: name, Status: Moved, To: lim.MovedTo()}
+		case lim.MovedTo() == asker && !m.tenants.OwnedWithin(name, m.cfg.Window):
+			// Frozen for the asker more than a window ago and not owned
+			// since: the asker has owned the tenant ever since (it asks
+			// again after its ring stepped out and back, a pause): this
+			// old state would replace its own, newer account.
 		case lim.MovedTo() == asker || m.tenants.OwnedWithin(name, m.cfg.Window):
 			// Asked twice (the first answer was lost), or ours: the
 			// state as of now, frozen for the asker.
@@ -637,6 +647,9 @@ func (m *Mover) awaitLateFinals(prev string, base map[string]limiter.State, to *
 func (m *Mover) SaveOwned() {
 	m.saveMu.Lock()
 	defer m.saveMu.Unlock()
+	if !m.tenants.Deciding() {
+		return
+	}
 	r := m.current()
 	now := m.cfg.Clock()
 	var batch []*snapshot.Snapshot

@@ -47,6 +47,7 @@ func (mt *memTenants) Hold(n string, _ time.Duration) bool {
 func (mt *memTenants) Release(n string)                           { mt.mu.Lock(); delete(mt.held, n); mt.mu.Unlock() }
 func (mt *memTenants) Held(n string) bool                         { mt.mu.Lock(); defer mt.mu.Unlock(); return mt.held[n] }
 func (mt *memTenants) OwnedWithin(n string, _ time.Duration) bool { return mt.Owns(n) || mt.owned[n] }
+func (mt *memTenants) Deciding() bool                             { return true }
 func (mt *memTenants) Owns(n string) bool {
 	mt.mu.Lock()
 	defer mt.mu.Unlock()
@@ -362,4 +363,25 @@ func FuzzDecodeReplies(f *testing.F) {
 			t.Fatalf("re-encoding a decoded answer: %v", err)
 		}
 	})
+}
+
+// A node asked again, long after, for a tenant it froze for the asker (the
+// asker has owned it since and asks because its ring stepped out and back)
+// answers NotHere: its old frozen state must not replace the asker's newer
+// account.
+func TestOldFreezeNotHandedAgain(t *testing.T) {
+	a1 := ring.New(1, []string{"a"})
+	ab := ring.New(2, []string{"a", "b"})
+	tenant := tenantOwnedBy(t, a1, "a", ab, "b")
+	c := newTestCluster(t, nil, tenant)
+	c.change("a", nil, a1)
+	c.change("b", nil, ab) // b takes the tenant from a (a freezes it for b)
+	c.node("a").mt.setRing(ab)
+	if got := c.node("a").m.HandOver("b", []string{tenant}); got[0].Status != Handed {
+		t.Fatalf("asked again at once: %v, want handed (the first answer may have been lost)", got[0].Status)
+	}
+	delete(c.node("a").mt.owned, tenant) // a window later: a has not owned it since
+	if got := c.node("a").m.HandOver("b", []string{tenant}); got[0].Status != NotHere {
+		t.Fatalf("asked again a window later: %v, want not_here", got[0].Status)
+	}
 }

@@ -21,8 +21,10 @@ type NodeSlots struct {
 // slotsUsed is every slot held, here and away, after advance.
 func (t *Tenant) slotsUsed() int64 {
 	n := t.slots.used()
-	for _, w := range t.away {
-		n += w.used()
+	if len(t.away) > 0 {
+		for _, w := range t.away {
+			n += w.used()
+		}
 	}
 	return n
 }

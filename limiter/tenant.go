@@ -236,8 +236,10 @@ func (t *Tenant) advance(now int64) {
 	t.requests.advance(now)
 	t.tokens.advance(now)
 	t.slots.advance(now)
-	for _, w := range t.away {
-		w.advance(now)
+	if len(t.away) > 0 { // ranging over an empty map is not free
+		for _, w := range t.away {
+			w.advance(now)
+		}
 	}
 }
 

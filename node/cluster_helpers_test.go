@@ -135,6 +135,9 @@ type clOptions struct {
 	// Listen, if set, makes each node's HTTP listener (Options.Listener),
 	// given the node's name.
 	Listen func(name string) (net.Listener, error)
+	// FirstSeeds are tried before the cluster's own seed when a node
+	// joins (a seed that is slow or silent).
+	FirstSeeds []string
 }
 
 // clTenant is a tenant with the given requests per window and token and
@@ -221,7 +224,7 @@ func (c *clCluster) addNode() *clNode {
 	cfg.Node.DrainTimeout = 5 * time.Second
 	for _, nd := range c.nodes {
 		if !nd.gone {
-			cfg.Node.Join = []string{nd.GossipAddr()}
+			cfg.Node.Join = append(slices.Clone(c.opts.FirstSeeds), nd.GossipAddr())
 			break
 		}
 	}

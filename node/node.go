@@ -110,7 +110,7 @@ func Start(cfg *config.Config, o Options) (*Node, error) {
 		}
 	}
 	n.mover = handoff.New(moverConfig(cfg, clock, o), rt, rt, store, n.currentRing)
-	rt.SetHandOver(n.handOver) // the mover's, see wake.go
+	rt.SetHandOver(n.mover.HandOver)
 	if n.store != nil {
 		rt.SetFallbackSeed(n.mover.LastState)
 	}

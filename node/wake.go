@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/ringgate/ringgate/gossip"
-	"github.com/ringgate/ringgate/handoff"
 )
 
 // A node that wakes up does not trust stale ownership.
@@ -225,32 +224,4 @@ func errText(err error) string {
 		return ""
 	}
 	return err.Error()
-}
-
-// handOver is the router's answer to a peer asking for tenants' state: the
-// mover's, except for a tenant this node froze for that very peer more than
-// a window ago and has not owned since. The mover answers such a tenant
-// again with the state frozen back then (for an asker whose first answer
-// was lost), but after a pause it is a node that has owned the tenant ever
-// since, asking because its catch-up stepped out of the ring and back
-// (step 3 asks whoever owns the tenant in the ring without it): that old
-// state would replace its own account of the last window. NotHere lets it
-// keep its own.
-func (n *Node) handOver(asker string, names []string) []handoff.Reply {
-	out := make([]handoff.Reply, len(names))
-	pass := make([]string, 0, len(names))
-	at := make([]int, 0, len(names))
-	for i, name := range names {
-		if lim := n.router.Limiter(name); lim != nil && lim.MovedTo() == asker &&
-			!n.router.OwnedWithin(name, n.cfg.Limits.Window) {
-			out[i] = handoff.Reply{Tenant: name, Status: handoff.NotHere}
-			continue
-		}
-		pass = append(pass, name)
-		at = append(at, i)
-	}
-	for j, r := range n.mover.HandOver(asker, pass) {
-		out[at[j]] = r
-	}
-	return out
 }

@@ -97,7 +97,9 @@ func New(o Options) (*Router, error) {
 	}
 	r.state.Store(st)
 	r.ready.Store(true)
-	r.hops = newSigner(o.Config.Cluster.Secret, o.Config.Cluster.HopSkew, time.Now)
+	// One clock for the windows, the snapshots and the hop timestamps.
+	clock := o.Clock
+	r.hops = newSigner(o.Config.Cluster.Secret, o.Config.Cluster.HopSkew, func() time.Time { return time.Unix(0, clock()) })
 	first, idle := peerTimeouts(o.Config)
 	connect := o.Config.Cluster.ForwardConnectTimeout
 	if connect <= 0 {

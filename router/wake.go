@@ -55,6 +55,11 @@ func (r *Router) Heartbeat() {
 // SetCatchingUp says whether the node is catching up after a pause.
 func (r *Router) SetCatchingUp(on bool) { r.wake.catching.Store(on) }
 
+// Deciding reports whether this node decides for what it owns now: it has
+// joined and holds a ring, and is not catching up after a pause
+// (handoff.Tenants: no snapshot is saved from a stale view).
+func (r *Router) Deciding() bool { return r.ready.Load() && !r.catchingUp() }
+
 // catchingUp reports whether this node must not decide now.
 func (r *Router) catchingUp() bool {
 	if r.wake.catching.Load() {

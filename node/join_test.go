@@ -1,0 +1,86 @@
+package node
+
+import (
+	"net"
+	"net/http"
+	"sync"
+	"testing"
+	"time"
+)
+
+// TestSlowSeedTakesNothing: a node whose first seed accepts TCP and never
+// answers has not joined; it must not build a ring of itself and enforce
+// every tenant on empty windows on top of the cluster's owners. It answers
+// 503 not_ready meanwhile, and the provider never sees more than the limit
+// in any window.
+func TestSlowSeedTakesNothing(t *testing.T) {
+	const (
+		rpm    = 20
+		window = 2 * time.Second
+	)
+	hole, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var held []net.Conn
+	var mu sync.Mutex
+	go func() { // accept and never answer
+		for {
+			c, err := hole.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			held = append(held, c)
+			mu.Unlock()
+		}
+	}()
+	t.Cleanup(func() {
+		hole.Close()
+		mu.Lock()
+		for _, c := range held {
+			c.Close()
+		}
+		mu.Unlock()
+	})
+
+	c := startClusterWith(t, 2, window, clOptions{}, clTenant("acme", rpm))
+	c.opts.FirstSeeds = []string{hole.Addr().String()}
+	slow := c.addNode() // tries the silent seed first: memberlist waits out its TCP timeout
+	vias := []*clNode{c.nodes[0], c.nodes[1], slow}
+
+	// 4× the limit for 1.2 s: memberlist gives up on the silent seed
+	// after its TCP timeout (2 s with LANFast) and then joins the real one.
+	start := time.Now()
+	res := c.clLoad("acme", vias, 0, start, window/(4*rpm), 1200*time.Millisecond, 8)
+	loadEnd := time.Now()
+	joinedAt := time.Now().Add(time.Hour)
+	if js := slow.log.find(map[string]any{"msg": "gossip", "event": "joined"}); len(js) > 0 {
+		if at, err := time.Parse(time.RFC3339Nano, js[0]["time"].(string)); err == nil {
+			joinedAt = at
+		}
+	}
+	notReady := 0
+	for _, r := range res {
+		switch {
+		case r.err != nil:
+			t.Errorf("via %s: %v", r.via, r.err)
+		case r.via == slow.Name() && r.rep.status == http.StatusServiceUnavailable:
+			notReady++
+		case r.via == slow.Name() && r.rep.node == slow.Name() && r.rep.status == http.StatusOK && loadEnd.Before(joinedAt):
+			t.Errorf("the node that has not joined admitted a request itself: %v", r.rep)
+		}
+	}
+	if !loadEnd.Before(joinedAt) {
+		t.Logf("%s joined %v after the load started, before it ended: its own answers were not checked", slow.Name(), joinedAt.Sub(start))
+	}
+	worst, at := clMaxSliding(clReceived(c.records("acme")), window-clJitter)
+	t.Logf("while %s waited for its silent seed: %d answers 503 not_ready from it; max %d in any %v (ending +%v); limit %d",
+		slow.Name(), notReady, worst, window-clJitter, at.Sub(start).Round(time.Millisecond), rpm)
+	if worst > rpm {
+		t.Errorf("%d requests reached the provider within %v, limit %d", worst, window-clJitter, rpm)
+	}
+	if notReady == 0 {
+		t.Errorf("%s answered no request with 503 not_ready", slow.Name())
+	}
+}
