@@ -23,6 +23,10 @@ import (
 // share here.
 const peerDownFor = time.Second
 
+// patientConnect is the least a second connect attempt to a peer that was
+// answering waits (10 × forward_connect_timeout otherwise).
+const patientConnect = 100 * time.Millisecond
+
 // peers pools one connection pool per peer HTTP address.
 type peers struct {
 	connect     time.Duration // budget to connect to an owner
@@ -62,14 +66,25 @@ func (p *peers) get(addr string) *peer {
 		return pc
 	}
 	dialer := &net.Dialer{Timeout: p.connect}
+	patient := &net.Dialer{Timeout: max(10*p.connect, patientConnect)}
+	pc := &peer{}
 	dial := upstream.IdleDialer(p.first, p.idle, func(addr string) (net.Conn, error) {
 		c, err := dialer.Dial("tcp", addr)
+		var ne net.Error
+		if err != nil && errors.As(err, &ne) && ne.Timeout() && pc.timeouts.Load() == 0 {
+			// A slow connect to a peer that answered last time is more
+			// likely an owner that is alive but busy (and admitting its
+			// full limit) than a dead one: falling back now would admit
+			// a share on top. Wait longer once; a second slow connect in
+			// a row marks it down (failed).
+			c, err = patient.Dial("tcp", addr)
+		}
 		if err != nil {
 			return nil, &dialError{err}
 		}
 		return newCheckedConn(c), nil // see peerconn.go
 	})
-	pc := &peer{hc: &fasthttp.HostClient{
+	pc.hc = &fasthttp.HostClient{
 		Addr:                     addr,
 		Name:                     "ringgate-peer",
 		Dial:                     dial,
@@ -78,7 +93,7 @@ func (p *peers) get(addr string) *peer {
 		MaxIdleConnDuration:      30 * time.Second,
 		StreamResponseBody:       true,
 		NoDefaultUserAgentHeader: true,
-	}}
+	}
 	pc.hc.RetryIfErr = retryStale(pc.hc)
 	p.byAddr[addr] = pc
 	return pc
