@@ -26,6 +26,7 @@ package handoff
 import (
 	"context"
 	"log/slog"
+	"slices"
 	"sync"
 	"time"
 
@@ -104,6 +105,9 @@ type Peers interface {
 	// error means it could not be asked or did not answer: it may be
 	// gone, and it may or may not have frozen them.
 	Fetch(ctx context.Context, node string, tenants []string) ([]Reply, error)
+	// Others are the other members that can be asked (draining ones
+	// included), for a tenant its expected previous owner never had.
+	Others() []string
 }
 
 // Store keeps snapshots for crash recovery (Redis; NoStore without).
@@ -126,6 +130,9 @@ type Config struct {
 	FinalWait time.Duration
 	// FetchTimeout bounds asking a previous owner for its state.
 	FetchTimeout time.Duration
+	// ReconcileAfter is how long a tenant owned by the ring may stay
+	// frozen for another node before it is taken back (Reconcile).
+	ReconcileAfter time.Duration
 	// Clock is the node's clock (Unix ns); nil is time.Now.
 	Clock  func() int64
 	Logger *slog.Logger
@@ -137,6 +144,7 @@ const (
 	DefaultStoreTimeout     = 15 * time.Millisecond
 	DefaultFinalWait        = 100 * time.Millisecond
 	DefaultFetchTimeout     = 250 * time.Millisecond
+	DefaultReconcileAfter   = time.Second
 	// lateFor is how long a new owner that continued from a stale snapshot
 	// keeps looking for the final one.
 	lateFor = 2 * time.Second
@@ -181,6 +189,9 @@ type Mover struct {
 	saveMu sync.Mutex // one save at a time: a periodic save never lands after a final
 	mu     sync.Mutex
 	empty  map[string]bool // tenant → whether its last saved state was empty
+	// frozenOwn: since when a tenant owned by the ring has been frozen
+	// for another node (Reconcile).
+	frozenOwn map[string]time.Time
 
 	stop      chan struct{}
 	done      chan struct{}
@@ -202,6 +213,9 @@ func New(cfg Config, tenants Tenants, peers Peers, store Store, current func() *
 	if cfg.FetchTimeout <= 0 {
 		cfg.FetchTimeout = DefaultFetchTimeout
 	}
+	if cfg.ReconcileAfter <= 0 {
+		cfg.ReconcileAfter = DefaultReconcileAfter
+	}
 	if cfg.Clock == nil {
 		cfg.Clock = func() int64 { return time.Now().UnixNano() }
 	}
@@ -219,33 +233,87 @@ func New(cfg Config, tenants Tenants, peers Peers, store Store, current func() *
 		// A snapshot outlives the window a little, and tenants holding
 		// slots are saved every interval, so it never expires under a
 		// running stream.
-		ttl:   cfg.Window + 2*cfg.SnapshotInterval + time.Second,
-		empty: make(map[string]bool),
-		stop:  make(chan struct{}),
-		done:  make(chan struct{}),
+		ttl:       cfg.Window + 2*cfg.SnapshotInterval + time.Second,
+		empty:     make(map[string]bool),
+		frozenOwn: make(map[string]time.Time),
+		stop:      make(chan struct{}),
+		done:      make(chan struct{}),
 	}
 }
 
 // Start begins saving the owned busy tenants every interval (only with a
 // real store).
 func (m *Mover) Start() {
-	if _, none := m.store.(NoStore); none {
-		close(m.done)
-		return
-	}
+	_, none := m.store.(NoStore)
 	go func() {
 		defer close(m.done)
-		tick := time.NewTicker(m.cfg.SnapshotInterval)
-		defer tick.Stop()
+		save := time.NewTicker(m.cfg.SnapshotInterval)
+		defer save.Stop()
+		check := time.NewTicker(reconcileEvery)
+		defer check.Stop()
 		for {
 			select {
 			case <-m.stop:
 				return
-			case <-tick.C:
-				m.SaveOwned()
+			case <-save.C:
+				if !none {
+					m.SaveOwned()
+				}
+			case <-check.C:
+				m.Reconcile()
 			}
 		}
 	}()
+}
+
+// Reconciling: a tenant this node owns by its ring but has frozen for
+// another node, for longer than rings take to agree, is taken back from
+// that node. It mends what two changes in a row can leave behind (two nodes
+// each frozen for the other, every request bouncing between them). The
+// wait (Config.ReconcileAfter) is longer than rings take to agree, so a
+// node whose ring is merely behind does not pull a tenant back.
+const reconcileEvery = 200 * time.Millisecond
+
+// Reconcile takes back the tenants this node owns by its ring that have
+// stayed frozen for another node past Config.ReconcileAfter.
+func (m *Mover) Reconcile() {
+	if !m.tenants.Deciding() {
+		return
+	}
+	now := time.Now()
+	var back map[string][]string
+	m.mu.Lock()
+	for _, name := range m.tenants.Names() {
+		lim := m.tenants.Limiter(name)
+		to := ""
+		if lim != nil {
+			to = lim.MovedTo()
+		}
+		if to == "" || to == m.cfg.Self || !m.tenants.Owns(name) || m.tenants.Held(name) {
+			delete(m.frozenOwn, name)
+			continue
+		}
+		first, seen := m.frozenOwn[name]
+		switch {
+		case !seen:
+			m.frozenOwn[name] = now
+		case now.Sub(first) >= m.cfg.ReconcileAfter:
+			delete(m.frozenOwn, name)
+			if back == nil {
+				back = make(map[string][]string)
+			}
+			back[to] = append(back[to], name)
+		}
+	}
+	m.mu.Unlock()
+	r := m.current()
+	for from, names := range back {
+		for _, t := range names {
+			m.tenants.Hold(t, m.GateWait(len(names)))
+		}
+		a := m.takeFrom(from, names, r, int64(max(r.Len(), 2)))
+		m.log.Warn("handoff", "phase", "reconciled", "from", from, "tenants", len(names), "state", a.Counts())
+	}
 }
 
 // Close stops the periodic saves and the late-final watchers.
@@ -300,6 +368,7 @@ func (m *Mover) HandOverLost(lost []string, to *ring.Ring) {
 	if len(lost) == 0 {
 		return
 	}
+	deciding := m.tenants.Deciding() // catching up after a pause: its state is stale, freeze only
 	m.saveMu.Lock()
 	defer m.saveMu.Unlock()
 	now := m.cfg.Clock()
@@ -313,6 +382,9 @@ func (m *Mover) HandOverLost(lost []string, to *ring.Ring) {
 		st := lim.Freeze(now, owner)
 		batch = append(batch, &snapshot.Snapshot{Tenant: name, Writer: m.cfg.Self, WrittenAt: now,
 			RingHash: to.Hash(), Final: true, State: st})
+	}
+	if !deciding {
+		return
 	}
 	if err := m.save(batch); err != nil {
 		m.log.Debug("handoff", "phase", "final", "tenants", len(batch), "error", err.Error())
@@ -345,7 +417,30 @@ func (m *Mover) HandOver(asker string, names []string) []Reply {
 			out[i] = Reply{Tenant: name, Status: Handed, State: lim.Freeze(now, asker)}
 		}
 	}
+	m.saveFinals(asker, out, now)
 	return out
+}
+
+// saveFinals writes what HandOver handed over as final snapshots too: if
+// the answer is lost on its way, the asker finds them in the store.
+func (m *Mover) saveFinals(asker string, out []Reply, now int64) {
+	if _, none := m.store.(NoStore); none || !m.tenants.Deciding() {
+		return
+	}
+	var batch []*snapshot.Snapshot
+	hash := m.current().Hash()
+	for _, r := range out {
+		if r.Status == Handed {
+			// The asker accepts a recent final from the node it asked,
+			// whatever ring this node stamps it with (fromStore).
+			batch = append(batch, &snapshot.Snapshot{Tenant: r.Tenant, Writer: m.cfg.Self, WrittenAt: now, RingHash: hash, Final: true, State: r.State})
+		}
+	}
+	m.saveMu.Lock()
+	defer m.saveMu.Unlock()
+	if err := m.save(batch); err != nil {
+		m.log.Debug("handoff", "phase", "final", "tenants", len(batch), "asker", asker, "error", err.Error())
+	}
 }
 
 // previousOwner is the node that held the tenant before to: its owner in
@@ -419,13 +514,36 @@ func (m *Mover) Take(gained []string, from, to *ring.Ring) Arrival {
 	return a
 }
 
-// takeFrom takes names over from prev, following Moved answers.
+// takeFrom takes names over from prev, following Moved answers. A tenant
+// prev never had (the guess of a node's first ring can be wrong: another
+// node joining at the same time, an owner draining meanwhile) is asked of
+// every other member before anyone concludes that nobody had it.
 func (m *Mover) takeFrom(prev string, names []string, to *ring.Ring, n int64) Arrival {
 	var a Arrival
 	deadline := time.Now().Add(m.cfg.FetchTimeout)
-	ask := map[string][]string{prev: names}
-	var unreachable []string // asked node did not answer
-	var notHere []string     // nobody asked holds them
+	asked := map[string]bool{}
+	unreachable, notHere := m.ask(map[string][]string{prev: names}, deadline, asked, &a)
+	if len(notHere) > 0 {
+		var others []string
+		for _, o := range m.peers.Others() {
+			if o != m.cfg.Self && !asked[o] {
+				others = append(others, o)
+			}
+		}
+		if len(others) > 0 {
+			notHere = m.askAll(others, notHere, deadline, &unreachable, &a)
+		}
+	}
+	if len(unreachable) > 0 || len(notHere) > 0 {
+		a.add(m.fromStore(prev, unreachable, notHere, to, n))
+	}
+	return a
+}
+
+// ask fetches the tenants of each node of ask, following Moved answers, and
+// imports what is handed over. It returns the tenants whose node could not
+// answer (or stayed busy) and those nobody asked had.
+func (m *Mover) ask(ask map[string][]string, deadline time.Time, asked map[string]bool, a *Arrival) (unreachable, notHere []string) {
 	for follow := 0; len(ask) > 0; follow++ {
 		next := make(map[string][]string)
 		for node, ns := range ask {
@@ -433,7 +551,13 @@ func (m *Mover) takeFrom(prev string, names []string, to *ring.Ring, n int64) Ar
 				unreachable = append(unreachable, ns...)
 				continue
 			}
+			asked[node] = true
 			replies, err := m.fetch(node, ns, deadline)
+			if err != nil && time.Now().Before(deadline) {
+				// Once more: an answer lost on its way is handed again
+				// (HandOver answers the same asker twice).
+				replies, err = m.fetch(node, ns, deadline)
+			}
 			if err != nil {
 				m.log.Info("handoff", "phase", "peer_unreachable", "peer", node, "tenants", len(ns), "error", err.Error())
 				unreachable = append(unreachable, ns...)
@@ -455,10 +579,76 @@ func (m *Mover) takeFrom(prev string, names []string, to *ring.Ring, n int64) Ar
 		}
 		ask = next
 	}
-	if len(unreachable) > 0 || len(notHere) > 0 {
-		a.add(m.fromStore(prev, unreachable, notHere, to, n))
+	return unreachable, notHere
+}
+
+// askAll asks every node of others, at once, for the tenants; it returns
+// those none of them had. One that does not answer leaves its tenants in
+// doubt: they join unreachable unless another node handed them over.
+func (m *Mover) askAll(others, names []string, deadline time.Time, unreachable *[]string, a *Arrival) []string {
+	type answer struct {
+		node    string
+		replies []Reply
+		err     error
 	}
-	return a
+	answers := make(chan answer, len(others))
+	for _, o := range others {
+		go func() {
+			rs, err := m.fetch(o, names, deadline)
+			answers <- answer{o, rs, err}
+		}()
+	}
+	handed := map[string]bool{}
+	doubt := map[string]bool{}
+	moved := map[string][]string{}
+	for range others {
+		an := <-answers
+		if an.err != nil {
+			for _, t := range names {
+				doubt[t] = true
+			}
+			continue
+		}
+		for _, r := range an.replies {
+			switch r.Status {
+			case Handed:
+				if !handed[r.Tenant] {
+					handed[r.Tenant] = true
+					m.importState(r.Tenant, r.State)
+					a.Peer++
+				}
+			case Moved:
+				moved[r.To] = append(moved[r.To], r.Tenant)
+			case Busy:
+				doubt[r.Tenant] = true
+			}
+		}
+	}
+	follow := map[string][]string{}
+	for to, ts := range moved {
+		for _, t := range ts {
+			if !handed[t] && !slices.Contains(follow[to], t) {
+				follow[to] = append(follow[to], t)
+				handed[t] = true // asked on; the follow decides
+			}
+		}
+	}
+	if len(follow) > 0 {
+		u, nh := m.ask(follow, deadline, map[string]bool{}, a)
+		*unreachable = append(*unreachable, u...)
+		*unreachable = append(*unreachable, nh...) // someone had it: not "nobody"
+	}
+	var none []string
+	for _, t := range names {
+		switch {
+		case handed[t]:
+		case doubt[t]:
+			*unreachable = append(*unreachable, t)
+		default:
+			none = append(none, t)
+		}
+	}
+	return none
 }
 
 // fetch asks node for ns, asking again those it is busy with until the
@@ -528,7 +718,12 @@ func (m *Mover) fromStore(prev string, unreachable, notHere []string, to *ring.R
 		if err == nil {
 			for i, name := range names {
 				s := snaps[i]
-				if s != nil && s.Final && s.Writer == prev && s.RingHash == to.Hash() && s.WrittenAt > recent {
+				// A final of this change from the tenant's previous owner:
+				// written when it lost the tenant by its own ring (stamped
+				// with that ring) or when it answered this node's request
+				// (the answer may have been lost). Recent, so not one left
+				// from an earlier change.
+				if s != nil && s.Final && s.Writer == prev && s.WrittenAt > recent {
 					m.importState(name, m.held(s))
 					delete(pending, name)
 					a.Final++
@@ -561,10 +756,11 @@ func (m *Mover) fromStore(prev string, unreachable, notHere []string, to *ring.R
 			now := m.cfg.Clock()
 			lim.Import(now, m.held(s))
 			lim.ChargeGap(now, s.State)
-			if gone[name] {
-				// Its calls died with it.
-				lim.DropNode(now, prev)
-			}
+			// The snapshot may predate a burst (an idle tenant's is
+			// empty): never less than the conservative budget. The
+			// slots of its calls go once its node is known to be gone
+			// (Release drops them then), not because it did not answer.
+			lim.Restrict(now, n)
 			stale[name] = lim.Export(now)
 			a.Stale++
 		case gone[name] || failed:
@@ -627,7 +823,7 @@ func (m *Mover) awaitLateFinals(prev string, base map[string]limiter.State, to *
 		}
 		for i, name := range names {
 			s, st := snaps[i], base[name]
-			if s == nil || !s.Final || s.Writer != prev || s.RingHash != to.Hash() || s.WrittenAt < recent {
+			if s == nil || !s.Final || s.Writer != prev || s.WrittenAt < recent {
 				continue
 			}
 			if lim := m.tenants.Limiter(name); lim != nil {

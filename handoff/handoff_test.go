@@ -101,7 +101,7 @@ func (c *testCluster) node(name string) *testNode {
 	if c.store != nil {
 		st = c.store
 	}
-	m := New(Config{Self: name, Window: testWindow, FetchTimeout: 50 * time.Millisecond, FinalWait: 20 * time.Millisecond, Clock: c.clk.Now},
+	m := New(Config{Self: name, Window: testWindow, FetchTimeout: 50 * time.Millisecond, FinalWait: 20 * time.Millisecond, ReconcileAfter: 10 * time.Millisecond, Clock: c.clk.Now},
 		mt, c.net.Peers(name), st, func() *ring.Ring { return mt.ring })
 	c.net.Join(name, m)
 	nd := &testNode{name: name, mt: mt, m: m}
@@ -168,7 +168,7 @@ func TestTakeOverPaths(t *testing.T) {
 		{name: "crash, periodic snapshot in the store", store: true, before: func(c *testCluster) {
 			c.node("a").m.SaveOwned()
 			c.net.Partition("a", true)
-		}, want: "stale_redis_snapshot", wantAdmitted: 40},
+		}, want: "stale_redis_snapshot", wantAdmitted: testLimit / 3}, // never more than the conservative budget
 		{name: "crash, no store", before: func(c *testCluster) { c.net.Partition("a", true) }, want: "conservative", wantAdmitted: testLimit / 3},
 		{name: "crash, store down", store: true, storeDown: true, before: func(c *testCluster) {
 			c.node("a").m.SaveOwned()
@@ -383,5 +383,96 @@ func TestOldFreezeNotHandedAgain(t *testing.T) {
 	delete(c.node("a").mt.owned, tenant) // a window later: a has not owned it since
 	if got := c.node("a").m.HandOver("b", []string{tenant}); got[0].Status != NotHere {
 		t.Fatalf("asked again a window later: %v, want not_here", got[0].Status)
+	}
+}
+
+// Two nodes join at once: the first ring of each is a change from nothing,
+// and the owner among "the other members" may be the other joiner, which
+// never had the tenant. It is asked of every member then, and the real
+// owner hands it over.
+func TestTwoJoinersAskEveryone(t *testing.T) {
+	ad := ring.New(1, []string{"a", "d"})
+	all := ring.New(2, []string{"a", "b", "c", "d"})
+	var tenant string
+	for i := range 10000 {
+		n := fmt.Sprintf("t%d", i)
+		if o, _ := ad.Owner(n); o != "a" {
+			continue
+		}
+		if o, _ := all.Owner(n); o != "c" {
+			continue
+		}
+		if o, _ := ring.New(0, []string{"a", "b", "d"}).Owner(n); o == "b" {
+			tenant = n
+			break
+		}
+	}
+	if tenant == "" {
+		t.Fatal("no tenant for the sequence")
+	}
+	for _, store := range []bool{false, true} {
+		t.Run(fmt.Sprintf("store=%v", store), func(t *testing.T) {
+			var st *InmemStore
+			if store {
+				st = NewInmemStore()
+			}
+			c := newTestCluster(t, st, tenant)
+			for _, n := range []string{"a", "b", "c", "d"} {
+				c.node(n)
+			}
+			c.change("a", nil, ad)
+			c.node("d").mt.setRing(ad)
+			admitN(c.node("a").mt.Limiter(tenant), c.clk.Now(), testLimit)
+			arr := c.change("c", nil, all) // b has not seen its ring yet
+			if arr.Peer != 1 {
+				t.Fatalf("arrival %v, want peer (from a, asked after b said not here)", arr.Counts())
+			}
+			if got, _ := admitN(c.node("c").mt.Limiter(tenant), c.clk.Now(), testLimit); got != 0 {
+				t.Fatalf("c admitted %d on top of a's full window", got)
+			}
+		})
+	}
+}
+
+// Two changes in a row can leave two nodes each frozen for the other; the
+// ring's owner takes the tenant back (Reconcile) instead of bouncing every
+// request between them.
+func TestReconcileMutualFreeze(t *testing.T) {
+	r1 := ring.New(1, []string{"a"})
+	r2 := ring.New(2, []string{"a", "b"})
+	r3 := ring.New(3, []string{"a", "b", "c"})
+	var tenant string
+	for i := range 10000 {
+		n := fmt.Sprintf("t%d", i)
+		if o, _ := r2.Owner(n); o != "b" {
+			continue
+		}
+		if o, _ := r3.Owner(n); o == "c" {
+			tenant = n
+			break
+		}
+	}
+	c := newTestCluster(t, nil, tenant)
+	for _, n := range []string{"a", "b", "c"} {
+		c.node(n)
+	}
+	c.change("a", nil, r1)
+	admitN(c.node("a").mt.Limiter(tenant), c.clk.Now(), 30)
+	c.change("c", r1, r3) // c asks a first
+	c.change("b", r1, r2) // b asks a (moved to c), follows, c hands it to b
+	c.change("b", r2, r3) // b loses it by its ring: frozen for c
+	bl, cl := c.node("b").mt.Limiter(tenant), c.node("c").mt.Limiter(tenant)
+	if bl.MovedTo() != "c" || cl.MovedTo() != "b" {
+		t.Skipf("sequence did not freeze both (b→%q, c→%q)", bl.MovedTo(), cl.MovedTo())
+	}
+	for range 3 {
+		c.node("c").m.Reconcile()
+		time.Sleep(15 * time.Millisecond)
+	}
+	if cl.MovedTo() != "" {
+		t.Fatalf("c still frozen for %q after reconciling", cl.MovedTo())
+	}
+	if got, _ := admitN(cl, c.clk.Now(), 100); got != 70 {
+		t.Fatalf("c admitted %d after taking the tenant back, want the 70 left", got)
 	}
 }

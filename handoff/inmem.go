@@ -104,6 +104,19 @@ func (n *InmemNet) Partition(name string, cut bool) {
 	n.mu.Unlock()
 }
 
+// Others are the other nodes on the network.
+func (p *InmemPeers) Others() []string {
+	p.net.mu.Lock()
+	defer p.net.mu.Unlock()
+	var out []string
+	for n := range p.net.nodes {
+		if n != p.self {
+			out = append(out, n)
+		}
+	}
+	return out
+}
+
 func (p *InmemPeers) Fetch(ctx context.Context, node string, tenants []string) ([]Reply, error) {
 	p.net.mu.Lock()
 	m, cut := p.net.nodes[node], p.net.cut[node] || p.net.cut[p.self]

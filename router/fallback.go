@@ -127,8 +127,19 @@ func (r *Router) reportFallback(t *tenant) {
 // counts what the edges admitted meanwhile.
 func (r *Router) reportFallbacksTo(v *view) {
 	for name, t := range r.state.Load().byName {
-		if t.fb.waitsFor(v.owner(name)) {
+		owner := v.owner(name)
+		if t.fb.waitsFor(owner) {
 			go r.reportFallback(t)
+		}
+		if t.inFallback.Load() {
+			// An episode is about one owner: with another, the next
+			// episode starts afresh (and is seeded afresh).
+			t.fb.mu.Lock()
+			other := t.fb.owner != owner
+			t.fb.mu.Unlock()
+			if other && t.inFallback.CompareAndSwap(true, false) {
+				r.log.Info("fallback", "phase", "end", "tenant", t.name, "owner", owner, "reason", "new_owner")
+			}
 		}
 	}
 }

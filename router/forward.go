@@ -251,6 +251,9 @@ func (r *Router) fallbackLimiter(t *tenant, v *view, owner string) (*limiter.Ten
 		t.fallbackMu.Lock()
 		if !t.inFallback.Load() {
 			seeded := r.seedFallback(t, n)
+			t.fb.mu.Lock()
+			t.fb.owner = owner
+			t.fb.mu.Unlock()
 			t.inFallback.Store(true)
 			r.log.Warn("fallback", "phase", "start", "tenant", t.name, "owner", owner, "members", n,
 				"share_rpm", l.Requests, "share_tpm", l.Tokens, "share_concurrency", l.Concurrency, "seeded", seeded)

@@ -21,10 +21,19 @@ import (
 // deltaPath receives deltas from peers; it is signed like a hop.
 const deltaPath = "/_ringgate/delta"
 
+// deltaTimeout bounds one delivery of deltas (a call's end waits for a
+// fallback report in flight, fallback.go).
+const deltaTimeout = 500 * time.Millisecond
+
 // Hold makes the tenant's requests wait (at most wait) before their first
 // decision here, until Release: a new owner loads the tenant's state first
 // rather than admit blind. It reports false for an unknown tenant.
 func (r *Router) Hold(name string, wait time.Duration) bool {
+	// Under reloadMu: a reload copies the gate to the new state's tenant,
+	// and must not copy one that is being swapped (a gate left closed
+	// on the new struct would hold the tenant for good).
+	r.reloadMu.Lock()
+	defer r.reloadMu.Unlock()
 	t := r.state.Load().byName[name]
 	if t == nil {
 		return false
@@ -41,6 +50,8 @@ func (r *Router) Hold(name string, wait time.Duration) bool {
 // over (see serveDelta). The node calls it once it has loaded the tenant's
 // state, or, without snapshots, once its ring makes it the owner.
 func (r *Router) Release(name string) {
+	r.reloadMu.Lock()
+	defer r.reloadMu.Unlock()
 	t := r.state.Load().byName[name]
 	if t == nil {
 		return
@@ -167,16 +178,21 @@ func (g *gate) release() {
 
 // awaitHandoff waits while the tenant's state is being loaded, bounded so a
 // stuck handoff cannot hang a request.
-func (t *tenant) awaitHandoff() {
+// It reports false when the wait ran out: the windows are not the
+// tenant's yet, and admitting on them would be admitting blind (and an
+// import that lands later would wipe the charge).
+func (t *tenant) awaitHandoff() bool {
 	g := t.gate.Load()
 	if g == nil {
-		return
+		return true
 	}
 	timer := time.NewTimer(g.wait)
 	defer timer.Stop()
 	select {
 	case <-g.open:
+		return true
 	case <-timer.C:
+		return false
 	}
 }
 
@@ -212,9 +228,11 @@ func (r *Router) sendDeltas(t *tenant, from string, ds []limiter.Delta, forwarde
 // to, else its owner by the ring.
 func (r *Router) deltaDest(t *tenant) (string, *view) {
 	v := r.view.Load()
-	if dest := t.lim.MovedTo(); dest != "" {
+	if dest := t.lim.MovedTo(); dest != "" && (v == nil || v.addrs[dest] != "") {
 		return dest, v
 	}
+	// Not handed over, or handed to a node that is gone since: whoever
+	// the ring names has (or will take) the tenant.
 	return v.owner(t.name), v
 }
 
@@ -246,10 +264,9 @@ func (r *Router) deliverDeltas(t *tenant, from string, ds []limiter.Delta, forwa
 	if !r.hops.enabled() || forwarded >= maxHops || addr == "" {
 		return fmt.Errorf("%w to %s: no signed path", errDeltaUndelivered, dest)
 	}
+	// Tried even when the peer is marked down for hops: an owner slow to
+	// accept is still alive and must learn of these (fallback.go).
 	pc := r.peers.get(addr)
-	if until := pc.downUntil.Load(); until != 0 && time.Now().UnixNano() < until {
-		return fmt.Errorf("%w to %s: marked down", errDeltaUndelivered, dest)
-	}
 	body, err := json.Marshal(deltaMsg{Tenant: t.name, From: from, Deltas: ds})
 	if err != nil {
 		return fmt.Errorf("%w to %s: %w", errDeltaUndelivered, dest, err)
@@ -265,7 +282,7 @@ func (r *Router) deliverDeltas(t *tenant, from string, ds []limiter.Delta, forwa
 	req.Header.SetContentType("application/json")
 	req.SetBody(body)
 	r.hops.sign(req, r.node, dest, v.version(), forwarded+1)
-	if err := pc.hc.DoTimeout(req, resp, 2*time.Second); err != nil || resp.StatusCode() != fasthttp.StatusNoContent {
+	if err := pc.hc.DoTimeout(req, resp, deltaTimeout); err != nil || resp.StatusCode() != fasthttp.StatusNoContent {
 		r.log.Warn("handoff", "phase", "delta_lost", "tenant", t.name, "owner", dest,
 			"error", fmt.Sprint(err), "status", resp.StatusCode())
 		return fmt.Errorf("%w to %s", errDeltaUndelivered, dest)

@@ -113,6 +113,22 @@ func (r *Router) Fetch(ctx context.Context, node string, tenants []string) ([]ha
 	return replies, nil
 }
 
+// Others are the other members in this node's view, draining ones included
+// (handoff.Peers).
+func (r *Router) Others() []string {
+	v := r.view.Load()
+	if v == nil {
+		return nil
+	}
+	out := make([]string, 0, len(v.members))
+	for _, m := range v.members {
+		if m.Name != r.node {
+			out = append(out, m.Name)
+		}
+	}
+	return out
+}
+
 // Names are the configured tenants (handoff.Tenants).
 func (r *Router) Names() []string {
 	cfg := r.state.Load().cfg

@@ -177,8 +177,11 @@ func (r *Router) serveLocal(ctx *fasthttp.RequestCtx, ep upstream.Endpoint, st *
 		c.res.Total = c.res.Prompt + c.res.Completion
 	}
 	owned := lim == t.lim
-	if owned {
-		t.awaitHandoff()
+	if owned && !t.awaitHandoff() {
+		ctx.Response.Header.Set("Retry-After", "1")
+		fail(ctx, fasthttp.StatusServiceUnavailable, "server_error", "tenant_moving",
+			"This tenant's limits are moving between gateway nodes; retry in 1s.")
+		return false
 	}
 	var d limiter.Decision
 	c.tk, d = lim.Admit(r.clock(), int64(c.res.Total))
