@@ -119,8 +119,8 @@ func (r *Router) hold(t *tenant, now int64, from string, ds []limiter.Delta) boo
 	if r.held.by == nil {
 		r.held.by = make(map[string][]heldDelta)
 	}
-	window := int64(t.lim.Window())
-	for name, hs := range r.held.by { // forget deltas for tenants never taken over
+	window := int64(t.lim.Window()) + int64(heldFor) // SweepHeld passes them on before
+	for name, hs := range r.held.by {                // forget deltas for tenants never taken over
 		i := 0
 		for i < len(hs) && now-hs[i].at >= window {
 			i++
@@ -135,6 +135,56 @@ func (r *Router) hold(t *tenant, now int64, from string, ds []limiter.Delta) boo
 		r.held.by[t.name] = append(r.held.by[t.name], heldDelta{from: from, at: now, d: d})
 	}
 	return true
+}
+
+// heldFor is how long deltas wait at a node that does not count their
+// tenant (its ring is behind the sender's) before they are passed on to
+// the node that does: longer than rings take to agree and a take to end.
+const heldFor = 2 * time.Second
+
+// SweepHeld passes on the deltas that have waited heldFor at this node for
+// a tenant it did not take over (the tenant went past this node: a join
+// coalesced with the next change, say). Dropped, they would leave their
+// slots counted at the tenant's owner until slot_ttl.
+func (r *Router) SweepHeld() {
+	now := r.clock()
+	type pass struct {
+		t  *tenant
+		hs []heldDelta
+	}
+	var out []pass
+	st := r.state.Load()
+	r.held.mu.Lock()
+	for name, hs := range r.held.by {
+		t := st.byName[name]
+		if t == nil {
+			delete(r.held.by, name)
+			continue
+		}
+		if len(hs) == 0 || now-hs[0].at < int64(heldFor) || t.gate.Load() != nil {
+			continue
+		}
+		delete(r.held.by, name)
+		out = append(out, pass{t, hs})
+	}
+	r.held.mu.Unlock()
+	for _, p := range out {
+		byFrom := map[string][]limiter.Delta{}
+		for _, h := range p.hs {
+			byFrom[h.from] = append(byFrom[h.from], h.d)
+		}
+		for from, ds := range byFrom {
+			if dest, _ := r.deltaDest(p.t); dest == "" || dest == r.node {
+				now := r.clock()
+				for _, d := range ds {
+					p.t.lim.ApplyFrom(now, from, d)
+				}
+				continue
+			}
+			r.log.Info("handoff", "phase", "held_deltas_passed_on", "tenant", p.t.name, "deltas", len(ds))
+			r.sendDeltas(p.t, from, ds, 1)
+		}
+	}
 }
 
 // Held reports whether the tenant's requests are held for a handoff.
@@ -228,11 +278,9 @@ func (r *Router) sendDeltas(t *tenant, from string, ds []limiter.Delta, forwarde
 // to, else its owner by the ring.
 func (r *Router) deltaDest(t *tenant) (string, *view) {
 	v := r.view.Load()
-	if dest := t.lim.MovedTo(); dest != "" && (v == nil || v.addrs[dest] != "") {
+	if dest := t.lim.MovedTo(); dest != "" {
 		return dest, v
 	}
-	// Not handed over, or handed to a node that is gone since: whoever
-	// the ring names has (or will take) the tenant.
 	return v.owner(t.name), v
 }
 
@@ -246,7 +294,21 @@ func (r *Router) deliverDeltas(t *tenant, from string, ds []limiter.Delta, forwa
 		from = ""
 	}
 	dest, v := r.deltaDest(t)
-	if dest == "" || dest == r.node {
+	if dest != "" && dest != r.node && (v == nil || v.addrs[dest] == "") {
+		// Handed to a node this one's gossip does not list yet (it
+		// asked for the tenant right after joining): wait for its
+		// address; if it never comes (it is gone), the ring's owner has
+		// or will take the tenant.
+		deadline := time.Now().Add(hopCatchUp)
+		for (v == nil || v.addrs[dest] == "") && time.Now().Before(deadline) {
+			time.Sleep(5 * time.Millisecond)
+			v = r.view.Load()
+		}
+		if v == nil || v.addrs[dest] == "" {
+			dest = v.owner(t.name)
+		}
+	}
+	if dest == "" || (dest == r.node && t.lim.MovedTo() == "") {
 		// The tenant is (back) here: count it here, through the same
 		// hold as a peer's deltas, so an import cannot wipe it.
 		now := r.clock()
@@ -261,7 +323,8 @@ func (r *Router) deliverDeltas(t *tenant, from string, ds []limiter.Delta, forwa
 		from = r.node
 	}
 	addr := v.addrs[dest]
-	if !r.hops.enabled() || forwarded >= maxHops || addr == "" {
+	if !r.hops.enabled() || forwarded >= maxHops || addr == "" || dest == r.node {
+		r.log.Warn("handoff", "phase", "delta_lost", "tenant", t.name, "owner", dest, "error", "no signed path to the node counting the tenant")
 		return fmt.Errorf("%w to %s: no signed path", errDeltaUndelivered, dest)
 	}
 	// Tried even when the peer is marked down for hops: an owner slow to
