@@ -659,19 +659,29 @@ func TestClusterEdgeHangupFreesOwnerSlot(t *testing.T) {
 
 // inFlight reads a tenant's slots in use from nd's admin API.
 func inFlight(t *testing.T, c *clCluster, nd *clNode, tenant string) int64 {
+	return tenantUsage(t, c, nd, tenant).InFlight.Used
+}
+
+// usedRequests reads a tenant's requests in the window from nd's admin API.
+func usedRequests(t *testing.T, c *clCluster, nd *clNode, tenant string) int64 {
+	return tenantUsage(t, c, nd, tenant).Requests.Used
+}
+
+// tenantUsage reads /tenants/{tenant} from nd.
+func tenantUsage(t *testing.T, c *clCluster, nd *clNode, tenant string) (v struct {
+	Requests struct{ Used int64 } `json:"requests"`
+	InFlight struct{ Used int64 } `json:"in_flight"`
+}) {
 	t.Helper()
 	resp, err := c.hc.Get("http://" + nd.Addr() + "/tenants/" + tenant)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer resp.Body.Close()
-	var v struct {
-		InFlight struct{ Used int64 } `json:"in_flight"`
-	}
 	if err := json.NewDecoder(resp.Body).Decode(&v); err != nil {
 		t.Fatal(err)
 	}
-	return v.InFlight.Used
+	return v
 }
 
 // TestClusterFallbackZeroShare: a limit smaller than the member count leaves

@@ -7,7 +7,6 @@ package node
 //	go test -race -count=1 -run TestWake ./node/
 
 import (
-	"encoding/json"
 	"fmt"
 	"net/http"
 	"testing"
@@ -62,21 +61,4 @@ func TestWakeCatchUpKeepsOwnAccount(t *testing.T) {
 			t.Errorf("via %s after the catch-up: %v %v, want 200 from %s", nd.Name(), rep, err, o.Name())
 		}
 	}
-}
-
-// usedRequests reads a tenant's requests in the window from nd's admin API.
-func usedRequests(t *testing.T, c *clCluster, nd *clNode, tenant string) int64 {
-	t.Helper()
-	resp, err := c.hc.Get("http://" + nd.Addr() + "/tenants/" + tenant)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	var v struct {
-		Requests struct{ Used int64 } `json:"requests"`
-	}
-	if err := json.NewDecoder(resp.Body).Decode(&v); err != nil {
-		t.Fatal(err)
-	}
-	return v.Requests.Used
 }

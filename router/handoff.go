@@ -355,15 +355,8 @@ func (r *Router) deliverDeltas(t *tenant, from string, ds []limiter.Delta, forwa
 
 // serveDelta applies deltas a peer reports for a tenant.
 func (r *Router) serveDelta(ctx *fasthttp.RequestCtx) {
-	if !ctx.IsPost() {
-		fail(ctx, fasthttp.StatusMethodNotAllowed, "invalid_request_error", "method_not_allowed", "Use POST.")
-		return
-	}
-	info, err := r.hops.verify(&ctx.Request, r.node)
-	if err != nil {
-		r.metrics.hopsRefused.Inc()
-		fail(ctx, fasthttp.StatusUnauthorized, "invalid_request_error", "invalid_peer_signature",
-			"Peer request refused: "+err.Error()+".")
+	info, ok := r.peerPost(ctx)
+	if !ok {
 		return
 	}
 	var m deltaMsg

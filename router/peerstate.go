@@ -37,15 +37,8 @@ func (r *Router) SetHandOver(f func(asker string, tenants []string) []handoff.Re
 
 // serveHandoff answers a new owner asking for tenants' state.
 func (r *Router) serveHandoff(ctx *fasthttp.RequestCtx) {
-	if !ctx.IsPost() {
-		fail(ctx, fasthttp.StatusMethodNotAllowed, "invalid_request_error", "method_not_allowed", "Use POST.")
-		return
-	}
-	info, err := r.hops.verify(&ctx.Request, r.node)
-	if err != nil {
-		r.metrics.hopsRefused.Inc()
-		fail(ctx, fasthttp.StatusUnauthorized, "invalid_request_error", "invalid_peer_signature",
-			"Peer request refused: "+err.Error()+".")
+	info, ok := r.peerPost(ctx)
+	if !ok {
 		return
 	}
 	var m fetchMsg
@@ -61,6 +54,23 @@ func (r *Router) serveHandoff(ctx *fasthttp.RequestCtx) {
 	replies := (*f)(info.from, m.Tenants)
 	ctx.SetContentType("application/octet-stream")
 	ctx.SetBody(handoff.EncodeReplies(nil, r.node, r.clock(), replies))
+}
+
+// peerPost checks a peer's POST to one of the peer paths: the method and
+// the hop signature. It answers the refusal itself.
+func (r *Router) peerPost(ctx *fasthttp.RequestCtx) (hopInfo, bool) {
+	if !ctx.IsPost() {
+		fail(ctx, fasthttp.StatusMethodNotAllowed, "invalid_request_error", "method_not_allowed", "Use POST.")
+		return hopInfo{}, false
+	}
+	info, err := r.hops.verify(&ctx.Request, r.node)
+	if err != nil {
+		r.metrics.hopsRefused.Inc()
+		fail(ctx, fasthttp.StatusUnauthorized, "invalid_request_error", "invalid_peer_signature",
+			"Peer request refused: "+err.Error()+".")
+		return hopInfo{}, false
+	}
+	return info, true
 }
 
 // errNoPeer: the node asked for is not in this node's view.
