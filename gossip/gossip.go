@@ -212,6 +212,7 @@ func Start(cfg Config) (*Node, error) {
 	go n.notifyLoop()
 	if len(seeds) == 0 {
 		n.joined.Store(true) // a new cluster of one
+		n.d.notify()         // the first view, held back until now (notifyLoop)
 	} else {
 		go n.joinLoop(seeds)
 	}

@@ -3,6 +3,7 @@ package gossip
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"slices"
@@ -574,5 +575,33 @@ func TestSuspectMemberStaysListed(t *testing.T) {
 		return r.attrs["event"] == "leave" && r.attrs["member"] == "c"
 	}); ok {
 		t.Fatal("c was removed at some point")
+	}
+}
+
+// A node starting a new cluster delivers its first view even when the
+// self-join event is handled before it counts as joined (the view is held
+// back until then and must not be lost).
+func TestNewClusterDeliversFirstView(t *testing.T) {
+	for i := range 20 {
+		got := make(chan []Member, 1)
+		n, err := Start(Config{Name: fmt.Sprintf("solo-%d", i), BindAddr: "127.0.0.1:0", Timing: LANFast,
+			OnChange: func(ms []Member) {
+				select {
+				case got <- ms:
+				default:
+				}
+			}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case ms := <-got:
+			if len(ms) != 1 {
+				t.Errorf("start %d: first view %v, want the node alone", i, ms)
+			}
+		case <-time.After(2 * time.Second):
+			t.Errorf("start %d: no view delivered in 2s", i)
+		}
+		_ = n.Shutdown()
 	}
 }
