@@ -193,9 +193,6 @@ func (r *Router) Held(name string) bool {
 	return t != nil && t.gate.Load() != nil
 }
 
-// Ready reports whether the node has joined and holds a ring.
-func (r *Router) Ready() bool { return r.ready.Load() }
-
 // Limiter is the tenant's owner limiter (nil for an unknown tenant), for the
 // node to export and import its state.
 func (r *Router) Limiter(name string) *limiter.Tenant {
