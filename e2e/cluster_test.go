@@ -709,18 +709,7 @@ func (l *load) drive(c *http.Client, url, tenant string, end time.Time) {
 func (l *load) one(c *http.Client, url, tenant, user, body string) {
 	for attempt := range 2 {
 		sent := time.Now()
-		req, err := http.NewRequest(http.MethodPost, url, strings.NewReader(body))
-		if err != nil {
-			panic(err)
-		}
-		req.Header.Set("Authorization", "Bearer sk-"+tenant)
-		req.Header.Set("Content-Type", "application/json")
-		resp, err := c.Do(req)
-		var b []byte
-		if err == nil {
-			b, err = io.ReadAll(resp.Body)
-			resp.Body.Close()
-		}
+		resp, b, err := postChat(c, url, tenant, body)
 		l.mu.Lock()
 		if err != nil {
 			if attempt == 0 {
@@ -750,6 +739,23 @@ func (l *load) one(c *http.Client, url, tenant, user, body string) {
 		l.mu.Unlock()
 		return
 	}
+}
+
+// postChat sends a chat completion for tenant and reads the whole answer.
+func postChat(c *http.Client, url, tenant, body string) (*http.Response, []byte, error) {
+	req, err := http.NewRequest(http.MethodPost, url, strings.NewReader(body))
+	if err != nil {
+		return nil, nil, err
+	}
+	req.Header.Set("Authorization", "Bearer sk-"+tenant)
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := c.Do(req)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	return resp, b, err
 }
 
 // record is the part of the fake provider's GET /_records we use.

@@ -7,7 +7,6 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
-	"io"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -304,18 +303,7 @@ func (l *pauseLoad) drive(c *http.Client, url, tenant string, end time.Time) {
 func (l *pauseLoad) one(c *http.Client, url, tenant, body string) {
 	for attempt := range 2 {
 		sent := time.Now()
-		req, err := http.NewRequest(http.MethodPost, url, strings.NewReader(body))
-		if err != nil {
-			panic(err)
-		}
-		req.Header.Set("Authorization", "Bearer sk-"+tenant)
-		req.Header.Set("Content-Type", "application/json")
-		resp, err := c.Do(req)
-		var b []byte
-		if err == nil {
-			b, err = io.ReadAll(resp.Body)
-			resp.Body.Close()
-		}
+		resp, b, err := postChat(c, url, tenant, body)
 		l.mu.Lock()
 		if err != nil {
 			if attempt == 0 {

@@ -326,25 +326,10 @@ func (r *Router) deliverDeltas(t *tenant, from string, ds []limiter.Delta, forwa
 	}
 	// Tried even when the peer is marked down for hops: an owner slow to
 	// accept is still alive and must learn of these (fallback.go).
-	pc := r.peers.get(addr)
-	body, err := json.Marshal(deltaMsg{Tenant: t.name, From: from, Deltas: ds})
-	if err != nil {
-		return fmt.Errorf("%w to %s: %w", errDeltaUndelivered, dest, err)
-	}
 	r.metrics.deltasSent.Add(float64(len(ds)))
-	req := fasthttp.AcquireRequest()
-	resp := fasthttp.AcquireResponse()
-	defer fasthttp.ReleaseRequest(req)
-	defer fasthttp.ReleaseResponse(resp)
-	req.Header.SetMethod(fasthttp.MethodPost)
-	req.SetRequestURI(deltaPath)
-	req.Header.SetHost(addr)
-	req.Header.SetContentType("application/json")
-	req.SetBody(body)
-	r.hops.sign(req, r.node, dest, v.version(), forwarded+1)
-	if err := pc.hc.DoTimeout(req, resp, deltaTimeout); err != nil || resp.StatusCode() != fasthttp.StatusNoContent {
-		r.log.Warn("handoff", "phase", "delta_lost", "tenant", t.name, "owner", dest,
-			"error", fmt.Sprint(err), "status", resp.StatusCode())
+	status, _, err := r.peerCall(v, addr, dest, deltaPath, deltaMsg{Tenant: t.name, From: from, Deltas: ds}, forwarded+1, deltaTimeout)
+	if err != nil || status != fasthttp.StatusNoContent {
+		r.log.Warn("handoff", "phase", "delta_lost", "tenant", t.name, "owner", dest, "error", fmt.Sprint(err), "status", status)
 		return fmt.Errorf("%w to %s", errDeltaUndelivered, dest)
 	}
 	return nil

@@ -73,6 +73,29 @@ func (r *Router) peerPost(ctx *fasthttp.RequestCtx) (hopInfo, bool) {
 	return info, true
 }
 
+// peerCall POSTs msg as JSON to path on the peer to (at addr), signed as
+// its hops-th hop, and returns the answer's status and body.
+func (r *Router) peerCall(v *view, addr, to, path string, msg any, hops int, timeout time.Duration) (int, []byte, error) {
+	body, err := json.Marshal(msg)
+	if err != nil {
+		return 0, nil, err
+	}
+	req := fasthttp.AcquireRequest()
+	resp := fasthttp.AcquireResponse()
+	defer fasthttp.ReleaseRequest(req)
+	defer fasthttp.ReleaseResponse(resp)
+	req.Header.SetMethod(fasthttp.MethodPost)
+	req.SetRequestURI(path)
+	req.Header.SetHost(addr)
+	req.Header.SetContentType("application/json")
+	req.SetBody(body)
+	r.hops.sign(req, r.node, to, v.version(), hops)
+	if err := r.peers.get(addr).hc.DoTimeout(req, resp, timeout); err != nil {
+		return 0, nil, err
+	}
+	return resp.StatusCode(), append([]byte(nil), resp.Body()...), nil
+}
+
 // errNoPeer: the node asked for is not in this node's view.
 var errNoPeer = errors.New("no address for peer")
 
@@ -89,20 +112,6 @@ func (r *Router) Fetch(ctx context.Context, node string, tenants []string) ([]ha
 	if !r.hops.enabled() {
 		return nil, fmt.Errorf("fetch from %s: %w", node, errHopUnsigned)
 	}
-	body, err := json.Marshal(fetchMsg{Tenants: tenants})
-	if err != nil {
-		return nil, fmt.Errorf("fetch from %s: %w", node, err)
-	}
-	req := fasthttp.AcquireRequest()
-	resp := fasthttp.AcquireResponse()
-	defer fasthttp.ReleaseRequest(req)
-	defer fasthttp.ReleaseResponse(resp)
-	req.Header.SetMethod(fasthttp.MethodPost)
-	req.SetRequestURI(handoffPath)
-	req.Header.SetHost(addr)
-	req.Header.SetContentType("application/json")
-	req.SetBody(body)
-	r.hops.sign(req, r.node, node, v.version())
 	timeout := time.Second
 	if d, ok := ctx.Deadline(); ok {
 		timeout = time.Until(d)
@@ -110,13 +119,14 @@ func (r *Router) Fetch(ctx context.Context, node string, tenants []string) ([]ha
 	if timeout <= 0 {
 		return nil, fmt.Errorf("fetch from %s: %w", node, context.DeadlineExceeded)
 	}
-	if err := r.peers.get(addr).hc.DoTimeout(req, resp, timeout); err != nil {
+	status, body, err := r.peerCall(v, addr, node, handoffPath, fetchMsg{Tenants: tenants}, 1, timeout)
+	if err != nil {
 		return nil, fmt.Errorf("fetch from %s: %w", node, err)
 	}
-	if resp.StatusCode() != fasthttp.StatusOK {
-		return nil, fmt.Errorf("fetch from %s: status %d: %.200s", node, resp.StatusCode(), resp.Body())
+	if status != fasthttp.StatusOK {
+		return nil, fmt.Errorf("fetch from %s: status %d: %.200s", node, status, body)
 	}
-	replies, err := handoff.DecodeReplies(resp.Body())
+	replies, err := handoff.DecodeReplies(body)
 	if err != nil {
 		return nil, fmt.Errorf("fetch from %s: %w", node, err)
 	}
