@@ -48,12 +48,14 @@ func TestThreeMembersJoinViaSeeds(t *testing.T) {
 	if strings.HasSuffix(nodes[0].GossipAddr(), ":0") {
 		t.Errorf("GossipAddr not resolved: %s", nodes[0].GossipAddr())
 	}
-	// Join events are logged with the expected fields.
-	if _, ok := lc.first(func(r logRec) bool {
-		return r.msg == "gossip" && r.attrs["event"] == "join" && r.attrs["member"] == "c" && r.attrs["node"] == "a" && r.attrs["http_addr"] == httpAddrOf("c")
-	}); !ok {
-		t.Error(`no "gossip" event=join log for c on a`)
-	}
+	// Join events are logged with the expected fields. The log is written by
+	// the event loop after the view is updated, so it may trail Members().
+	waitFor(t, 5*time.Second, `"gossip" event=join log for c on a`, func() bool {
+		_, ok := lc.first(func(r logRec) bool {
+			return r.msg == "gossip" && r.attrs["event"] == "join" && r.attrs["member"] == "c" && r.attrs["node"] == "a" && r.attrs["http_addr"] == httpAddrOf("c")
+		})
+		return ok
+	})
 }
 
 func TestJoinSeedThatStartsLater(t *testing.T) {
