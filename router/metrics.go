@@ -21,6 +21,9 @@ type metrics struct {
 	// fallbackReported counts admissions made under a fallback share and
 	// delivered to the tenant's owner.
 	fallbackReported prometheus.Counter
+	// clientGone counts calls finished because the client hung up before
+	// the upstream answered (hangup.go).
+	clientGone prometheus.Counter
 
 	mu      sync.Mutex
 	tenants map[string]*tenantCounters
@@ -68,9 +71,13 @@ func newMetrics() *metrics {
 			Name: "ringgate_fallback_reported_total",
 			Help: "Admissions made under a fallback share (owner unreachable) and delivered to the tenant's owner.",
 		}),
+		clientGone: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "ringgate_client_gone_total",
+			Help: "Calls finished because the client hung up before the upstream answered.",
+		}),
 		tenants: make(map[string]*tenantCounters),
 	}
-	m.reg.MustRegister(m.decisions, m.tokens, m.upstream, m.inflight, m.hopsRefused, m.deltasSent, m.deltasApplied, m.fallbackReported,
+	m.reg.MustRegister(m.decisions, m.tokens, m.upstream, m.inflight, m.hopsRefused, m.deltasSent, m.deltasApplied, m.fallbackReported, m.clientGone,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/valyala/fasthttp"
@@ -29,6 +30,10 @@ type call struct {
 	req  upstream.Request
 	res  reserve.Reservation
 	tk   limiter.Ticket
+	// finished: the call was settled and its slot freed. Set once, by
+	// the first finish: a client found gone (hangup.go) finishes it from
+	// its watch while the handler still waits for the upstream.
+	finished atomic.Bool
 }
 
 // serveAPI handles a client API request: a hop from a peer is checked and
@@ -249,8 +254,15 @@ func (r *Router) forward(ctx *fasthttp.RequestCtx, c *call) bool {
 	upReq := fasthttp.AcquireRequest()
 	c.prov.Prepare(upReq, ctx.Path(), body, &ctx.Request.Header)
 	resp := fasthttp.AcquireResponse()
+	w := r.watchClient(ctx, c)
 	err = c.prov.Do(upReq, resp)
 	fasthttp.ReleaseRequest(upReq)
+	if w.stop() {
+		// The client hung up while the upstream was thinking: the call
+		// was finished then; what the upstream says now goes nowhere.
+		r.clientGone(ctx, c, w, resp, err)
+		return false
+	}
 	if err != nil {
 		fasthttp.ReleaseResponse(resp)
 		r.finish(c, upstream.Usage{}, false, 0)
@@ -381,7 +393,12 @@ func (r *Router) stream(ctx *fasthttp.RequestCtx, c *call, resp *fasthttp.Respon
 // is the truth; without it, a successful call is charged its prompt estimate
 // plus the counted completion, and a failed one nothing (no provider bills a
 // refused call). Only successful calls teach the estimator.
+//
+// A call is finished once: later calls do nothing.
 func (r *Router) finish(c *call, u upstream.Usage, ok bool, countedCompletion int) {
+	if c.finished.Swap(true) {
+		return
+	}
 	var actual int
 	switch {
 	case u.Reported:

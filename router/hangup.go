@@ -1,0 +1,141 @@
+package router
+
+import (
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/valyala/fasthttp"
+
+	"github.com/ringgate/ringgate/upstream"
+)
+
+// A client that hangs up while its call waits for the upstream's answer
+// headers (an LLM provider can think for many seconds before its first
+// byte) is invisible to fasthttp: nothing reads the client connection while
+// the handler runs, and RequestCtx.Done() fires only at server shutdown. So
+// the tenant's slot and token reservation would stay taken until the
+// upstream answered.
+//
+// While the handler waits in Do, a clientWatch peeks at the client's socket
+// without blocking (peerGone: recv MSG_PEEK|MSG_DONTWAIT, ~1 µs) every
+// hangupCheck, from a re-armed timer: no goroutine waits per request, and a
+// call answered within the first tick costs a timer and no syscall. End of
+// stream, a reset or a connection closed here mean the client is gone: the
+// call is finished at once (slot freed, tokens settled at the reservation:
+// the provider may bill the prompt, and we cannot know), and when Do returns
+// its answer is dropped unwritten (an unread stream closes the upstream
+// connection, which cuts the generation). Bytes queued are the client's
+// next, pipelined, request: it is there.
+//
+// Like nginx (proxy_ignore_client_abort off), a client that half-closes its
+// side after sending the request is taken to be gone: a peek cannot tell
+// the FIN of shutdown(SHUT_WR) from that of close.
+//
+// A hop is watched the same way on the owner: its client is the edge's
+// pooled connection, which the edge closes when it gives up on the call
+// (its read timeout, a crash). An edge's own client hanging up is not seen
+// through the hop (the edge waits in its own Do): out of scope.
+
+// hangupCheck is the interval between peeks, and the delay before the
+// first.
+const hangupCheck = 50 * time.Millisecond
+
+// clientWatch watches one call's client connection while the handler waits
+// for the upstream. mu orders a peek and its verdict against stop: no peek
+// runs after stop returns (the server may read, close or reuse the
+// connection once the handler is done).
+type clientWatch struct {
+	r     *Router
+	c     *call
+	conn  syscall.Conn
+	start time.Time
+
+	mu      sync.Mutex
+	timer   *time.Timer
+	raw     syscall.RawConn // from conn at the first tick
+	stopped bool
+	gone    time.Duration // > 0: the client was found gone this long after start
+}
+
+// watchClient starts watching ctx's connection for c; nil (no watch) on a
+// connection with no socket to peek at (TLS, a wrapped listener's) or a
+// platform without a non-blocking peek.
+func (r *Router) watchClient(ctx *fasthttp.RequestCtx, c *call) *clientWatch {
+	if !canPeek {
+		return nil
+	}
+	sc, ok := ctx.Conn().(syscall.Conn)
+	if !ok {
+		return nil
+	}
+	w := &clientWatch{r: r, c: c, conn: sc, start: time.Now()}
+	w.mu.Lock() // check reads timer
+	w.timer = time.AfterFunc(hangupCheck, w.check)
+	w.mu.Unlock()
+	return w
+}
+
+// check is one tick: peek, and either re-arm or finish the call.
+func (w *clientWatch) check() {
+	w.mu.Lock()
+	if w.stopped {
+		w.mu.Unlock()
+		return
+	}
+	if w.raw == nil {
+		raw, err := w.conn.SyscallConn()
+		if err != nil {
+			w.stopped = true // nothing to peek at: no watch
+			w.mu.Unlock()
+			return
+		}
+		w.raw = raw
+	}
+	if err := peerGone(w.raw); err == nil || err == errUnasked {
+		w.timer.Reset(hangupCheck)
+		w.mu.Unlock()
+		return
+	}
+	w.gone = max(time.Since(w.start), 1)
+	w.stopped = true
+	w.mu.Unlock()
+	w.r.metrics.clientGone.Inc()
+	w.r.finish(w.c, upstream.Usage{Prompt: w.c.res.Prompt, Completion: w.c.res.Total - w.c.res.Prompt, Reported: true}, false, 0)
+}
+
+// stop ends the watch when Do returns. It reports whether the client was
+// found gone, the call then being finished (or about to be, by check).
+func (w *clientWatch) stop() bool {
+	if w == nil {
+		return false
+	}
+	w.mu.Lock()
+	w.stopped = true
+	gone := w.gone > 0
+	w.mu.Unlock()
+	w.timer.Stop()
+	return gone
+}
+
+// clientGone ends a call whose client hung up before the upstream answered:
+// the answer (or the error) is dropped, and the connection closed after
+// whatever fasthttp still tries to write on it.
+func (r *Router) clientGone(ctx *fasthttp.RequestCtx, c *call, w *clientWatch, resp *fasthttp.Response, err error) {
+	status := 0
+	if err == nil {
+		status = resp.StatusCode()
+		r.metrics.upstream.WithLabelValues(c.prov.Name, statusClass(status)).Inc()
+	}
+	fasthttp.ReleaseResponse(resp) // an unread stream: closes the upstream connection
+	ctx.SetConnectionClose()
+	fail(ctx, statusClientClosed, "invalid_request_error", "client_closed_request",
+		"The client closed the connection before the upstream answered; the call was dropped.")
+	r.log.Info("client_gone", "tenant", c.t.name, "upstream", c.prov.Name,
+		"gone_ms", w.gone.Milliseconds(), "waited_ms", time.Since(w.start).Milliseconds(),
+		"upstream_status", status, "upstream_error", errString(err))
+}
+
+// statusClientClosed is nginx's 499, "client closed request": written to a
+// connection nobody reads, or to a client that half-closed it.
+const statusClientClosed = 499
