@@ -50,13 +50,30 @@ func (s *Server) Handler(ctx *fasthttp.RequestCtx) {
 			writeError(ctx, fasthttp.StatusMethodNotAllowed, "use GET")
 			return
 		}
-		b, err := json.Marshal(s.recordsNoBody())
-		if err != nil {
-			writeError(ctx, fasthttp.StatusInternalServerError, err.Error())
+		writeJSON(ctx, s.recordsNoBody())
+		return
+	case "/_stats":
+		if !ctx.IsGet() {
+			writeError(ctx, fasthttp.StatusMethodNotAllowed, "use GET")
 			return
 		}
-		ctx.SetContentType(ctJSON)
-		ctx.SetBody(b)
+		writeJSON(ctx, s.Stats())
+		return
+	case "/_limits":
+		switch {
+		case ctx.IsGet():
+		case ctx.IsPost():
+			var l ProviderLimits
+			if err := json.Unmarshal(ctx.PostBody(), &l); err != nil {
+				writeError(ctx, fasthttp.StatusBadRequest, "fakeupstream: limits: "+err.Error())
+				return
+			}
+			s.SetLimits(l)
+		default:
+			writeError(ctx, fasthttp.StatusMethodNotAllowed, "use GET or POST")
+			return
+		}
+		writeJSON(ctx, s.Limits())
 		return
 	case "/_reset":
 		if !ctx.IsPost() {
@@ -69,6 +86,16 @@ func (s *Server) Handler(ctx *fasthttp.RequestCtx) {
 		return
 	}
 	s.serveAPI(ctx)
+}
+
+func writeJSON(ctx *fasthttp.RequestCtx, v any) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		writeError(ctx, fasthttp.StatusInternalServerError, err.Error())
+		return
+	}
+	ctx.SetContentType(ctJSON)
+	ctx.SetBody(b)
 }
 
 // request is what serveAPI extracted from one API request.
@@ -90,11 +117,12 @@ func (s *Server) serveAPI(ctx *fasthttp.RequestCtx) {
 	s.enter()
 	streaming := false
 	completion := 0
+	var ls lease // held if the limits admitted the request
 	// A JSON answer leaves the in-flight count when the handler returns,
 	// just before fasthttp writes it (see writeStream's beforeLast).
 	defer func() {
 		if !streaming {
-			s.finish(rec, ctx.Response.StatusCode(), completion, false)
+			s.finish(rec, ctx.Response.StatusCode(), completion, false, ls)
 		}
 	}()
 	o := s.opts.Load()
@@ -127,6 +155,34 @@ func (s *Server) serveAPI(ctx *fasthttp.RequestCtx) {
 		rec.IncludeUsage = root.Get("stream_options.include_usage").Bool()
 		rec.PromptTokens = promptTokens(root, rec.Model, o.CountTokens)
 	}
+	ep := endpointOf(ctx.Path())
+	anthropic := ep == epMessages
+
+	// The limits decide at arrival, before Latency, as a provider's front
+	// door does; an admitted request holds its concurrency slot until its
+	// answer is complete.
+	var maxTokens int64 // max_completion_tokens, else max_tokens
+	var v verdict
+	if valid && ep != epUnknown && ctx.IsPost() && o.Status == 0 {
+		if ep != epEmbeddings {
+			maxTokens = root.Get("max_completion_tokens").Int()
+			mt := root.Get("max_tokens").Int()
+			if maxTokens <= 0 {
+				maxTokens = mt
+			}
+			rec.TokenCharge = max(maxTokens, 0)
+			if anthropic {
+				rec.TokenCharge = max(mt, 0)
+			}
+		}
+		rec.TokenCharge += int64(rec.PromptTokens)
+		v = s.lim.admit(&o.Limits, rec.Model, rec.TokenCharge)
+		if v.ok {
+			ls = v.lease
+		} else {
+			rec.RateLimited, rec.LimitedBy = true, v.by
+		}
+	}
 	s.addRecord(rec, o.MaxRecords)
 
 	if o.Latency > 0 && !s.sleep(o.Latency) {
@@ -137,7 +193,6 @@ func (s *Server) serveAPI(ctx *fasthttp.RequestCtx) {
 		writeError(ctx, o.Status, "fakeupstream: forced status "+strconv.Itoa(o.Status))
 		return
 	}
-	ep := endpointOf(ctx.Path())
 	if ep == epUnknown {
 		writeError(ctx, fasthttp.StatusNotFound, "fakeupstream: unknown path "+strconv.Quote(rec.Path))
 		return
@@ -150,6 +205,11 @@ func (s *Server) serveAPI(ctx *fasthttp.RequestCtx) {
 		writeError(ctx, fasthttp.StatusBadRequest, "fakeupstream: request body is not a JSON object")
 		return
 	}
+	if rec.RateLimited {
+		s.writeRateLimited(ctx, anthropic, o, rec.Model, &v)
+		return
+	}
+	s.setRateHeaders(ctx, anthropic, o, rec.Model, v.ms)
 
 	rq := &request{
 		ep:           ep,
@@ -164,12 +224,8 @@ func (s *Server) serveAPI(ctx *fasthttp.RequestCtx) {
 		rq.inputs = countInputs(root.Get("input"))
 	} else {
 		rq.completion = s.drawCompletion(o)
-		limit := root.Get("max_completion_tokens").Int()
-		if limit <= 0 {
-			limit = root.Get("max_tokens").Int()
-		}
-		if limit > 0 && int64(rq.completion) > limit {
-			rq.completion, rq.capped = int(limit), true
+		if maxTokens > 0 && int64(rq.completion) > maxTokens {
+			rq.completion, rq.capped = int(maxTokens), true
 		}
 	}
 
@@ -193,11 +249,11 @@ func (s *Server) serveAPI(ctx *fasthttp.RequestCtx) {
 		finished := false
 		sent, ok := s.writeStream(w, rq, noUsage, interval, func(n int) {
 			finished = true
-			s.finish(rec, fasthttp.StatusOK, n, false)
+			s.finish(rec, fasthttp.StatusOK, n, false, ls)
 		})
 		switch {
 		case !finished:
-			s.finish(rec, fasthttp.StatusOK, sent, true)
+			s.finish(rec, fasthttp.StatusOK, sent, true, ls)
 		case !ok:
 			s.markAborted(rec)
 		}

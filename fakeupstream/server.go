@@ -41,6 +41,13 @@ type Options struct {
 	// MaxRecords, if positive, keeps only the most recent MaxRecords
 	// records (for long benchmarks and demos). 0 keeps all.
 	MaxRecords int
+	// Limits are the provider's own true limits (rate, tokens,
+	// concurrency, per model), enforced like a real provider: a request
+	// without room is answered 429 and counted as a breach (see Stats).
+	// The zero value means no limits. Requests answered with Status, and
+	// invalid ones (unknown path, not a POST, body not a JSON object), are
+	// not subject to the limits and charge nothing.
+	Limits ProviderLimits
 }
 
 // Record is what the server saw of one API request and what it answered.
@@ -68,6 +75,18 @@ type Record struct {
 	// Aborted: the stream was cut before its end, because the client went
 	// away mid-stream (or the server was closed).
 	Aborted bool `json:"aborted"`
+	// TokenCharge is what the request counts against the token limits:
+	// the prompt estimate plus max_completion_tokens / max_tokens (see the
+	// package documentation). It is set for every request subject to the
+	// limits (even with none set), and charged only if it was admitted.
+	TokenCharge int64 `json:"token_charge"`
+	// RateLimited: the request was refused by the provider limits (answered
+	// 429 and counted as a breach).
+	RateLimited bool `json:"rate_limited"`
+	// LimitedBy lists the limits that had no room for a refused request,
+	// comma-separated, upstream-wide ones first: "requests", "tokens",
+	// "concurrency", "model:requests", "model:tokens", "model:concurrency".
+	LimitedBy string `json:"limited_by,omitempty"`
 	// Body is a copy of the raw request body as received.
 	Body []byte `json:"-"`
 }
@@ -87,6 +106,8 @@ type Server struct {
 	maxInFlight atomic.Int64
 	ids         atomic.Uint64
 
+	lim *limiter
+
 	mu       sync.Mutex // guards closed, streams.Add, srv, ln, serveErr
 	closed   bool
 	closing  chan struct{} // closed by Close: wakes sleeping handlers and streams
@@ -101,7 +122,7 @@ type Server struct {
 
 // New returns a server with the given options.
 func New(opts Options) *Server {
-	s := &Server{closing: make(chan struct{})}
+	s := &Server{closing: make(chan struct{}), lim: newLimiter()}
 	s.SetOptions(opts)
 	return s
 }
@@ -109,6 +130,11 @@ func New(opts Options) *Server {
 // SetOptions changes the server's behaviour at run time. It is safe to call
 // concurrently with requests; a request uses the options current at its
 // arrival. It restarts the completion-length sequence from opts.Seed.
+//
+// New limits apply at once to the charges already in the window and to the
+// requests in flight (lowering a limit below what is in use refuses every
+// request until enough has left); a dimension whose limit is removed forgets
+// its charges. opts.Limits.Models is copied.
 func (s *Server) SetOptions(opts Options) {
 	if opts.CompletionMin == 0 && opts.CompletionMax == 0 {
 		opts.CompletionMin, opts.CompletionMax = 20, 200
@@ -121,11 +147,39 @@ func (s *Server) SetOptions(opts Options) {
 	if opts.CountTokens == nil {
 		opts.CountTokens = defaultCountTokens
 	}
+	opts.Limits = opts.Limits.normalized()
 	s.rngMu.Lock()
 	s.rng = rand.New(rand.NewPCG(uint64(opts.Seed), 0x6661_6b65_7570)) //nolint:gosec // test data
 	s.opts.Store(&opts)
 	s.rngMu.Unlock()
 }
+
+// SetLimits changes only the provider limits (as SetOptions does), keeping
+// the other options and the completion-length sequence.
+func (s *Server) SetLimits(l ProviderLimits) {
+	l = l.normalized()
+	s.rngMu.Lock()
+	o := *s.opts.Load()
+	o.Limits = l
+	s.opts.Store(&o)
+	s.rngMu.Unlock()
+}
+
+// Limits returns the provider limits in force (normalized: Window is never
+// 0). The caller may modify the result.
+func (s *Server) Limits() ProviderLimits { return s.opts.Load().Limits.clone() }
+
+// Stats returns the counters of the provider limits and of the requests in
+// flight.
+func (s *Server) Stats() Stats {
+	st := Stats{InFlight: s.InFlight(), MaxInFlight: s.MaxInFlight()}
+	s.lim.stats(&st)
+	return st
+}
+
+// Breaches returns the number of requests refused by the provider limits
+// since New or Reset.
+func (s *Server) Breaches() int { return int(s.Stats().Breaches) }
 
 func defaultCountTokens(_, text string) int { return (len(text) + 3) / 4 }
 
@@ -166,14 +220,16 @@ func (s *Server) recordsNoBody() []Record {
 	return out
 }
 
-// Reset forgets the records and sets the in-flight high-water mark to the
-// current number of requests in flight.
+// Reset forgets the records, zeroes the counters of Stats and sets the
+// in-flight high-water marks to the current numbers in flight. It does not
+// clear the limits' windows: what the provider has charged stays charged.
 func (s *Server) Reset() {
 	s.recMu.Lock()
 	clear(s.records)
 	s.records = s.records[:0]
 	s.recMu.Unlock()
 	s.maxInFlight.Store(s.inFlight.Load())
+	s.lim.resetStats()
 }
 
 // InFlight returns the number of requests currently being answered: from
@@ -207,8 +263,9 @@ func (s *Server) addRecord(r *Record, maxRecords int) {
 	s.recMu.Unlock()
 }
 
-// finish completes a record and leaves the in-flight count.
-func (s *Server) finish(r *Record, status, completion int, aborted bool) {
+// finish completes a record and leaves the in-flight counts (the
+// concurrency limits' too, for an admitted request).
+func (s *Server) finish(r *Record, status, completion int, aborted bool, ls lease) {
 	now := time.Now()
 	s.recMu.Lock()
 	r.Finished = now
@@ -216,6 +273,7 @@ func (s *Server) finish(r *Record, status, completion int, aborted bool) {
 	r.CompletionTokens = completion
 	r.Aborted = aborted
 	s.recMu.Unlock()
+	ls.release()
 	s.inFlight.Add(-1)
 }
 
