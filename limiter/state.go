@@ -212,6 +212,10 @@ type Delta struct {
 	Requests   int64 // requests charged (1 for an admission reported late)
 	Tokens     int64 // tokens charged (+) or credited back (-)
 	Slots      int64 // slots taken (+1) or released (-1)
+	// ID names the delta for a receiver that may be given it twice (a
+	// report sent again after its answer was lost); 0: unnamed. The
+	// limiter ignores it.
+	ID uint64 `json:",omitempty"`
 }
 
 // DeltaOf describes a ticket's effect so far (an admission), for reporting

@@ -33,7 +33,7 @@ const maxFallbackEntries = 1 << 14
 const reportSoon = 5 * time.Millisecond
 
 type fallbackLedger struct {
-	sendMu sync.Mutex // one report at a time; a finish waits for its outcome
+	sendMu sync.Mutex // one report at a time
 	mu     sync.Mutex
 	owner  string // the owner the admissions could not reach
 	// pending are not delivered yet, oldest first.
@@ -42,22 +42,37 @@ type fallbackLedger struct {
 }
 
 type fallbackEntry struct {
-	d        limiter.Delta
-	reported bool
+	d limiter.Delta
+	// sent: the entry went out in a report, so the owner may have applied
+	// it even if the report failed (its answer lost); reported: the owner
+	// said it took it.
+	sent, reported bool
 }
 
 // admitted records a call admitted under the fallback share and schedules
 // a report.
 func (r *Router) fallbackAdmitted(t *tenant, tk *limiter.Ticket) *fallbackEntry {
 	l := t.fb
-	e := &fallbackEntry{d: limiter.DeltaOf(tk)}
+	e := &fallbackEntry{d: r.ids.name(limiter.DeltaOf(tk))}
 	l.mu.Lock()
 	l.owner = r.view.Load().owner(t.name)
+	l.add(e)
+	l.mu.Unlock()
+	r.reportFallbackSoon(t)
+	return e
+}
+
+// add queues e; l.mu is held.
+func (l *fallbackLedger) add(e *fallbackEntry) {
 	if len(l.pending) >= maxFallbackEntries {
 		l.pending = append(l.pending[:0], l.pending[len(l.pending)/2:]...)
 	}
 	l.pending = append(l.pending, e)
-	l.mu.Unlock()
+}
+
+// reportFallbackSoon schedules a report of the tenant's ledger.
+func (r *Router) reportFallbackSoon(t *tenant) {
+	l := t.fb
 	if l.soon.CompareAndSwap(false, true) {
 		go func() {
 			time.Sleep(reportSoon)
@@ -65,7 +80,6 @@ func (r *Router) fallbackAdmitted(t *tenant, tk *limiter.Ticket) *fallbackEntry 
 			r.reportFallback(t)
 		}()
 	}
-	return e
 }
 
 // waitsFor reports whether the ledger holds admissions the owner named in
@@ -77,20 +91,26 @@ func (l *fallbackLedger) waitsFor(owner string) bool {
 }
 
 // fallbackFinished accounts for the end of a call admitted under the
-// fallback share: d is what it changed (limiter.FinishDelta). Not reported
-// yet, the entry is amended; reported, d goes after it.
+// fallback share: d is what it changed (limiter.FinishDelta). Never sent,
+// the entry is amended. Reported, d goes after it on its own. Sent but not
+// confirmed, the owner may or may not have it: d joins the ledger behind it
+// under its own ID, so a report sent again carries both, the owner skips
+// the one it has and applies the release after the admission either way.
 func (r *Router) fallbackFinished(t *tenant, e *fallbackEntry, d limiter.Delta) {
-	t.fb.sendMu.Lock() // not while its admission is on its way: wait for the outcome
-	t.fb.mu.Lock()
-	reported := e.reported
-	if !reported {
+	l := t.fb
+	l.mu.Lock()
+	switch {
+	case !e.sent:
 		e.d.Tokens += d.Tokens
 		e.d.Slots += d.Slots
-	}
-	t.fb.mu.Unlock()
-	t.fb.sendMu.Unlock()
-	if reported {
+		l.mu.Unlock()
+	case e.reported:
+		l.mu.Unlock()
 		r.reportDelta(t, d)
+	default:
+		l.add(&fallbackEntry{d: r.ids.name(d)})
+		l.mu.Unlock()
+		r.reportFallbackSoon(t)
 	}
 }
 
@@ -105,6 +125,7 @@ func (r *Router) reportFallback(t *tenant) {
 	ds := make([]limiter.Delta, len(sent))
 	for i, e := range sent {
 		ds[i] = e.d
+		e.sent = true
 	}
 	l.mu.Unlock()
 	if len(ds) == 0 {

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -257,7 +258,24 @@ type deltaMsg struct {
 // the ring. Best effort and asynchronous: if it is lost, a slot frees
 // itself with its TTL and a token delta is forgotten with its window.
 func (r *Router) reportDelta(t *tenant, d limiter.Delta) {
-	r.sendDeltas(t, "", []limiter.Delta{d}, 0)
+	r.sendDeltas(t, "", []limiter.Delta{r.ids.name(d)}, 0)
+}
+
+// applyOnce applies the deltas of ds not applied here before (deltaids.go),
+// through the hold while the tenant is not taken over; from is the node
+// whose calls they are ("": this one).
+func (r *Router) applyOnce(t *tenant, now int64, from string, ds []limiter.Delta) (applied int) {
+	origin := from
+	if origin == "" {
+		origin = r.node
+	}
+	ds = r.ids.fresh(origin, now, 2*int64(t.lim.Window()), ds)
+	if !r.hold(t, now, from, ds) {
+		for _, d := range ds {
+			t.lim.ApplyFrom(now, from, d)
+		}
+	}
+	return len(ds)
 }
 
 // sendDeltas sends deltas of calls running on node from ("": this one) for
@@ -308,12 +326,7 @@ func (r *Router) deliverDeltas(t *tenant, from string, ds []limiter.Delta, forwa
 	if dest == "" || (dest == r.node && t.lim.MovedTo() == "") {
 		// The tenant is (back) here: count it here, through the same
 		// hold as a peer's deltas, so an import cannot wipe it.
-		now := r.clock()
-		if !r.hold(t, now, from, ds) {
-			for _, d := range ds {
-				t.lim.ApplyFrom(now, from, d)
-			}
-		}
+		r.applyOnce(t, r.clock(), from, slices.Clone(ds))
 		return nil
 	}
 	if from == "" {
@@ -369,11 +382,6 @@ func (r *Router) serveDelta(ctx *fasthttp.RequestCtx) {
 	if from == r.node {
 		from = "" // this node's own calls, reported back to it
 	}
-	if !r.hold(t, now, from, m.Deltas) {
-		for _, d := range m.Deltas {
-			t.lim.ApplyFrom(now, from, d)
-		}
-	}
-	r.metrics.deltasApplied.Add(float64(len(m.Deltas)))
+	r.metrics.deltasApplied.Add(float64(r.applyOnce(t, now, from, m.Deltas)))
 	ctx.SetStatusCode(fasthttp.StatusNoContent)
 }

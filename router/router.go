@@ -46,6 +46,7 @@ type Router struct {
 	fallbackSeed atomic.Pointer[func(tenant string) (limiter.State, bool)]
 	peers        *peers
 	held         heldDeltas // deltas for tenants not taken over yet (handoff.go)
+	ids          *deltaIDs  // names this node's deltas, skips ones applied twice (deltaids.go)
 	// handOver answers a peer asking for tenants' state (peerstate.go).
 	handOver atomic.Pointer[func(asker string, tenants []string) []handoff.Reply]
 	// clustered: the node gossips; until it holds a ring it owns nothing.
@@ -86,6 +87,7 @@ func New(o Options) (*Router, error) {
 		tok:     o.Tokenizer,
 		est:     reserve.NewEstimator(o.Config.Limits.DefaultCompletion),
 		metrics: newMetrics(),
+		ids:     newDeltaIDs(),
 		started: time.Now(),
 		// A cluster node owns nothing until it has joined and holds a
 		// ring; a standalone one owns everything.

@@ -125,12 +125,15 @@ func IdleDialer(first, idle time.Duration, dial fasthttp.DialFunc) fasthttp.Dial
 // idleConn gives every read its own deadline, so a silent upstream fails
 // while a long stream that keeps talking is never cut (fasthttp's ReadTimeout
 // would bound the whole streamed body). The first read after a request was
-// written waits up to first; later reads up to idle. An HTTP/1 client
-// connection never reads and writes at once, so fresh needs no lock.
+// written waits up to first; later reads up to idle. A deadline the caller
+// sets (fasthttp's DoTimeout does, per request) still bounds every read.
+// An HTTP/1 client connection never reads and writes at once, so fresh and
+// until need no lock.
 type idleConn struct {
 	net.Conn
 	first, idle time.Duration
 	fresh       bool
+	until       time.Time // the caller's deadline; zero: none
 }
 
 func (c *idleConn) Write(p []byte) (int, error) {
@@ -143,14 +146,28 @@ func (c *idleConn) Read(p []byte) (int, error) {
 	if c.fresh {
 		wait, c.fresh = c.first, false
 	}
-	if err := c.Conn.SetReadDeadline(time.Now().Add(wait)); err != nil {
+	deadline := time.Now().Add(wait)
+	if !c.until.IsZero() && c.until.Before(deadline) {
+		deadline = c.until
+	}
+	if err := c.Conn.SetReadDeadline(deadline); err != nil {
 		return 0, err
 	}
 	return c.Conn.Read(p)
 }
 
-// SetReadDeadline is ignored: the idle deadline is set on every read.
-func (c *idleConn) SetReadDeadline(time.Time) error { return nil }
+// SetReadDeadline keeps the caller's deadline for the reads, which set
+// their own (the earlier of it and the idle one).
+func (c *idleConn) SetReadDeadline(t time.Time) error {
+	c.until = t
+	return nil
+}
+
+// SetDeadline is SetReadDeadline and the write deadline.
+func (c *idleConn) SetDeadline(t time.Time) error {
+	c.until = t
+	return c.Conn.SetWriteDeadline(t)
+}
 
 // Prepare fills req for this provider: method, URL, authentication and the
 // client headers that carry meaning for the provider. body is used as is.

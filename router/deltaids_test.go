@@ -1,0 +1,140 @@
+package router
+
+import (
+	"net"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/valyala/fasthttp"
+
+	"github.com/ringgate/ringgate/config"
+	"github.com/ringgate/ringgate/limiter"
+	"github.com/ringgate/ringgate/ring"
+)
+
+// deltaPair is an edge and an owner router on loopback, signed with one
+// secret; the owner's delta endpoint can be made to answer late, after it
+// applied what it was sent (an answer lost to the edge's timeout).
+type deltaPair struct {
+	edge, owner *Router
+	late        atomic.Int32 // delta calls still to answer late
+	calls       atomic.Int32 // delta calls the owner served
+}
+
+func newDeltaPair(t *testing.T) *deltaPair {
+	t.Helper()
+	p := &deltaPair{}
+	secret := make([]byte, 32)
+	for i := range secret {
+		secret[i] = byte(i + 1)
+	}
+	build := func(name string) *Router {
+		cfg := config.Default()
+		cfg.Node.Name = name
+		cfg.Node.Listen = "127.0.0.1:0"
+		cfg.Node.Gossip = "127.0.0.1:0"
+		cfg.Cluster.Secret = secret
+		cfg.Limits.Window = 10 * time.Second
+		cfg.Upstreams = []config.Upstream{{Name: "up", Kind: config.KindOpenAI, BaseURL: "http://127.0.0.1:9", Models: []string{"m"},
+			Timeout: time.Second, StreamIdleTimeout: time.Second, ConnectTimeout: time.Second}}
+		cfg.Tenants = []config.Tenant{{Name: "acme", Keys: []string{"key-acme"}, RPM: 100, Concurrency: 10, Priority: "interactive"}}
+		if err := cfg.Validate(); err != nil {
+			t.Fatalf("config: %v", err)
+		}
+		r, err := New(Options{Config: cfg})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+	p.edge, p.owner = build("edge"), build("owner")
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := p.owner.Server()
+	inner := srv.Handler
+	srv.Handler = func(ctx *fasthttp.RequestCtx) {
+		inner(ctx)
+		if string(ctx.Path()) == deltaPath {
+			p.calls.Add(1)
+			if p.late.Add(-1) >= 0 {
+				time.Sleep(deltaTimeout + 200*time.Millisecond)
+			}
+		}
+	}
+	go func() { _ = srv.Serve(ln) }()
+	t.Cleanup(func() { _ = srv.Shutdown() })
+	// The owner owns everything; the edge knows where it is.
+	v := View{Ring: ring.New(1, []string{"owner"}), Members: []Member{
+		{Name: "edge", Addr: "127.0.0.1:1", State: "active"},
+		{Name: "owner", Addr: ln.Addr().String(), State: "active"},
+	}}
+	p.edge.SetView(v)
+	p.owner.SetView(v)
+	return p
+}
+
+// A fallback report the owner applied but whose answer the edge never got
+// is sent again with the next report: the owner counts each admission, and
+// each release, once.
+func TestFallbackReportSentTwiceCountsOnce(t *testing.T) {
+	p := newDeltaPair(t)
+	p.late.Store(1)
+	te := p.edge.state.Load().byName["acme"]
+	admit := func() (limiter.Ticket, *fallbackEntry) {
+		tk, d := te.fallback.Admit(p.edge.clock(), 10)
+		if !d.Allowed {
+			t.Fatalf("fallback share refused: %+v", d)
+		}
+		return tk, p.edge.fallbackAdmitted(te, &tk)
+	}
+	const n = 3
+	var tks [n]limiter.Ticket
+	var es [n]*fallbackEntry
+	for i := range n {
+		tks[i], es[i] = admit()
+	}
+	// The first report goes out 5ms later, is applied, and its answer
+	// comes after the edge gave up.
+	if !poll(5*time.Second, func() bool { return p.calls.Load() >= 1 }) {
+		t.Fatal("the owner was never sent the report")
+	}
+	// One call ends while its admission is unconfirmed.
+	fin := limiter.FinishDelta(&tks[0], 10)
+	te.fallback.Finish(p.edge.clock(), &tks[0], 10)
+	p.edge.fallbackFinished(te, es[0], fin)
+
+	// The episode ends: the ledger is reported again.
+	if !poll(5*time.Second, func() bool {
+		p.edge.reportFallback(te)
+		te.fb.mu.Lock()
+		defer te.fb.mu.Unlock()
+		return len(te.fb.pending) == 0
+	}) {
+		t.Fatal("the ledger was never delivered")
+	}
+	if c := p.calls.Load(); c < 2 {
+		t.Fatalf("owner served %d delta calls, want the report sent again", c)
+	}
+	to := p.owner.state.Load().byName["acme"]
+	u := to.lim.Usage(p.owner.clock())
+	if u.Requests != n || u.InFlight != n-1 {
+		t.Errorf("owner counts %d requests and %d in flight, want %d and %d (each admission and release once)", u.Requests, u.InFlight, n, n-1)
+	}
+	t.Logf("owner served %d delta calls; counts %d requests, %d in flight", p.calls.Load(), u.Requests, u.InFlight)
+}
+
+func poll(d time.Duration, cond func() bool) bool {
+	deadline := time.Now().Add(d)
+	for {
+		if cond() {
+			return true
+		}
+		if time.Now().After(deadline) {
+			return false
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
