@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/ringgate/ringgate/redisconn"
 )
 
 // LoadMany loads the snapshots of several tenants in one pipelined round
@@ -20,23 +22,22 @@ func (s *Store) LoadMany(ctx context.Context, tenants []string) ([]*Snapshot, er
 	if s.closed.Load() {
 		return nil, fmt.Errorf("load %d snapshots: %w", len(tenants), ErrClosed)
 	}
-	probe, ok := s.brk.allow(time.Now())
-	if !ok {
+	cmds := make([]*redis.StringCmd, len(tenants))
+	err := s.conn.Call(ctx, time.Duration(len(tenants))*perItem, func(cctx context.Context) error {
+		pipe := s.client.Pipeline()
+		for i, t := range tenants {
+			cmds[i] = pipe.Get(cctx, s.Key(t))
+		}
+		_, err := pipe.Exec(cctx)
+		if errors.Is(err, redis.Nil) {
+			err = nil // some keys absent: per-command results say which
+		}
+		return err
+	})
+	if errors.Is(err, redisconn.ErrUnavailable) {
 		s.skipped.Add(1)
 		return nil, fmt.Errorf("load %d snapshots: %w", len(tenants), ErrUnavailable)
 	}
-	cctx, cancel := context.WithTimeout(ctx, s.timeout+time.Duration(len(tenants))*perItem)
-	defer cancel()
-	pipe := s.client.Pipeline()
-	cmds := make([]*redis.StringCmd, len(tenants))
-	for i, t := range tenants {
-		cmds[i] = pipe.Get(cctx, s.Key(t))
-	}
-	_, err := pipe.Exec(cctx)
-	if errors.Is(err, redis.Nil) {
-		err = nil // some keys absent: per-command results say which
-	}
-	s.done(ctx, err, probe)
 	if err != nil {
 		s.loadFailed.Add(1)
 		return nil, fmt.Errorf("load %d snapshots: %w", len(tenants), err)

@@ -309,15 +309,18 @@ func TestRedisPaused(t *testing.T) {
 	in := snaps(1000, rand.New(rand.NewPCG(7, 7)))
 	// Setup, not the budget under test: in batches small enough for the
 	// 15 ms socket deadlines even under -race on two busy cores.
-	st.timeout = time.Second
+	setup, err := NewStore(StoreConfig{Addrs: []string{srv.Addr()}, Timeout: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
 	for i := 0; i < len(in); i += 50 {
-		if err := st.SaveBatch(ctx, in[i:i+50], time.Minute); err != nil {
+		if err := setup.SaveBatch(ctx, in[i:i+50], time.Minute); err != nil {
 			t.Fatal(err)
 		}
 	}
-	st.timeout = DefaultTimeout
+	_ = setup.Close()
 	srv.Pause(0)
-	var err error
+	err = nil
 	d := timed(func() { err = st.SaveBatch(ctx, in, time.Minute) })
 	t.Logf("SaveBatch(1000) with Redis paused: %v after %v (budget %v)", err, d, DefaultTimeout+1000*perItem)
 	if err == nil || d > failBound {
@@ -444,44 +447,8 @@ func TestNewStoreConfig(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer st.Close()
-	if st.timeout != DefaultTimeout || st.Key("a") != "p:snap:{a}" {
-		t.Fatalf("timeout %v, key %q", st.timeout, st.Key("a"))
-	}
-}
-
-func TestBreaker(t *testing.T) {
-	var b breaker
-	t0 := time.Unix(0, now0)
-	if probe, ok := b.allow(t0); !ok || probe {
-		t.Fatal("a closed breaker refused")
-	}
-	if !b.fail(t0, false) {
-		t.Fatal("first failure did not report opening")
-	}
-	if b.fail(t0, false) {
-		t.Fatal("second failure reported opening")
-	}
-	if _, ok := b.allow(t0.Add(breakerWindow - 1)); ok {
-		t.Fatal("allowed inside the window")
-	}
-	after := t0.Add(breakerWindow)
-	probe, ok := b.allow(after)
-	if !ok || !probe {
-		t.Fatal("no probe after the window")
-	}
-	if _, ok := b.allow(after); ok || b.available(after) {
-		t.Fatal("a second call went out beside the probe")
-	}
-	b.release(probe) // the probe told nothing
-	probe, ok = b.allow(after)
-	if !ok || !probe {
-		t.Fatal("no probe after a released one")
-	}
-	if !b.succeed(probe) {
-		t.Fatal("a successful probe did not report closing")
-	}
-	if probe, ok := b.allow(after); !ok || probe {
-		t.Fatal("closed breaker refused or probed")
+	if st.conn.Timeout() != DefaultTimeout || st.Key("a") != "p:snap:{a}" {
+		t.Fatalf("timeout %v, key %q", st.conn.Timeout(), st.Key("a"))
 	}
 }
 
@@ -498,10 +465,13 @@ func (quietLogger) Printf(context.Context, string, ...any) {}
 
 func benchmarkSaveBatch(b *testing.B, n int) {
 	srv := redistest.Start(b)
-	st := newStore(b, srv.Addr())
 	// A batch of 1000 takes longer than the 15 ms budget on a loaded
 	// machine; the benchmark measures speed, not the budget.
-	st.timeout = time.Second
+	st, err := NewStore(StoreConfig{Addrs: []string{srv.Addr()}, Timeout: time.Second})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer st.Close()
 	in := snaps(n, rand.New(rand.NewPCG(10, 10)))
 	ctx := context.Background()
 	b.ReportAllocs()

@@ -1,0 +1,239 @@
+// Package redisconn is ringgate's connection to Redis: one go-redis client
+// (plain, Sentinel or Cluster) whose every call is bounded by a small
+// budget (15 ms by default) and guarded by a breaker, so a dead or hung
+// Redis costs a caller at most one budget and then nothing until it
+// answers again. The snapshot store and the lease store share one Conn,
+// and with it one view of whether Redis is there.
+//
+// It knows nothing of what is stored: keys, scripts and formats belong to
+// the packages that use it.
+package redisconn
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/redis/go-redis/v9/maintnotifications"
+)
+
+// Defaults and fixed timings.
+const (
+	DefaultTimeout = 15 * time.Millisecond
+	// BreakerWindow is how long calls fail fast after a failed call.
+	BreakerWindow = 500 * time.Millisecond
+	// maxDialTimeout caps the dial timeout (4×Timeout) of go-redis's own
+	// background dials; a call's dial is bounded by the call's budget.
+	maxDialTimeout = time.Second
+)
+
+// ErrUnavailable is returned without touching the network while the
+// breaker is open: a call failed less than BreakerWindow ago.
+var ErrUnavailable = errors.New("redis unavailable (breaker open)")
+
+// ErrClosed is returned by calls on a closed Conn.
+var ErrClosed = errors.New("redis connection closed")
+
+// Config configures a Conn.
+type Config struct {
+	Addrs      []string      // one addr: plain Redis; several: Cluster (or Sentinel with MasterName)
+	MasterName string        // Sentinel master name, optional
+	Password   string        // optional
+	Timeout    time.Duration // budget of one call, default 15 ms
+	Logger     *slog.Logger  // default: discard
+}
+
+// Conn is a Redis client with a per-call budget and a breaker. It is safe
+// for concurrent use.
+type Conn struct {
+	client  redis.UniversalClient
+	timeout time.Duration
+	log     *slog.Logger
+	brk     breaker
+	closed  atomic.Bool
+	opens   atomic.Uint64
+	skipped atomic.Uint64
+}
+
+// New makes a Conn. It does not contact Redis: the first call does
+// (go-redis dials its idle connections in the background).
+func New(cfg Config) (*Conn, error) {
+	if len(cfg.Addrs) == 0 {
+		return nil, errors.New("redis: no address")
+	}
+	if cfg.Timeout < 0 {
+		return nil, fmt.Errorf("redis: negative timeout %v", cfg.Timeout)
+	}
+	if cfg.Timeout == 0 {
+		cfg.Timeout = DefaultTimeout
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	t := cfg.Timeout
+	client := redis.NewUniversalClient(&redis.UniversalOptions{
+		Addrs:      cfg.Addrs,
+		MasterName: cfg.MasterName,
+		Password:   cfg.Password,
+
+		// Without ContextTimeoutEnabled a context deadline does not bound
+		// the socket read; with it, a read or write stops at the earlier of
+		// the deadline and Read/WriteTimeout.
+		ContextTimeoutEnabled: true,
+		ReadTimeout:           t,
+		WriteTimeout:          t,
+		DialTimeout:           min(4*t, maxDialTimeout),
+		DialerRetries:         1, // default 5 with 100 ms pauses
+		MaxRetries:            -1,
+		PoolTimeout:           t,
+		MinIdleConns:          2,
+		// Pipelines run on the main pool, whose MinIdleConns are dialled
+		// ahead; the dedicated pipeline pool never pre-dials, so the first
+		// batch after an idle spell would pay a dial and handshake.
+		PipelinePoolSize: -1,
+		// Fewer handshake round trips on every dial: no CLIENT SETINFO
+		// (older servers reject it anyway), no CLIENT MAINT_NOTIFICATIONS.
+		DisableIdentity:          true,
+		MaintNotificationsConfig: &maintnotifications.Config{Mode: maintnotifications.ModeDisabled},
+	})
+	return &Conn{client: client, timeout: t, log: cfg.Logger}, nil
+}
+
+// Client is the underlying client, for callers that run their commands
+// inside Call.
+func (c *Conn) Client() redis.UniversalClient { return c.client }
+
+// Timeout is the budget of one call.
+func (c *Conn) Timeout() time.Duration { return c.timeout }
+
+// Call runs fn with a context bounded by the budget plus extra (a large
+// pipeline needs more), unless the breaker is open or the Conn closed, and
+// feeds its outcome to the breaker. redis.Nil and other reply errors mean
+// Redis answered: they keep the breaker closed.
+func (c *Conn) Call(ctx context.Context, extra time.Duration, fn func(ctx context.Context) error) error {
+	if c.closed.Load() {
+		return ErrClosed
+	}
+	probe, ok := c.brk.allow(time.Now())
+	if !ok {
+		c.skipped.Add(1)
+		return ErrUnavailable
+	}
+	cctx, cancel := context.WithTimeout(ctx, c.timeout+extra)
+	err := fn(cctx)
+	cancel()
+	c.done(ctx, err, probe)
+	return err
+}
+
+// done feeds a call's outcome to the breaker. A reply error (Redis
+// answered) and the caller's own cancellation say nothing about Redis's
+// health; any other error opens the breaker.
+func (c *Conn) done(ctx context.Context, err error, probe bool) {
+	var reply redis.Error
+	switch {
+	case err == nil || errors.As(err, &reply):
+		if c.brk.succeed(probe) {
+			c.log.Info("redis available again")
+		}
+	case errors.Is(ctx.Err(), context.Canceled):
+		c.brk.release(probe)
+	default:
+		if c.brk.fail(time.Now(), probe) {
+			c.opens.Add(1)
+			c.log.Warn("redis unavailable, failing fast", "for", BreakerWindow.String(), "err", err.Error())
+		}
+	}
+}
+
+// BreakerOpens counts the times a failure opened the breaker.
+func (c *Conn) BreakerOpens() uint64 { return c.opens.Load() }
+
+// Skipped counts the calls refused while the breaker was open.
+func (c *Conn) Skipped() uint64 { return c.skipped.Load() }
+
+// Available reports whether a call now would reach Redis: false while the
+// breaker is open after a failure, or after Close.
+func (c *Conn) Available() bool {
+	return !c.closed.Load() && c.brk.available(time.Now())
+}
+
+// Close closes the client. Calls after it return ErrClosed.
+func (c *Conn) Close() error {
+	if !c.closed.CompareAndSwap(false, true) {
+		return nil
+	}
+	return c.client.Close()
+}
+
+// breaker fails calls fast for BreakerWindow after a failure. Once the
+// window is over one call at a time goes through as a probe; its success
+// closes the breaker, its failure opens it again.
+type breaker struct {
+	mu      sync.Mutex
+	open    bool
+	until   time.Time // end of the fail-fast window while open
+	probing bool      // a probe is in flight
+}
+
+// allow reports whether a call may go to Redis, and whether it is the probe.
+func (b *breaker) allow(now time.Time) (probe, ok bool) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	switch {
+	case !b.open:
+		return false, true
+	case now.Before(b.until) || b.probing:
+		return false, false
+	default:
+		b.probing = true
+		return true, true
+	}
+}
+
+// succeed closes the breaker; it reports whether it was open.
+func (b *breaker) succeed(probe bool) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if probe {
+		b.probing = false
+	}
+	was := b.open
+	b.open = false
+	return was
+}
+
+// fail opens the breaker for another window; it reports whether it was
+// closed.
+func (b *breaker) fail(now time.Time, probe bool) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if probe {
+		b.probing = false
+	}
+	was := b.open
+	b.open = true
+	b.until = now.Add(BreakerWindow)
+	return !was
+}
+
+// release ends a probe that told nothing.
+func (b *breaker) release(probe bool) {
+	if !probe {
+		return
+	}
+	b.mu.Lock()
+	b.probing = false
+	b.mu.Unlock()
+}
+
+func (b *breaker) available(now time.Time) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return !b.open || (!now.Before(b.until) && !b.probing)
+}
