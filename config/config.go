@@ -134,10 +134,40 @@ type Upstream struct {
 
 	RPM, TPM, Concurrency int // the provider's own limits; 0 = none
 
+	// ModelLimits ([[upstreams.model_limits]]) are the provider's own limits
+	// for single models, on top of RPM/TPM/Concurrency. Each names a model
+	// routed to this upstream, at most once. Look one up with ModelLimit.
+	ModelLimits []ModelLimit
+
+	// OnRedisDown (on_redis_down, default "share") is what the upstream's
+	// limits do while Redis cannot be reached: OnRedisDownShare (each node
+	// keeps to its strict local share), OnRedisDownOpen or OnRedisDownClosed.
+	// Parsed configs always hold one of these; "" (a Config built in Go
+	// that leaves it out) is valid and means OnRedisDownShare.
+	OnRedisDown string
+
 	ConnectTimeout    time.Duration // connect_timeout, default 2s
 	Timeout           time.Duration // timeout, default 600s: max wait for response headers / a whole JSON body
 	StreamIdleTimeout time.Duration // stream_idle_timeout, default 120s: max silence between stream chunks
 	AnthropicVersion  string        // anthropic_version, default "2023-06-01"
+}
+
+// ModelLimit is one [[upstreams.model_limits]] entry: a provider's own limits
+// for one model. 0 = no limit on that dimension; at least one is > 0.
+type ModelLimit struct {
+	Model                 string // model, required
+	RPM, TPM, Concurrency int
+}
+
+// ModelLimit returns the limits u has for model (matched exactly, like
+// routing), and whether it has any.
+func (u *Upstream) ModelLimit(model string) (ModelLimit, bool) {
+	for _, ml := range u.ModelLimits {
+		if ml.Model == model {
+			return ml, true
+		}
+	}
+	return ModelLimit{}, false
 }
 
 // Tenant is one [[tenants]] entry: a client with its keys and limits.
@@ -150,10 +180,13 @@ type Tenant struct {
 	Priority              string // "interactive" (default) or "batch"
 }
 
-// Upstream kinds and tenant priorities.
+// Upstream kinds, upstream on_redis_down values and tenant priorities.
 const (
 	KindOpenAI          = "openai"
 	KindAnthropic       = "anthropic"
+	OnRedisDownShare    = "share"  // strict local share of the upstream's limits
+	OnRedisDownOpen     = "open"   // upstream limits not enforced
+	OnRedisDownClosed   = "closed" // requests to the upstream refused
 	PriorityInteractive = "interactive"
 	PriorityBatch       = "batch"
 )
@@ -212,6 +245,7 @@ func defaultUpstream() Upstream {
 		Timeout:           600 * time.Second,
 		StreamIdleTimeout: 120 * time.Second,
 		AnthropicVersion:  DefaultAnthropicVersion,
+		OnRedisDown:       OnRedisDownShare,
 	}
 }
 

@@ -205,6 +205,209 @@ name = "a"
 base_url = "https://x"
 stream_idle_timeout = "0s"`, `t.toml:5: upstreams[0].stream_idle_timeout: must be > 0 (got 0s)`},
 
+		// Upstream on_redis_down.
+		{"on_redis_down value", `
+[[upstreams]]
+name = "a"
+base_url = "https://x"
+on_redis_down = "fail-open"`, `t.toml:5: upstreams[0].on_redis_down: must be "share", "open" or "closed" (got "fail-open")`},
+		{"on_redis_down case", `
+[[upstreams]]
+name = "a"
+base_url = "https://x"
+[[upstreams]]
+name = "b"
+base_url = "https://y"
+on_redis_down = "Open"`, `t.toml:8: upstreams[1].on_redis_down: must be "share", "open" or "closed" (got "Open")`},
+		{"on_redis_down empty in file", `
+[[upstreams]]
+name = "a"
+base_url = "https://x"
+on_redis_down = ""`, `t.toml:5: upstreams[0].on_redis_down: must be "share", "open" or "closed" (got "")`},
+		{"on_redis_down type", `
+[[upstreams]]
+name = "a"
+base_url = "https://x"
+on_redis_down = true`, `t.toml:5: upstreams[0].on_redis_down: must be a string (got boolean)`},
+		{"on_redis_down misspelt", `
+[[upstreams]]
+name = "a"
+base_url = "https://x"
+on_redis_dwn = "open"`, `t.toml:5: upstreams[0].on_redis_dwn: unknown key (did you mean "on_redis_down"?)`},
+
+		// Upstream model_limits.
+		{"model_limits unknown key", `
+[[upstreams]]
+name = "a"
+base_url = "https://x"
+models = ["m"]
+[[upstreams.model_limits]]
+model = "m"
+rmp = 5`, `t.toml:8: upstreams[0].model_limits[0].rmp: unknown key (did you mean "rpm"?)`},
+		{"model_limits unknown key no suggestion", `
+[[upstreams]]
+name = "a"
+base_url = "https://x"
+models = ["m"]
+[[upstreams.model_limits]]
+model = "m"
+rpm = 1
+[[upstreams.model_limits]]
+model = "m2"
+window = "1s"`, `t.toml:11: upstreams[0].model_limits[1].window: unknown key`},
+		{"model_limits unknown key inline", `
+[[upstreams]]
+name = "a"
+base_url = "https://x"
+models = ["m"]
+model_limits = [
+  {model = "m", rpm = 1, tmp = 2},
+]`, `t.toml:7: upstreams[0].model_limits[0].tmp: unknown key (did you mean "tpm"?)`},
+		{"model_limits misspelt", `
+[[upstreams]]
+name = "a"
+base_url = "https://x"
+[[upstreams.model_limit]]
+model = "m"`, `t.toml:5: upstreams[0].model_limit: unknown key (did you mean "model_limits"?)`},
+		{"model_limits not an array of tables", `
+[[upstreams]]
+name = "a"
+base_url = "https://x"
+[upstreams.model_limits]
+model = "m"`, `t.toml:5: upstreams[0].model_limits: must be an array of tables, written [[upstreams.model_limits]] (got table)`},
+		{"model_limits rpm negative", `
+[[upstreams]]
+name = "a"
+base_url = "https://x"
+models = ["m"]
+[[upstreams.model_limits]]
+model = "m"
+rpm = -1`, `t.toml:8: upstreams[0].model_limits[0].rpm: must be >= 0 (got -1)`},
+		{"model_limits tpm negative", `
+[[upstreams]]
+name = "a"
+base_url = "https://x"
+models = ["m"]
+[[upstreams.model_limits]]
+model = "m"
+rpm = 5
+tpm = -100`, `t.toml:9: upstreams[0].model_limits[0].tpm: must be >= 0 (got -100)`},
+		{"model_limits concurrency negative, second upstream", `
+[[upstreams]]
+name = "a"
+base_url = "https://x"
+[[upstreams]]
+name = "b"
+base_url = "https://y"
+models = ["m"]
+[[upstreams.model_limits]]
+model = "m"
+tpm = 5
+concurrency = -3`, `t.toml:12: upstreams[1].model_limits[0].concurrency: must be >= 0 (got -3)`},
+		{"model_limits rpm not an integer", `
+[[upstreams]]
+name = "a"
+base_url = "https://x"
+models = ["m"]
+[[upstreams.model_limits]]
+model = "m"
+rpm = "5000"`, `t.toml:8: upstreams[0].model_limits[0].rpm: must be an integer (got string)`},
+		{"model_limits no limit", `
+[[upstreams]]
+name = "a"
+base_url = "https://x"
+models = ["m"]
+
+[[upstreams.model_limits]]
+model = "m"
+rpm = 0
+concurrency = 0`, `t.toml:7: upstreams[0].model_limits[0]: no limit: set rpm, tpm or concurrency > 0`},
+		{"model_limits no limit inline", `
+[[upstreams]]
+name = "a"
+base_url = "https://x"
+models = ["m"]
+model_limits = [{model = "m"}]`, `t.toml:6: upstreams[0].model_limits[0]: no limit: set rpm, tpm or concurrency > 0`},
+		{"model_limits model missing", `
+[[upstreams]]
+name = "a"
+base_url = "https://x"
+models = ["m"]
+[[upstreams.model_limits]]
+rpm = 1`, `t.toml:6: upstreams[0].model_limits[0].model: must not be empty`},
+		{"model_limits model empty", `
+[[upstreams]]
+name = "a"
+base_url = "https://x"
+models = ["m"]
+[[upstreams.model_limits]]
+rpm = 1
+model = ""`, `t.toml:8: upstreams[0].model_limits[0].model: must not be empty`},
+		{"model_limits model type", `
+[[upstreams]]
+name = "a"
+base_url = "https://x"
+models = ["m"]
+[[upstreams.model_limits]]
+model = ["m"]
+rpm = 1`, `t.toml:7: upstreams[0].model_limits[0].model: must be a string (got array)`},
+		{"model_limits model env missing", `
+[[upstreams]]
+name = "a"
+base_url = "https://x"
+models = ["m"]
+[[upstreams.model_limits]]
+model = "env:NOPE_MODEL"
+rpm = 1`, `t.toml:7: upstreams[0].model_limits[0].model: environment variable NOPE_MODEL is not set`},
+		{"model_limits duplicate model", `
+[[upstreams]]
+name = "a"
+base_url = "https://x"
+models = ["m", "n"]
+[[upstreams.model_limits]]
+model = "m"
+rpm = 1
+[[upstreams.model_limits]]
+model = "n"
+rpm = 1
+[[upstreams.model_limits]]
+model = "m"
+tpm = 1`, `t.toml:13: upstreams[0].model_limits[2].model: duplicate model "m" (also upstreams[0].model_limits[0])`},
+		{"model_limits model not routed here", `
+[[upstreams]]
+name = "a"
+base_url = "https://x"
+models = ["m"]
+[[upstreams]]
+name = "b"
+base_url = "https://y"
+models = ["gpt-4o"]
+[[upstreams.model_limits]]
+model = "gpt-4o-mini"
+rpm = 1`, `t.toml:11: upstreams[1].model_limits[0].model: model "gpt-4o-mini" is not in upstreams[1].models, so no request for it comes here`},
+		{"model_limits model of another upstream on the first", `
+[[upstreams]]
+name = "a"
+base_url = "https://x"
+[[upstreams.model_limits]]
+model = "m"
+rpm = 1
+[[upstreams]]
+name = "b"
+base_url = "https://y"
+models = ["m"]`, `t.toml:6: upstreams[0].model_limits[0].model: model "m" is routed to upstreams[1] (listed in its models), never to this one`},
+		{"model_limits earliest line wins", `
+[[upstreams]]
+name = "a"
+base_url = "https://x"
+models = ["m"]
+[[upstreams.model_limits]]
+model = "m"
+rpm = -1
+[[upstreams]]
+name = "a"
+base_url = "https://y"`, `t.toml:8: upstreams[0].model_limits[0].rpm: must be >= 0 (got -1)`},
+
 		// Tenants.
 		{"tenant rpm negative (line 14)", `# comment
 [node]
@@ -428,13 +631,160 @@ keys = ["k"]
 		t.Fatal(err)
 	}
 	wantU := Upstream{Name: "u", Kind: "openai", BaseURL: "https://x.example", ConnectTimeout: 2 * time.Second,
-		Timeout: 600 * time.Second, StreamIdleTimeout: 120 * time.Second, AnthropicVersion: "2023-06-01"}
+		Timeout: 600 * time.Second, StreamIdleTimeout: 120 * time.Second, AnthropicVersion: "2023-06-01",
+		OnRedisDown: "share"}
 	if !reflect.DeepEqual(c.Upstreams[0], wantU) {
 		t.Errorf("upstream defaults:\n got %+v\nwant %+v", c.Upstreams[0], wantU)
 	}
 	wantT := Tenant{Name: "t", Keys: []string{"k"}, Priority: "interactive"}
 	if !reflect.DeepEqual(c.Tenants[0], wantT) {
 		t.Errorf("tenant defaults:\n got %+v\nwant %+v", c.Tenants[0], wantT)
+	}
+}
+
+func TestUpstreamNewKeysDefaults(t *testing.T) {
+	c, err := parse([]byte(`
+[[upstreams]]
+name = "u"
+base_url = "https://x"
+models = ["m"]
+`), "t.toml", noEnv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	u := c.Upstreams[0]
+	if u.OnRedisDown != "share" {
+		t.Errorf("on_redis_down default %q, want %q", u.OnRedisDown, "share")
+	}
+	if u.ModelLimits != nil {
+		t.Errorf("model_limits default %+v, want none", u.ModelLimits)
+	}
+	if ml, ok := u.ModelLimit("m"); ok || ml != (ModelLimit{}) {
+		t.Errorf("ModelLimit(m) with no model_limits = %+v, %v", ml, ok)
+	}
+	if defaultUpstream().OnRedisDown != OnRedisDownShare {
+		t.Error("defaultUpstream: on_redis_down not share")
+	}
+
+	// A Config built in Go leaves OnRedisDown empty: that is "share", valid.
+	d := Default()
+	d.Upstreams = []Upstream{{Name: "u", Kind: KindOpenAI, BaseURL: "http://127.0.0.1:9", Models: []string{"m"},
+		ConnectTimeout: time.Second, Timeout: time.Second, StreamIdleTimeout: time.Second,
+		ModelLimits: []ModelLimit{{Model: "m", RPM: 1}}}}
+	if err := d.Validate(); err != nil {
+		t.Errorf("Go-built upstream without OnRedisDown: %v", err)
+	}
+	d.Upstreams[0].OnRedisDown = "shared"
+	if err := d.Validate(); err == nil || err.Error() != `upstreams[0].on_redis_down: must be "share", "open" or "closed" (got "shared")` {
+		t.Errorf("Go-built bad OnRedisDown: %v", err)
+	}
+	d.Upstreams[0].OnRedisDown = OnRedisDownClosed
+	d.Upstreams[0].ModelLimits = append(d.Upstreams[0].ModelLimits, ModelLimit{Model: "m", TPM: 1})
+	if err := d.Validate(); err == nil || err.Error() != `upstreams[0].model_limits[1].model: duplicate model "m" (also upstreams[0].model_limits[0])` {
+		t.Errorf("Go-built duplicate model limit: %v", err)
+	}
+}
+
+func TestUpstreamNewKeysParse(t *testing.T) {
+	doc := `
+[[upstreams]]
+name = "default"
+base_url = "https://a"
+models = ["gpt-4o", "gpt-4o-mini"]
+on_redis_down = "open"
+
+[[upstreams.model_limits]]
+model = "gpt-4o"
+rpm = 5000
+tpm = 800000
+concurrency = 0
+
+[[upstreams.model_limits]]
+model = "unlisted-model"     # the first upstream receives every unlisted model
+concurrency = 4
+
+[[upstreams]]
+name = "anthropic"
+kind = "anthropic"
+base_url = "https://b"
+models = ["claude", "env:EXTRA_MODEL"]
+on_redis_down = "closed"
+model_limits = [
+  {model = "claude", tpm = 400000},
+  {model = "env:EXTRA_MODEL", rpm = 10, tpm = 20, concurrency = 30},
+]
+
+[[upstreams]]
+name = "plain"
+base_url = "https://c"
+on_redis_down = "share"
+`
+	c, err := parse([]byte(doc), "t.toml", envMap(map[string]string{"EXTRA_MODEL": "claude-extra"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		up          int
+		onRedisDown string
+		limits      []ModelLimit
+	}{
+		{0, OnRedisDownOpen, []ModelLimit{
+			{Model: "gpt-4o", RPM: 5000, TPM: 800000},
+			{Model: "unlisted-model", Concurrency: 4},
+		}},
+		{1, OnRedisDownClosed, []ModelLimit{
+			{Model: "claude", TPM: 400000},
+			{Model: "claude-extra", RPM: 10, TPM: 20, Concurrency: 30},
+		}},
+		{2, OnRedisDownShare, nil},
+	}
+	for _, tt := range tests {
+		u := c.Upstreams[tt.up]
+		if u.OnRedisDown != tt.onRedisDown {
+			t.Errorf("upstreams[%d].on_redis_down = %q, want %q", tt.up, u.OnRedisDown, tt.onRedisDown)
+		}
+		if !reflect.DeepEqual(u.ModelLimits, tt.limits) {
+			t.Errorf("upstreams[%d].model_limits =\n %+v\nwant %+v", tt.up, u.ModelLimits, tt.limits)
+		}
+	}
+	// Other keys of the entries are unaffected by the sub-tables.
+	if c.Upstreams[0].Name != "default" || c.Upstreams[1].Kind != KindAnthropic || len(c.Upstreams) != 3 ||
+		!reflect.DeepEqual(c.Upstreams[1].Models, []string{"claude", "claude-extra"}) {
+		t.Errorf("upstreams parsed oddly: %+v", c.Upstreams)
+	}
+}
+
+func TestModelLimitLookup(t *testing.T) {
+	u := &Upstream{Name: "u", ModelLimits: []ModelLimit{
+		{Model: "gpt-4o", RPM: 5000, TPM: 800000},
+		{Model: "gpt-4o-mini", Concurrency: 3},
+	}}
+	tests := []struct {
+		model  string
+		want   ModelLimit
+		wantOK bool
+	}{
+		{"gpt-4o", ModelLimit{Model: "gpt-4o", RPM: 5000, TPM: 800000}, true},
+		{"gpt-4o-mini", ModelLimit{Model: "gpt-4o-mini", Concurrency: 3}, true},
+		{"GPT-4o", ModelLimit{}, false}, // exact match, like routing
+		{"gpt-4", ModelLimit{}, false},
+		{"", ModelLimit{}, false},
+	}
+	for _, tt := range tests {
+		got, ok := u.ModelLimit(tt.model)
+		if got != tt.want || ok != tt.wantOK {
+			t.Errorf("ModelLimit(%q) = %+v, %v; want %+v, %v", tt.model, got, ok, tt.want, tt.wantOK)
+		}
+	}
+	var empty Upstream
+	if _, ok := empty.ModelLimit("gpt-4o"); ok {
+		t.Error("upstream without model_limits found one")
+	}
+	// The result is a copy: changing it leaves the config alone.
+	got, _ := u.ModelLimit("gpt-4o")
+	got.RPM = 1
+	if u.ModelLimits[0].RPM != 5000 {
+		t.Error("ModelLimit returned an alias into the config")
 	}
 }
 
@@ -546,6 +896,14 @@ func TestExample(t *testing.T) {
 	if c.Node.HeaderTimeout != d.HeaderTimeout || c.Node.BodyMinRate != d.BodyMinRate || c.Node.BodyGrace != d.BodyGrace {
 		t.Errorf("example slow-client keys %v %d %v, defaults %v %d %v",
 			c.Node.HeaderTimeout, c.Node.BodyMinRate, c.Node.BodyGrace, d.HeaderTimeout, d.BodyMinRate, d.BodyGrace)
+	}
+	// The example shows the upstream keys on_redis_down and model_limits.
+	if u := c.Upstreams[0]; u.OnRedisDown != OnRedisDownShare ||
+		!reflect.DeepEqual(u.ModelLimits, []ModelLimit{{Model: "gpt-4o", RPM: 5000, TPM: 800000}}) {
+		t.Errorf("example upstream[0] on_redis_down %q model_limits %+v", u.OnRedisDown, u.ModelLimits)
+	}
+	if !strings.Contains(Example, "\non_redis_down = ") || !strings.Contains(Example, "\n[[upstreams.model_limits]]\n") {
+		t.Error("example does not show on_redis_down and [[upstreams.model_limits]]")
 	}
 	// The sha256 key in the example is that of the key named in its comment.
 	hs, err := c.Tenants[1].KeyHashes()

@@ -313,7 +313,7 @@ func fTables(each func(d *decoder, path string, v any)) field {
 					a[i] = m[i]
 				}
 			} else {
-				d.errf(path, "must be an array of tables, written [[%s]] (got %s)", path, typeName(v))
+				d.errf(path, "must be an array of tables, written [[%s]] (got %s)", tableName(path), typeName(v))
 				return
 			}
 		}
@@ -321,6 +321,39 @@ func fTables(each func(d *decoder, path string, v any)) field {
 			each(d, fmt.Sprintf("%s[%d]", path, i), e)
 		}
 	}
+}
+
+// fModelLimits decodes [[upstreams.model_limits]] (or an inline array of
+// tables) into dst.
+func fModelLimits(dst *[]ModelLimit) field {
+	return fTables(func(d *decoder, path string, v any) {
+		var ml ModelLimit
+		d.table(path, v, map[string]field{
+			"model":       fStr(&ml.Model),
+			"rpm":         fInt(&ml.RPM),
+			"tpm":         fInt(&ml.TPM),
+			"concurrency": fInt(&ml.Concurrency),
+		})
+		*dst = append(*dst, ml)
+	})
+}
+
+// tableName is path as a TOML header names it: "upstreams[0].model_limits"
+// is written [[upstreams.model_limits]].
+func tableName(path string) string {
+	var b strings.Builder
+	skip := false
+	for _, r := range path {
+		switch {
+		case r == '[':
+			skip = true
+		case r == ']':
+			skip = false
+		case !skip:
+			b.WriteRune(r)
+		}
+	}
+	return b.String()
 }
 
 func (d *decoder) rootFields() map[string]field {
@@ -374,6 +407,8 @@ func (d *decoder) rootFields() map[string]field {
 				"timeout":             fDur(&u.Timeout),
 				"stream_idle_timeout": fDur(&u.StreamIdleTimeout),
 				"anthropic_version":   fStr(&u.AnthropicVersion),
+				"model_limits":        fModelLimits(&u.ModelLimits),
+				"on_redis_down":       fStr(&u.OnRedisDown),
 			})
 			u.BaseURL = strings.TrimRight(u.BaseURL, "/")
 			c.Upstreams = append(c.Upstreams, u)

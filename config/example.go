@@ -60,6 +60,17 @@ concurrency = 500
 connect_timeout = "2s"
 timeout = "600s"                     # max wait for the answer to start (a whole JSON answer)
 stream_idle_timeout = "120s"         # max silence between stream chunks
+on_redis_down = "share"              # while Redis is unreachable: "share" (each node keeps to its
+                                     # strict local share of these limits), "open" (not enforced)
+                                     # or "closed" (requests to this upstream refused)
+
+# The provider's own limits for one model, on top of the upstream's; one
+# [[upstreams.model_limits]] per model, after the keys of its [[upstreams]].
+[[upstreams.model_limits]]
+model = "gpt-4o"                     # one of this upstream's models (the first upstream: any model it gets)
+rpm = 5000                           # 0 = none; at least one of rpm, tpm, concurrency > 0
+tpm = 800000
+concurrency = 0
 
 [[upstreams]]
 name = "anthropic"

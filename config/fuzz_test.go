@@ -18,6 +18,8 @@ func FuzzParse(f *testing.F) {
 		"[cluster]\nsecret = \"AAAA\"\n[limits]\nwindow = \"1h\"\nmax_body_bytes = 9223372036854775807\n",
 		"a.b.c = 1\n[a]\n[[a.b]]\n",
 		"[[t]]\n[t.x]\n[[t.x.y]]\n",
+		"[[upstreams]]\nname = \"u\"\nbase_url = \"http://x\"\nmodels = [\"m\"]\non_redis_down = \"open\"\n[[upstreams.model_limits]]\nmodel = \"m\"\nrpm = 1\n",
+		"[[upstreams]]\nname = \"u\"\nbase_url = \"http://x\"\nmodel_limits = [{model = \"m\"}, {model = \"m\", tpm = -1}]\n",
 		"[node\n",
 		"node = {listen = 1, join = [\"a\", {b = 2}]}\n",
 		"\"quoted.key\" = 1\n'x' = [ ]\n",

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -152,6 +153,14 @@ func (v *validator) limits() {
 func (v *validator) upstreams() {
 	names := map[string]int{}
 	models := map[string]string{} // model -> path that listed it first
+	routed := map[string]int{}    // model -> upstream that listed it first
+	for i, u := range v.c.Upstreams {
+		for _, m := range u.Models {
+			if _, dup := routed[m]; !dup && m != "" {
+				routed[m] = i
+			}
+		}
+	}
 	for i, u := range v.c.Upstreams {
 		p := fmt.Sprintf("upstreams[%d]", i)
 		if v.name(p+".name", u.Name) {
@@ -187,6 +196,52 @@ func (v *validator) upstreams() {
 		v.positive(p+".stream_idle_timeout", u.StreamIdleTimeout)
 		if u.Kind == KindAnthropic && u.AnthropicVersion == "" {
 			v.errf(p+".anthropic_version", "must not be empty")
+		}
+		v.modelLimits(p, i, u, routed)
+		switch u.OnRedisDown {
+		case OnRedisDownShare, OnRedisDownOpen, OnRedisDownClosed:
+		case "":
+			// The zero value of a Config built in Go means "share"; in a
+			// file, the key is either left out (default) or set to a value.
+			if _, written := v.c.lines[p+".on_redis_down"]; !written {
+				break
+			}
+			fallthrough
+		default:
+			v.errf(p+".on_redis_down", "must be %q, %q or %q (got %q)", OnRedisDownShare, OnRedisDownOpen, OnRedisDownClosed, u.OnRedisDown)
+		}
+	}
+}
+
+// modelLimits checks the model_limits of upstreams[i] (path p). Each must
+// name a model that is routed to this upstream: one of its models, or, for
+// the first upstream (the default), any model no other upstream lists. A
+// limit on a model that never comes here is a typo or a misplaced entry.
+func (v *validator) modelLimits(p string, i int, u Upstream, routed map[string]int) {
+	seen := map[string]int{} // model -> index of its first entry
+	for k, ml := range u.ModelLimits {
+		lp := fmt.Sprintf("%s.model_limits[%d]", p, k)
+		first, dup := seen[ml.Model]
+		j, listed := routed[ml.Model]
+		switch {
+		case ml.Model == "":
+			v.errf(lp+".model", "must not be empty")
+		case dup:
+			v.errf(lp+".model", "duplicate model %q (also %s.model_limits[%d])", ml.Model, p, first)
+		case slices.Contains(u.Models, ml.Model):
+		case i == 0 && listed:
+			v.errf(lp+".model", "model %q is routed to upstreams[%d] (listed in its models), never to this one", ml.Model, j)
+		case i > 0:
+			v.errf(lp+".model", "model %q is not in %s.models, so no request for it comes here", ml.Model, p)
+		}
+		if ml.Model != "" && !dup {
+			seen[ml.Model] = k
+		}
+		v.limit(lp+".rpm", ml.RPM)
+		v.limit(lp+".tpm", ml.TPM)
+		v.limit(lp+".concurrency", ml.Concurrency)
+		if ml.RPM == 0 && ml.TPM == 0 && ml.Concurrency == 0 {
+			v.errf(lp, "no limit: set rpm, tpm or concurrency > 0")
 		}
 	}
 }
