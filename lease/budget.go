@@ -1,0 +1,745 @@
+package lease
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"github.com/ringgate/ringgate/limiter"
+)
+
+// OnStoreDown is what a budget does once the store stopped answering and
+// its blocks are spent.
+type OnStoreDown uint8
+
+const (
+	Share  OnStoreDown = iota // a strict local share: the limit / live members
+	Open                      // admit without the provider limit
+	Closed                    // refuse
+)
+
+// Config is one budget: a provider's limits for an upstream, or for one of
+// its models.
+type Config struct {
+	Key    string         // the store key, unique in the cluster
+	Limits limiter.Limits // per window; 0: none on that dimension
+	Window time.Duration
+	// Settles: the provider corrects a request's token charge to its
+	// usage when it ends (Anthropic); without it the charge made at the
+	// start stands (OpenAI).
+	Settles     bool
+	OnStoreDown OnStoreDown
+	LeaseFor    time.Duration // a block's life; default Window/8
+	SlotTTL     time.Duration // a slot holding's life unless renewed; default 3s
+}
+
+func (c *Config) defaults() {
+	if c.LeaseFor <= 0 {
+		c.LeaseFor = c.Window / 8
+	}
+	if c.SlotTTL <= 0 {
+		c.SlotTTL = 3 * time.Second
+	}
+}
+
+// renewBelow: a block is renewed when less than this fraction of its grant
+// is left.
+const renewBelow = 0.2
+
+// Budget is a node's part of one budget: its blocks, its slots, and its
+// share while the store is down. It is safe for concurrent use; Take and
+// Finish take one mutex and allocate only when a bucket starts.
+type Budget struct {
+	cfg     Config
+	width   int64 // bucket width, ns
+	members func() int
+	// storeless: there is no store at all (no Redis): the share from the
+	// start, with nothing admitted before it to allow for.
+	storeless bool
+
+	mu     sync.Mutex
+	blocks []*block // oldest first
+	late   []Use    // charged after its block was given back: for the next Return
+
+	// Demand: what was asked (admitted or not) since since, and in the
+	// interval before it.
+	asked, askedPrev Amount
+	since, prevSince int64
+
+	// renewal is closed when the next grant attempt ends (made by a Take
+	// that found no room, for its caller to wait on); renewing: a grant
+	// is in flight. wake asks the Leaser for a maintain now.
+	renewal  chan struct{}
+	renewing bool
+	retryAt  int64 // no grant before this (the store had no room)
+	// saturated: the last grant was short of what was asked (the
+	// budget is in demand beyond its limit).
+	saturated bool
+	wake      func()
+	stats     Stats
+
+	// The store is down since downSince (0: it answers). share is the
+	// local window used then; shareUses what it admitted, reported once
+	// the store answers.
+	downSince int64
+	share     *limiter.Tenant
+	shareN    int64
+	shareUses []Use
+
+	slotsHeld, slotsUsed int64
+	slotsUntil           int64 // when the holding lapses unless renewed
+	slotsRefused         int64 // refusals since the last renewal
+}
+
+// Stats are a budget's counters and state, for /upstreams and /metrics.
+type Stats struct {
+	Key                  string
+	Limits               limiter.Limits
+	Blocks               int
+	Left                 Amount // what the live blocks have left
+	Used                 Amount // the store's window after the last grant
+	SlotsHeld, SlotsUsed int64
+	Grants, Returns      uint64
+	Empty                uint64 // grants that found no room
+	StoreErrors          uint64
+	Degraded             bool          // the store is down
+	DegradedFor          time.Duration // in total
+	degradedNs           int64
+}
+
+type block struct {
+	expires  int64 // the last moment it can be used (ns)
+	bucket   int64 // where the store charged it: expires' bucket
+	granted  Amount
+	left     Amount
+	uses     []Use // ascending buckets
+	returned bool
+}
+
+func appendUse(us []Use, bucket int64, a Amount) []Use {
+	if n := len(us); n > 0 && us[n-1].Bucket == bucket {
+		us[n-1].Requests += a.Requests
+		us[n-1].Tokens += a.Tokens
+		return us
+	}
+	return append(us, Use{Bucket: bucket, Amount: a})
+}
+
+// adjustUse changes the tokens used at bucket (it is in us).
+func adjustUse(us []Use, bucket, tokens int64) {
+	for i := len(us) - 1; i >= 0; i-- {
+		if us[i].Bucket == bucket {
+			us[i].Tokens += tokens
+			return
+		}
+	}
+}
+
+// NewBudget makes a node's part of a budget; members reports the live
+// members, for the share.
+func NewBudget(cfg Config, members func() int) *Budget {
+	cfg.defaults()
+	width := int64(cfg.Window) / Span
+	if width <= 0 {
+		width = 1
+	}
+	if members == nil {
+		members = func() int { return 1 }
+	}
+	return &Budget{cfg: cfg, width: width, members: members, wake: func() {}}
+}
+
+// Key is the budget's store key.
+func (b *Budget) Key() string { return b.cfg.Key }
+
+// SetLimits changes the limits (a reload), keeping the blocks held.
+func (b *Budget) SetLimits(l limiter.Limits, down OnStoreDown) {
+	b.mu.Lock()
+	b.cfg.Limits, b.cfg.OnStoreDown = l, down
+	if b.share != nil {
+		b.share.SetLimits(b.shareLimits(b.shareN))
+	}
+	b.mu.Unlock()
+}
+
+// Ticket is what an admitted request keeps for Finish. The zero Ticket
+// took nothing.
+type Ticket struct {
+	blk    *block
+	lt     limiter.Ticket // on the share
+	bucket int64
+	tokens int64
+	slot   bool
+	share  bool
+}
+
+// Decision is Take's answer.
+type Decision struct {
+	Allowed bool
+	Limited limiter.Dimension // what refused
+	// RetryAfter is when room is expected, when !Allowed.
+	RetryAfter time.Duration
+	// Renewal, when not nil, is closed when a grant in flight ends: a
+	// refused caller may wait for it (bounded) and Take again.
+	Renewal <-chan struct{}
+	// Degraded: the store is down; the decision was made on the blocks
+	// left, the share, or the OnStoreDown rule.
+	Degraded bool
+}
+
+func (b *Budget) rateLimited() bool { return b.cfg.Limits.Requests > 0 || b.cfg.Limits.Tokens > 0 }
+
+// amount is what a request estimated at tokens takes of the leased
+// dimensions.
+func (b *Budget) amount(tokens int64) Amount {
+	var a Amount
+	if b.cfg.Limits.Requests > 0 {
+		a.Requests = 1
+	}
+	if b.cfg.Limits.Tokens > 0 {
+		a.Tokens = tokens
+	}
+	return a
+}
+
+// grace is how long after the store went down the other nodes' blocks may
+// still be used: no share before.
+func (b *Budget) grace() int64 {
+	if b.storeless {
+		return 0
+	}
+	return int64(b.cfg.LeaseFor)
+}
+
+// Take admits one request estimated at tokens, at now (ns): on a block and
+// a slot, or with the store down on what OnStoreDown says; all of them or
+// none.
+func (b *Budget) Take(now, tokens int64) (Ticket, Decision) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.noteAsked(now, tokens)
+	var tk Ticket
+	var d Decision
+	d.Degraded = b.downSince != 0
+	if b.cfg.Limits.Concurrency > 0 && b.slotsUsed >= b.slotLimit(now) {
+		b.slotsRefused++
+		d.Limited, d.RetryAfter = limiter.Concurrency, time.Second
+		return tk, d
+	}
+	if b.rateLimited() {
+		a := b.amount(tokens)
+		bucket := now / b.width
+		down := b.downSince != 0 && now-b.downSince >= b.grace()
+		switch blk := b.usable(now, a); {
+		case blk != nil:
+			blk.left.Requests -= a.Requests
+			blk.left.Tokens -= a.Tokens
+			blk.uses = appendUse(blk.uses, bucket, a)
+			tk = Ticket{blk: blk, bucket: bucket, tokens: a.Tokens}
+			if float64(blk.left.Requests) < renewBelow*float64(blk.granted.Requests) ||
+				float64(blk.left.Tokens) < renewBelow*float64(blk.granted.Tokens) {
+				b.wake()
+			}
+		case b.downSince != 0 && b.cfg.OnStoreDown == Open:
+			// Admitted without the provider limit.
+		case down && b.cfg.OnStoreDown == Share:
+			lt, ld := b.shareLimiter(now).Admit(now, tokens)
+			if !ld.Allowed {
+				d.Limited, d.RetryAfter = ld.Limited, ld.RetryAfter
+				return tk, d
+			}
+			b.shareUses = appendUse(b.shareUses, bucket, a)
+			tk = Ticket{lt: lt, bucket: bucket, tokens: a.Tokens, share: true}
+		default:
+			d.Limited = limiter.Requests
+			if a.Requests == 0 || len(b.blocks) > 0 && b.liveLeft(now).Requests > 0 {
+				d.Limited = limiter.Tokens
+			}
+			d.RetryAfter = b.retryAfter(now)
+			if b.downSince == 0 && now >= b.retryAt {
+				// A grant may bring room: the caller may wait for it.
+				if b.renewal == nil {
+					b.renewal = make(chan struct{})
+				}
+				d.Renewal = b.renewal
+				b.wake()
+			}
+			return tk, d
+		}
+	}
+	if b.cfg.Limits.Concurrency > 0 {
+		b.slotsUsed++
+		tk.slot = true
+	}
+	d.Allowed = true
+	return tk, d
+}
+
+// Cancel undoes a Take whose request was not sent after all (another
+// budget refused it): nothing of it reached the provider.
+func (b *Budget) Cancel(now int64, tk *Ticket) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if tk.slot {
+		b.slotsUsed--
+		tk.slot = false
+	}
+	a := Amount{Tokens: tk.tokens}
+	if b.cfg.Limits.Requests > 0 {
+		a.Requests = 1
+	}
+	switch {
+	case tk.blk != nil && !tk.blk.returned:
+		tk.blk.left.Requests += a.Requests
+		tk.blk.left.Tokens += a.Tokens
+		for i := len(tk.blk.uses) - 1; i >= 0; i-- {
+			if u := &tk.blk.uses[i]; u.Bucket == tk.bucket {
+				u.Requests -= a.Requests
+				u.Tokens -= a.Tokens
+				break
+			}
+		}
+	case tk.share && b.share != nil:
+		// The request stays counted on the share: conservative.
+		b.share.Finish(now, &tk.lt, 0)
+	}
+	*tk = Ticket{}
+}
+
+// Finish ends a request taken at tk: its slot is freed and, for a provider
+// that settles, its tokens are corrected to actual.
+func (b *Budget) Finish(now int64, tk *Ticket, actual int64) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if tk.slot {
+		b.slotsUsed--
+		tk.slot = false
+	}
+	if !b.cfg.Settles || b.cfg.Limits.Tokens <= 0 {
+		return
+	}
+	diff := actual - tk.tokens
+	tk.tokens = actual
+	switch {
+	case diff == 0:
+	case tk.blk != nil && !tk.blk.returned:
+		tk.blk.left.Tokens -= diff
+		adjustUse(tk.blk.uses, tk.bucket, diff)
+	case tk.blk != nil && diff > 0:
+		// Given back already: the excess goes with the next Return. A
+		// credit is dropped (the store keeps the larger charge).
+		b.late = appendUse(b.late, tk.bucket, Amount{Tokens: diff})
+	case tk.share:
+		if b.share != nil {
+			b.share.Settle(now, &tk.lt, actual)
+		}
+		adjustUse(b.shareUses, tk.bucket, diff)
+	}
+}
+
+// usable is the oldest live block with room for a.
+func (b *Budget) usable(now int64, a Amount) *block {
+	for _, blk := range b.blocks {
+		if !blk.returned && now <= blk.expires && blk.left.Requests >= a.Requests && blk.left.Tokens >= a.Tokens {
+			return blk
+		}
+	}
+	return nil
+}
+
+func (b *Budget) liveLeft(now int64) Amount {
+	var s Amount
+	for _, blk := range b.blocks {
+		if !blk.returned && now <= blk.expires {
+			s.Requests += max(0, blk.left.Requests)
+			s.Tokens += max(0, blk.left.Tokens)
+		}
+	}
+	return s
+}
+
+// retryAfter estimates when a refused request could be admitted: when the
+// store said room frees, else after a renewal.
+func (b *Budget) retryAfter(now int64) time.Duration {
+	if b.retryAt > now {
+		return time.Duration(b.retryAt - now)
+	}
+	return time.Duration(b.width)
+}
+
+// slotLimit is the slots this node may fill now.
+func (b *Budget) slotLimit(now int64) int64 {
+	switch {
+	case b.downSince == 0 || now < b.slotsUntil:
+		return b.slotsHeld
+	case b.cfg.OnStoreDown == Open:
+		return 1 << 62
+	case b.cfg.OnStoreDown == Closed:
+		return 0
+	case b.storeless || now-b.downSince >= int64(b.cfg.SlotTTL):
+		// Every other node's holding has lapsed by now.
+		return b.cfg.Limits.Concurrency / max(1, int64(b.members()))
+	}
+	return 0
+}
+
+func (b *Budget) shareLimits(n int64) limiter.Limits {
+	l := b.cfg.Limits
+	return limiter.Limits{Requests: l.Requests / n, Tokens: l.Tokens / n}
+}
+
+// shareLimiter is the local window of the share, made on first use and
+// resized when the members change. Made after an outage, it is charged as
+// if this node's share of the whole window had been used just now: what
+// the cluster admitted before the store went silent is unknown here. When
+// the members drop (the share grows), the growth is charged the same way.
+func (b *Budget) shareLimiter(now int64) *limiter.Tenant {
+	n := max(1, int64(b.members()))
+	if b.share == nil {
+		b.share = limiter.NewTenant(b.shareLimits(n), b.cfg.Window, b.cfg.Window)
+		b.shareN = n
+		if !b.storeless {
+			l := b.shareLimits(n)
+			b.share.ChargeAt(now, now, l.Requests, l.Tokens)
+		}
+		return b.share
+	}
+	if n != b.shareN {
+		old, nl := b.shareLimits(b.shareN), b.shareLimits(n)
+		b.share.SetLimits(nl)
+		if n < b.shareN {
+			b.share.ChargeAt(now, now, nl.Requests-old.Requests, nl.Tokens-old.Tokens)
+		}
+		b.shareN = n
+	}
+	return b.share
+}
+
+// noteAsked counts demand in intervals of a block's life.
+func (b *Budget) noteAsked(now, tokens int64) {
+	if b.since == 0 {
+		b.since = now
+	}
+	if life := int64(b.cfg.LeaseFor); now-b.since >= life {
+		if now-b.since < 2*life {
+			b.askedPrev, b.prevSince = b.asked, b.since
+		} else {
+			b.askedPrev, b.prevSince = Amount{}, now-life
+		}
+		b.asked, b.since = Amount{}, now
+	}
+	b.asked.Requests++
+	b.asked.Tokens += tokens
+}
+
+// want is the block to ask for: the recent demand over a block's life, a
+// quarter more, and room for one more request; within the limits.
+func (b *Budget) want(now int64) Amount {
+	total := Amount{b.asked.Requests + b.askedPrev.Requests, b.asked.Tokens + b.askedPrev.Tokens}
+	if total.Requests == 0 {
+		return Amount{}
+	}
+	from := b.since
+	if b.prevSince != 0 {
+		from = b.prevSince
+	}
+	elapsed := max(now-from, int64(b.cfg.LeaseFor)/4, 1)
+	life := float64(b.cfg.LeaseFor)
+	if b.saturated {
+		// The store has less than the nodes want: what frees is handed
+		// out a bucket at a time, and a block a slow node would take a
+		// block's life to use would hold it back from the others.
+		life = float64(b.width)
+	}
+	scale := 1.25 * life / float64(elapsed)
+	per := total.Tokens / total.Requests
+	// Tokens with a margin over the requests' average, so the block's
+	// tokens do not run out before its requests when sizes vary.
+	w := Amount{Requests: int64(float64(total.Requests)*scale) + 1, Tokens: int64(float64(total.Tokens)*scale*1.2) + 2*per}
+	l := b.cfg.Limits
+	if l.Requests <= 0 {
+		w.Requests = 0
+	} else {
+		w.Requests = min(w.Requests, l.Requests)
+	}
+	if l.Tokens <= 0 {
+		w.Tokens = 0
+	} else {
+		w.Tokens = min(w.Tokens, l.Tokens)
+	}
+	return w
+}
+
+// needsBlock reports whether a new block should be asked for now.
+func (b *Budget) needsBlock(now int64) bool {
+	if !b.rateLimited() || b.renewing || now < b.retryAt || b.asked.Requests+b.askedPrev.Requests == 0 {
+		return false
+	}
+	var newest *block
+	for _, blk := range b.blocks {
+		if !blk.returned && now <= blk.expires {
+			newest = blk
+		}
+	}
+	if newest == nil {
+		return true
+	}
+	if newest.expires-now < int64(b.cfg.LeaseFor)/4 {
+		return true
+	}
+	left := b.liveLeft(now)
+	g := newest.granted
+	return float64(left.Requests) < renewBelow*float64(g.Requests) || float64(left.Tokens) < renewBelow*float64(g.Tokens)
+}
+
+// storeFailed notes a failed store call.
+func (b *Budget) storeFailed(now int64) {
+	b.stats.StoreErrors++
+	if b.downSince == 0 {
+		b.downSince = now
+	}
+}
+
+// maintain does a budget's store work at now: give back spent and expired
+// blocks, report what the share admitted once the store answers again,
+// take a new block when demand needs one, renew the slots. It reports
+// whether the store answered every call it made (false also when it made
+// none because the store is down). It makes the calls one by one, outside
+// the budget's lock.
+func (b *Budget) maintain(ctx context.Context, st Store, node string, now int64) (changed bool) {
+	if st == nil {
+		b.mu.Lock()
+		b.storeless = true
+		if b.downSince == 0 {
+			b.downSince = now
+		}
+		b.dropExpired(now)
+		b.mu.Unlock()
+		return false
+	}
+	keyTTL := 2*b.cfg.Window + b.cfg.LeaseFor
+
+	// What the share admitted during an outage goes to the store first:
+	// the window there must hold it before anything more is granted.
+	b.mu.Lock()
+	wasDown := b.downSince != 0
+	report := b.shareUses
+	b.mu.Unlock()
+	if wasDown {
+		err := st.Return(ctx, b.cfg.Key, ReturnRequest{Now: now / b.width, Expires: now / b.width, Used: report, KeyTTL: keyTTL})
+		b.mu.Lock()
+		if err != nil {
+			b.storeFailed(now)
+			b.mu.Unlock()
+			return false
+		}
+		b.stats.degradedNs += now - b.downSince
+		b.downSince, b.share, b.shareUses = 0, nil, nil
+		b.mu.Unlock()
+		changed = true
+	}
+
+	// Expired blocks go back.
+	b.mu.Lock()
+	var back []*block
+	keep := b.blocks[:0]
+	for _, blk := range b.blocks {
+		if now > blk.expires || b.spent(blk) {
+			blk.returned = true
+			back = append(back, blk)
+		} else {
+			keep = append(keep, blk)
+		}
+	}
+	b.blocks = keep
+	late := b.late
+	b.late = nil
+	b.mu.Unlock()
+	for i, blk := range back {
+		r := ReturnRequest{Now: now / b.width, Expires: blk.bucket, Granted: blk.granted, Used: blk.uses, KeyTTL: keyTTL}
+		if i == 0 {
+			r.Used = append(r.Used, late...)
+		}
+		if err := st.Return(ctx, b.cfg.Key, r); err != nil {
+			b.mu.Lock()
+			b.storeFailed(now)
+			b.mu.Unlock()
+			return false // the rest stay charged: conservative
+		}
+		b.mu.Lock()
+		b.stats.Returns++
+		b.mu.Unlock()
+		changed = true
+	}
+	if len(back) == 0 && len(late) > 0 {
+		if err := st.Return(ctx, b.cfg.Key, ReturnRequest{Now: now / b.width, Expires: now / b.width, Used: late, KeyTTL: keyTTL}); err != nil {
+			b.mu.Lock()
+			b.storeFailed(now)
+			b.mu.Unlock()
+			return false
+		}
+	}
+
+	// A new block.
+	b.mu.Lock()
+	if b.needsBlock(now) {
+		want := b.want(now)
+		expires := now + int64(b.cfg.LeaseFor)
+		if b.saturated {
+			// Short blocks while the budget is in demand: what a node
+			// does not use goes back soon.
+			expires = now + min(int64(b.cfg.LeaseFor), 4*b.width)
+		}
+		b.renewing = true
+		b.mu.Unlock()
+		least := b.amount(b.perRequest())
+		reply, err := st.Grant(ctx, b.cfg.Key, GrantRequest{Now: now / b.width, Expires: expires / b.width,
+			Limit: Amount{b.cfg.Limits.Requests, b.cfg.Limits.Tokens}, Want: want, Min: least, KeyTTL: keyTTL})
+		b.mu.Lock()
+		b.renewing = false
+		done := b.renewal
+		b.renewal = nil
+		if done != nil {
+			defer close(done)
+		}
+		if err != nil {
+			b.storeFailed(now)
+			b.mu.Unlock()
+			return false
+		}
+		b.stats.Grants++
+		b.stats.Used = reply.Used
+		g := reply.Granted
+		usable := (want.Requests == 0 || g.Requests > 0) && (want.Tokens == 0 || g.Tokens > 0)
+		b.saturated = g.Requests < want.Requests || g.Tokens < want.Tokens
+		if usable {
+			b.blocks = append(b.blocks, &block{expires: expires, bucket: expires / b.width, granted: g, left: g})
+			b.retryAt = 0
+		} else {
+			b.stats.Empty++
+			// No room until the oldest bucket leaves the window, or a
+			// node gives back what it did not use (a quarter of a
+			// block's life at most, for the store to learn of it).
+			b.retryAt = min((reply.Oldest+Span+1)*b.width, now+int64(b.cfg.LeaseFor)/4)
+		}
+		b.mu.Unlock()
+		changed = true
+		if !usable && (g.Requests > 0 || g.Tokens > 0) {
+			// Half a block is no block: give it back at once.
+			if err := st.Return(ctx, b.cfg.Key, ReturnRequest{Now: now / b.width, Expires: expires / b.width, Granted: g, KeyTTL: keyTTL}); err != nil {
+				b.mu.Lock()
+				b.storeFailed(now)
+				b.mu.Unlock()
+				return false
+			}
+		}
+	} else {
+		b.mu.Unlock()
+	}
+
+	// Slots.
+	b.mu.Lock()
+	if c := b.cfg.Limits.Concurrency; c > 0 {
+		headroom := max(1, b.slotsUsed/4, b.slotsRefused)
+		want := min(c, b.slotsUsed+headroom)
+		renew := now >= b.slotsUntil-int64(b.cfg.SlotTTL)*2/3 || b.slotsRefused > 0 ||
+			b.slotsUsed >= b.slotsHeld || b.slotsHeld > want+headroom
+		if renew {
+			b.slotsRefused = 0
+			b.mu.Unlock()
+			held, err := st.HoldSlots(ctx, b.cfg.Key, node, want, c, now, b.cfg.SlotTTL)
+			b.mu.Lock()
+			if err != nil {
+				b.storeFailed(now)
+				b.mu.Unlock()
+				return false
+			}
+			b.slotsHeld, b.slotsUntil = held, now+int64(b.cfg.SlotTTL)
+			changed = true
+		}
+	}
+	b.mu.Unlock()
+	return changed
+}
+
+// spent reports a block that can admit nothing more: what it has left of
+// the other dimension is better back in the store.
+func (b *Budget) spent(blk *block) bool {
+	if b.cfg.Limits.Requests > 0 && blk.left.Requests <= 0 {
+		return true
+	}
+	// Tokens: less left than an average request asks is a fragment.
+	return b.cfg.Limits.Tokens > 0 && blk.left.Tokens < b.perRequest()
+}
+
+// perRequest is the tokens an average recent request asked for (at least 1).
+func (b *Budget) perRequest() int64 {
+	asked := b.asked.Requests + b.askedPrev.Requests
+	if asked == 0 {
+		return 1
+	}
+	return max(1, (b.asked.Tokens+b.askedPrev.Tokens)/asked)
+}
+
+// dropExpired forgets expired blocks (no store to give them back to).
+func (b *Budget) dropExpired(now int64) {
+	keep := b.blocks[:0]
+	for _, blk := range b.blocks {
+		if now <= blk.expires {
+			keep = append(keep, blk)
+		}
+	}
+	b.blocks = keep
+}
+
+// giveBack returns every block and slot now (a drain): what is left unused
+// stops counting in the store's window at once.
+func (b *Budget) giveBack(ctx context.Context, st Store, node string, now int64) error {
+	if st == nil {
+		return nil
+	}
+	b.mu.Lock()
+	back := b.blocks
+	b.blocks = nil
+	for _, blk := range back {
+		blk.returned = true
+	}
+	b.mu.Unlock()
+	keyTTL := 2*b.cfg.Window + b.cfg.LeaseFor
+	for _, blk := range back {
+		if err := st.Return(ctx, b.cfg.Key, ReturnRequest{Now: now / b.width, Expires: blk.bucket, Granted: blk.granted, Used: blk.uses, KeyTTL: keyTTL}); err != nil {
+			return err
+		}
+	}
+	if b.cfg.Limits.Concurrency > 0 {
+		b.mu.Lock()
+		used := b.slotsUsed
+		b.mu.Unlock()
+		if _, err := st.HoldSlots(ctx, b.cfg.Key, node, used, b.cfg.Limits.Concurrency, now, b.cfg.SlotTTL); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Stats reports the budget's counters and state at now.
+func (b *Budget) Stats(now int64) Stats {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	s := b.stats
+	s.Key, s.Limits = b.cfg.Key, b.cfg.Limits
+	for _, blk := range b.blocks {
+		if now <= blk.expires {
+			s.Blocks++
+		}
+	}
+	s.Left = b.liveLeft(now)
+	s.SlotsHeld, s.SlotsUsed = b.slotsHeld, b.slotsUsed
+	s.Degraded = b.downSince != 0
+	d := s.degradedNs
+	if b.downSince != 0 {
+		d += now - b.downSince
+	}
+	s.DegradedFor = time.Duration(d)
+	return s
+}

@@ -1,0 +1,273 @@
+package lease
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"sort"
+	"testing"
+	"time"
+
+	"github.com/ringgate/ringgate/limiter"
+)
+
+// simNode is one node of a simulated cluster: its Leaser and budget.
+type simNode struct {
+	l *Leaser
+	b *Budget
+}
+
+var simTick int64 = 10
+
+type admission struct {
+	at, tokens int64
+}
+
+// sim runs nodes leasing one budget from st on a simulated clock, with
+// requests arriving at rate (per window) spread over the nodes by share,
+// and returns what was admitted.
+type sim struct {
+	t       *testing.T
+	now     int64
+	window  time.Duration
+	nodes   []simNode
+	got     []admission
+	refused int
+	during  func(now int64) // called every step
+}
+
+func newSim(t *testing.T, st Store, n int, cfg Config) *sim {
+	s := &sim{t: t, now: int64(1000 * time.Hour), window: cfg.Window}
+	for i := range n {
+		l := NewLeaser(LeaserConfig{Store: st, Node: fmt.Sprintf("n%d", i), Clock: func() int64 { return s.now }})
+		s.nodes = append(s.nodes, simNode{l: l, b: l.Budget(cfg, func() int { return n })})
+	}
+	return s
+}
+
+// run advances the clock by dur in 1 ms steps; perWindow requests arrive
+// per window, node i getting shares[i] of them; a store round runs every
+// 10 ms on each node.
+func (s *sim) run(dur time.Duration, perWindow int, shares []float64, rng *rand.Rand, tokens func() int64) {
+	step := int64(time.Millisecond)
+	perStep := float64(perWindow) * float64(step) / float64(s.window)
+	end := s.now + int64(dur)
+	carry := 0.0
+	for ; s.now < end; s.now += step {
+		for i, n := range s.nodes {
+			// Each node on its own tick, as real nodes are.
+			if (s.now/step+int64(3*i))%simTick == 0 {
+				n.l.Maintain(context.Background())
+			}
+		}
+		if s.during != nil {
+			s.during(s.now)
+		}
+		carry += perStep
+		for ; carry >= 1; carry-- {
+			x, i := rng.Float64(), 0
+			for i < len(shares)-1 && x > shares[i] {
+				x -= shares[i]
+				i++
+			}
+			tk := tokens()
+			ticket, d := s.nodes[i].b.Take(s.now, tk)
+			if d.Allowed {
+				s.got = append(s.got, admission{s.now, tk})
+				s.nodes[i].b.Finish(s.now, &ticket, tk)
+			} else {
+				s.refused++
+			}
+		}
+	}
+}
+
+// audit checks every sliding window ending at an admission and reports the
+// fullest, and the emptiest window after the first (what was used).
+func (s *sim) audit(from int64) (maxReq, maxTok, minReq, minTok int64) {
+	w := int64(s.window)
+	sort.Slice(s.got, func(i, j int) bool { return s.got[i].at < s.got[j].at })
+	j := 0
+	var req, tok int64
+	for _, a := range s.got {
+		req++
+		tok += a.tokens
+		for s.got[j].at <= a.at-w {
+			req--
+			tok -= s.got[j].tokens
+			j++
+		}
+		maxReq, maxTok = max(maxReq, req), max(maxTok, tok)
+	}
+	minReq, minTok = -1, -1
+	for t := from; t+w <= s.now; t += w / 8 {
+		var n, tok int64
+		for _, a := range s.got {
+			if a.at > t && a.at <= t+w {
+				n++
+				tok += a.tokens
+			}
+		}
+		if minReq < 0 || n < minReq {
+			minReq = n
+		}
+		if minTok < 0 || tok < minTok {
+			minTok = tok
+		}
+	}
+	return maxReq, maxTok, minReq, minTok
+}
+
+func TestBudgetsHoldTheLimitAndUseIt(t *testing.T) {
+	const window = 3 * time.Second
+	cases := []struct {
+		name   string
+		limits limiter.Limits
+		shares []float64
+		demand int // requests per window
+	}{
+		{"requests, even", limiter.Limits{Requests: 300}, []float64{1.0 / 3, 1.0 / 3, 1.0 / 3}, 600},
+		{"requests, skewed", limiter.Limits{Requests: 300}, []float64{0.7, 0.2, 0.1}, 600},
+		{"requests, one node busy", limiter.Limits{Requests: 300}, []float64{0.98, 0.01, 0.01}, 600},
+		{"tokens", limiter.Limits{Tokens: 30000}, []float64{0.5, 0.3, 0.2}, 600},
+		{"both", limiter.Limits{Requests: 300, Tokens: 40000}, []float64{0.5, 0.3, 0.2}, 600},
+	}
+	for stName, st := range stores(t) {
+		for _, c := range cases {
+			t.Run(stName+"/"+c.name, func(t *testing.T) {
+				s := newSim(t, st, 3, Config{Key: t.Name(), Limits: c.limits, Window: window})
+				rng := rand.New(rand.NewPCG(1, 2))
+				s.run(5*window, c.demand, c.shares, rng, func() int64 { return 50 + rng.Int64N(100) })
+				maxReq, maxTok, minReq, minTok := s.audit(s.now - int64(4*window))
+				t.Logf("admitted %d, refused %d; fullest window %d requests %d tokens; emptiest after the first %d requests %d tokens",
+					len(s.got), s.refused, maxReq, maxTok, minReq, minTok)
+				if c.limits.Requests > 0 {
+					if maxReq > c.limits.Requests {
+						t.Errorf("a window held %d requests, limit %d", maxReq, c.limits.Requests)
+					}
+					if float64(minReq) < 0.9*float64(c.limits.Requests) {
+						t.Errorf("a window used %d of %d requests, want >= 90%%", minReq, c.limits.Requests)
+					}
+				}
+				if c.limits.Tokens > 0 && maxTok > c.limits.Tokens {
+					t.Errorf("a window held %d tokens, limit %d", maxTok, c.limits.Tokens)
+				}
+				if c.limits.Requests == 0 && float64(minTok) < 0.9*float64(c.limits.Tokens) {
+					t.Errorf("a window used %d of %d tokens, want >= 90%%", minTok, c.limits.Tokens)
+				}
+			})
+		}
+	}
+}
+
+// The store goes down mid-run and comes back: no window ever holds more
+// than the limit, the share admits once the others' blocks are out of
+// the window, and leasing resumes.
+func TestBudgetsStoreDown(t *testing.T) {
+	const window = 3 * time.Second
+	st := NewInmemStore()
+	lim := limiter.Limits{Requests: 300}
+	s := newSim(t, st, 3, Config{Key: "down", Limits: lim, Window: window})
+	rng := rand.New(rand.NewPCG(3, 4))
+	tokens := func() int64 { return 100 }
+	shares := []float64{0.5, 0.3, 0.2}
+	s.run(2*window, 600, shares, rng, tokens)
+	before := len(s.got)
+	st.Down(true)
+	downAt := s.now
+	s.run(3*window, 600, shares, rng, tokens)
+	during := len(s.got) - before
+	degraded := s.nodes[0].b.Stats(s.now).Degraded
+	st.Down(false)
+	callsBack := st.Calls
+	s.run(3*window, 600, shares, rng, tokens)
+	after := len(s.got) - before - during
+	maxReq, _, _, _ := s.audit(s.now)
+	t.Logf("admitted %d before, %d in the %v down (degraded %v), %d after; fullest window %d of %d; %d store calls after",
+		before, during, 3*window, degraded, after, maxReq, lim.Requests, st.Calls-callsBack)
+	if maxReq > lim.Requests {
+		t.Errorf("a window held %d requests, limit %d", maxReq, lim.Requests)
+	}
+	if !degraded {
+		t.Error("not degraded while the store was down")
+	}
+	// The share opens a window after the outage began: in the last of
+	// the three windows down, each node admits its share.
+	var late int
+	for _, a := range s.got {
+		if a.at > downAt+int64(2*window)+int64(window/8) && a.at <= downAt+int64(3*window) {
+			late++
+		}
+	}
+	if late < int(lim.Requests)*8/10 {
+		t.Errorf("the share admitted %d in the last window down, want most of %d", late, lim.Requests)
+	}
+	if after < 2*int(lim.Requests) || st.Calls == callsBack {
+		t.Errorf("leasing did not resume: %d admitted after, %d calls", after, st.Calls-callsBack)
+	}
+	if s.nodes[0].b.Stats(s.now).Degraded {
+		t.Error("still degraded after the store came back")
+	}
+}
+
+// Slots: calls in flight on all nodes together never exceed the limit,
+// and at twice the demand most of the limit is in use.
+func TestBudgetsSlots(t *testing.T) {
+	const window = 3 * time.Second
+	for stName, st := range stores(t) {
+		t.Run(stName, func(t *testing.T) {
+			const limit = 12
+			s := newSim(t, st, 3, Config{Key: t.Name(), Limits: limiter.Limits{Concurrency: limit}, Window: window})
+			rng := rand.New(rand.NewPCG(5, 6))
+			type running struct {
+				node int
+				tk   Ticket
+				end  int64
+			}
+			var live []running
+			var peak, sum, samples int64
+			step := int64(time.Millisecond)
+			for end := s.now + int64(2*window); s.now < end; s.now += step {
+				for i, n := range s.nodes {
+					if (s.now/step+int64(3*i))%10 == 0 {
+						n.l.Maintain(context.Background())
+					}
+				}
+				keep := live[:0]
+				for _, r := range live {
+					if r.end <= s.now {
+						s.nodes[r.node].b.Finish(s.now, &r.tk, 0)
+					} else {
+						keep = append(keep, r)
+					}
+				}
+				live = keep
+				// Each call lasts 50 ms: 12 slots serve 240 a second;
+				// ask for twice that.
+				for range 2 {
+					if rng.IntN(4) != 0 {
+						continue
+					}
+					i := rng.IntN(3)
+					if tk, d := s.nodes[i].b.Take(s.now, 0); d.Allowed {
+						live = append(live, running{i, tk, s.now + int64(50*time.Millisecond)})
+					}
+				}
+				n := int64(len(live))
+				peak = max(peak, n)
+				if s.now > end-int64(window) {
+					sum += n
+					samples++
+				}
+			}
+			avg := float64(sum) / float64(samples)
+			t.Logf("peak %d in flight of %d; %.1f on average in the last window", peak, limit, avg)
+			if peak > limit {
+				t.Errorf("%d calls in flight, limit %d", peak, limit)
+			}
+			if avg < 0.8*limit {
+				t.Errorf("%.1f of %d slots used on average", avg, limit)
+			}
+		})
+	}
+}

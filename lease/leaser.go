@@ -1,0 +1,166 @@
+package lease
+
+import (
+	"context"
+	"log/slog"
+	"sync"
+	"time"
+)
+
+// Leaser does the store work of a node's budgets in the background: one
+// goroutine that gives back expired blocks, takes new ones as demand
+// needs them and renews slots, on a short tick or at once when a Take
+// found no room. No store call is ever made on a request's path.
+type Leaser struct {
+	store Store // nil: no store (no Redis): every budget on its share
+	node  string
+	clock func() int64
+	log   *slog.Logger
+	tick  time.Duration
+
+	mu      sync.Mutex
+	budgets map[string]*Budget
+	wake    chan struct{}
+}
+
+// LeaserConfig configures a Leaser.
+type LeaserConfig struct {
+	Store Store // nil: no store
+	Node  string
+	Clock func() int64 // Unix ns; default time.Now
+	// Tick is how often every budget is looked at; default 10 ms.
+	Tick   time.Duration
+	Logger *slog.Logger
+}
+
+// NewLeaser makes a Leaser; Run starts its work.
+func NewLeaser(c LeaserConfig) *Leaser {
+	if c.Clock == nil {
+		c.Clock = func() int64 { return time.Now().UnixNano() }
+	}
+	if c.Tick <= 0 {
+		c.Tick = 10 * time.Millisecond
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	return &Leaser{store: c.Store, node: c.Node, clock: c.Clock, log: c.Logger, tick: c.Tick,
+		budgets: make(map[string]*Budget), wake: make(chan struct{}, 1)}
+}
+
+// Budget returns the node's budget for cfg.Key, made on first use; a
+// budget asked for again with other limits (a reload) keeps its blocks
+// and takes the new limits.
+func (l *Leaser) Budget(cfg Config, members func() int) *Budget {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if b := l.budgets[cfg.Key]; b != nil {
+		b.SetLimits(cfg.Limits, cfg.OnStoreDown)
+		return b
+	}
+	b := NewBudget(cfg, members)
+	b.storeless = l.store == nil
+	b.wake = l.kick
+	l.budgets[cfg.Key] = b
+	return b
+}
+
+// Forget drops the budgets whose keys are not in keep (a reload removed
+// them), giving their blocks back.
+func (l *Leaser) Forget(ctx context.Context, keep map[string]bool) {
+	l.mu.Lock()
+	var gone []*Budget
+	for k, b := range l.budgets {
+		if !keep[k] {
+			gone = append(gone, b)
+			delete(l.budgets, k)
+		}
+	}
+	l.mu.Unlock()
+	for _, b := range gone {
+		_ = b.giveBack(ctx, l.store, l.node, l.clock())
+	}
+}
+
+func (l *Leaser) kick() {
+	select {
+	case l.wake <- struct{}{}:
+	default:
+	}
+}
+
+func (l *Leaser) all() []*Budget {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	out := make([]*Budget, 0, len(l.budgets))
+	for _, b := range l.budgets {
+		out = append(out, b)
+	}
+	return out
+}
+
+// Run works until ctx ends.
+func (l *Leaser) Run(ctx context.Context) {
+	t := time.NewTicker(l.tick)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		case <-l.wake:
+		}
+		l.Maintain(ctx)
+	}
+}
+
+// Maintain does one round of store work for every budget (Run calls it;
+// tests may call it instead of running the loop).
+func (l *Leaser) Maintain(ctx context.Context) {
+	for _, b := range l.all() {
+		b.mu.Lock()
+		wasDown, since := b.downSince != 0 && !b.storeless, b.downSince
+		b.mu.Unlock()
+		b.maintain(ctx, l.store, l.node, l.clock())
+		b.mu.Lock()
+		isDown := b.downSince != 0 && !b.storeless
+		b.mu.Unlock()
+		switch {
+		case !wasDown && isDown:
+			l.log.Warn("lease", "phase", "store_down", "budget", b.cfg.Key, "on_redis_down", b.cfg.OnStoreDown.String())
+		case wasDown && !isDown:
+			l.log.Info("lease", "phase", "store_back", "budget", b.cfg.Key, "degraded_ms", (l.clock()-since)/int64(time.Millisecond))
+		}
+	}
+}
+
+// GiveBack returns every block and slot (a drain).
+func (l *Leaser) GiveBack(ctx context.Context) error {
+	var first error
+	for _, b := range l.all() {
+		if err := b.giveBack(ctx, l.store, l.node, l.clock()); err != nil && first == nil {
+			first = err
+		}
+	}
+	return first
+}
+
+// Stats reports every budget's state, by key.
+func (l *Leaser) Stats() map[string]Stats {
+	now := l.clock()
+	out := make(map[string]Stats)
+	for _, b := range l.all() {
+		out[b.cfg.Key] = b.Stats(now)
+	}
+	return out
+}
+
+func (o OnStoreDown) String() string {
+	switch o {
+	case Open:
+		return "open"
+	case Closed:
+		return "closed"
+	}
+	return "share"
+}

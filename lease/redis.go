@@ -1,0 +1,185 @@
+package lease
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/ringgate/ringgate/redisconn"
+)
+
+// A budget's window is one Redis hash: lo and hi (the oldest bucket
+// counted, the newest charged), sr and st (the sums over the counted
+// buckets), and r<bucket>, t<bucket> per bucket. Each call first drops
+// the buckets that left the window, subtracting them from the sums: every
+// bucket is dropped once, so a call costs O(1) amortized and never scans
+// the window (after a long idle spell the whole hash is dropped at once).
+const advanceLua = `
+local k = KEYS[1]
+local now = tonumber(ARGV[1])
+local cut = now - SPAN - 1
+local v = redis.call('HMGET', k, 'lo', 'hi', 'sr', 'st')
+local lo, hi = tonumber(v[1]), tonumber(v[2])
+local sr, st = tonumber(v[3]) or 0, tonumber(v[4]) or 0
+if lo == nil or hi <= cut then
+  if lo ~= nil then redis.call('DEL', k) end
+  lo, hi, sr, st = cut + 1, cut, 0, 0
+else
+  while lo <= cut do
+    local f = redis.call('HMGET', k, 'r' .. lo, 't' .. lo)
+    if f[1] or f[2] then
+      sr = sr - (tonumber(f[1]) or 0)
+      st = st - (tonumber(f[2]) or 0)
+      redis.call('HDEL', k, 'r' .. lo, 't' .. lo)
+    end
+    lo = lo + 1
+  end
+end
+local function add(b, r, t)
+  if b < lo then return end
+  if r ~= 0 then redis.call('HINCRBY', k, 'r' .. b, r); sr = sr + r end
+  if t ~= 0 then redis.call('HINCRBY', k, 't' .. b, t); st = st + t end
+  if b > hi then hi = b end
+end
+local function save(ttl)
+  redis.call('HSET', k, 'lo', lo, 'hi', hi, 'sr', sr, 'st', st)
+  redis.call('PEXPIRE', k, ttl)
+end
+`
+
+var advance = strings.ReplaceAll(advanceLua, "SPAN", strconv.Itoa(Span))
+
+// grantScript: ARGV now, expires, limit r, limit t, want r, want t, ttl ms,
+// min r, min t.
+var grantScript = redis.NewScript(advance + `
+local exp = tonumber(ARGV[2])
+local function grant(limit, want, least, used)
+  if limit <= 0 then return 0 end
+  local g = limit - used
+  if want < g then g = want end
+  if g < least or g < 0 then g = 0 end
+  return g
+end
+local gr = grant(tonumber(ARGV[3]), tonumber(ARGV[5]), tonumber(ARGV[8]), sr)
+local gt = grant(tonumber(ARGV[4]), tonumber(ARGV[6]), tonumber(ARGV[9]), st)
+add(exp, gr, gt)
+save(ARGV[7])
+return {gr, gt, sr, st, lo}
+`)
+
+// returnScript: ARGV now, expires, granted r, granted t, ttl ms, then
+// bucket, used r, used t for each use.
+var returnScript = redis.NewScript(advance + `
+add(tonumber(ARGV[2]), -tonumber(ARGV[3]), -tonumber(ARGV[4]))
+for i = 6, #ARGV, 3 do
+  add(tonumber(ARGV[i]), tonumber(ARGV[i+1]), tonumber(ARGV[i+2]))
+end
+save(ARGV[5])
+return sr
+`)
+
+// slotsScript: a hash of node → "held:until" (Unix ms). ARGV node, want,
+// limit, now, ttl ms (Lua numbers are doubles: ns would lose digits). Lapsed holdings are removed as they are met; the
+// hash has one field per node, so the scan is the cluster's size.
+var slotsScript = redis.NewScript(`
+local k = KEYS[1]
+local node, want, limit = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
+local now, ttl = tonumber(ARGV[4]), tonumber(ARGV[5])
+local all = redis.call('HGETALL', k)
+local others = 0
+for i = 1, #all, 2 do
+  local held, untl = string.match(all[i+1], '^(%d+):(%d+)$')
+  if untl == nil or tonumber(untl) <= now then
+    redis.call('HDEL', k, all[i])
+  elseif all[i] ~= node then
+    others = others + tonumber(held)
+  end
+end
+local h = limit - others
+if want < h then h = want end
+if h < 0 then h = 0 end
+redis.call('HSET', k, node, h .. ':' .. string.format('%d', now + ttl))
+redis.call('PEXPIRE', k, ttl + 1000)
+return h
+`)
+
+// RedisStore is the Store in Redis, through a redisconn.Conn (its budget
+// per call and its breaker). Keys are Prefix+":lease:{"+key+"}".
+type RedisStore struct {
+	conn   *redisconn.Conn
+	prefix string
+}
+
+// NewRedisStore returns a store on conn; prefix defaults to "ringgate".
+func NewRedisStore(conn *redisconn.Conn, prefix string) *RedisStore {
+	if prefix == "" {
+		prefix = "ringgate"
+	}
+	return &RedisStore{conn: conn, prefix: prefix}
+}
+
+// Load loads the scripts (at start, and it is cheap to call again after a
+// failover: Run falls back to EVAL on NOSCRIPT anyway).
+func (s *RedisStore) Load(ctx context.Context) error {
+	return s.conn.Call(ctx, 20*time.Millisecond, func(ctx context.Context) error {
+		for _, sc := range []*redis.Script{grantScript, returnScript, slotsScript} {
+			if err := sc.Load(ctx, s.conn.Client()).Err(); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}
+
+func (s *RedisStore) key(k string) string { return s.prefix + ":lease:{" + k + "}" }
+
+func ms(d time.Duration) int64 { return max(1, d.Milliseconds()) }
+
+func (s *RedisStore) Grant(ctx context.Context, key string, g GrantRequest) (GrantReply, error) {
+	var vals []int64
+	err := s.conn.Call(ctx, 0, func(ctx context.Context) (err error) {
+		vals, err = grantScript.Run(ctx, s.conn.Client(), []string{s.key(key)},
+			g.Now, g.Expires, g.Limit.Requests, g.Limit.Tokens, g.Want.Requests, g.Want.Tokens, ms(g.KeyTTL),
+			g.Min.Requests, g.Min.Tokens).Int64Slice()
+		return err
+	})
+	if err != nil {
+		return GrantReply{}, fmt.Errorf("lease %s: %w", key, err)
+	}
+	if len(vals) != 5 {
+		return GrantReply{}, fmt.Errorf("lease %s: script answered %d values", key, len(vals))
+	}
+	return GrantReply{Granted: Amount{vals[0], vals[1]}, Used: Amount{vals[2], vals[3]}, Oldest: vals[4]}, nil
+}
+
+func (s *RedisStore) Return(ctx context.Context, key string, r ReturnRequest) error {
+	args := make([]any, 0, 5+3*len(r.Used))
+	args = append(args, r.Now, r.Expires, r.Granted.Requests, r.Granted.Tokens, ms(r.KeyTTL))
+	for _, u := range r.Used {
+		args = append(args, u.Bucket, u.Requests, u.Tokens)
+	}
+	err := s.conn.Call(ctx, 0, func(ctx context.Context) error {
+		return returnScript.Run(ctx, s.conn.Client(), []string{s.key(key)}, args...).Err()
+	})
+	if err != nil {
+		return fmt.Errorf("give back lease %s: %w", key, err)
+	}
+	return nil
+}
+
+func (s *RedisStore) HoldSlots(ctx context.Context, key, node string, want, limit, now int64, ttl time.Duration) (int64, error) {
+	var held int64
+	err := s.conn.Call(ctx, 0, func(ctx context.Context) (err error) {
+		held, err = slotsScript.Run(ctx, s.conn.Client(), []string{s.key(key) + ":slots"},
+			node, want, limit, now/int64(time.Millisecond), ms(ttl)).Int64()
+		return err
+	})
+	if err != nil {
+		return 0, fmt.Errorf("hold slots %s: %w", key, err)
+	}
+	return held, nil
+}

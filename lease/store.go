@@ -1,0 +1,199 @@
+package lease
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"time"
+)
+
+// Span is the number of buckets in a window, in the store and in a node's
+// accounting of its blocks.
+const Span = 128
+
+// Amount is a number of requests and tokens.
+type Amount struct{ Requests, Tokens int64 }
+
+// Use is what was used of a block within one bucket.
+type Use struct {
+	Bucket int64
+	Amount
+}
+
+// GrantRequest asks a store for a block of a budget. Buckets are indexes of
+// window/Span wide intervals of the nodes' clock.
+type GrantRequest struct {
+	Now     int64  // the bucket of now
+	Expires int64  // the bucket the block is charged at: its expiry's
+	Limit   Amount // the budget's limits per window; 0: none on that dimension
+	Want    Amount // what the node would like; 0 on a dimension it does not lease
+	// Min is the least worth granting on each dimension: less than one
+	// request's worth of tokens is a fragment nobody can use, taken from
+	// the node that could.
+	Min    Amount
+	KeyTTL time.Duration
+}
+
+// GrantReply is what a store granted, and what its window holds after it.
+type GrantReply struct {
+	Granted Amount
+	Used    Amount
+	// Oldest is the oldest bucket still counted: room frees when it
+	// leaves the window, at bucket Oldest+Span+1.
+	Oldest int64
+}
+
+// ReturnRequest gives a block back: Granted comes off bucket Expires, the
+// Used are charged where they were used. A report of what was admitted
+// without a block (a share during an outage) has no Granted.
+type ReturnRequest struct {
+	Now     int64
+	Expires int64
+	Granted Amount
+	Used    []Use
+	KeyTTL  time.Duration
+}
+
+// Store holds the budgets' windows and slots for the whole cluster.
+type Store interface {
+	Grant(ctx context.Context, key string, g GrantRequest) (GrantReply, error)
+	Return(ctx context.Context, key string, r ReturnRequest) error
+	// HoldSlots sets the slots node holds for key to want, or to what the
+	// limit leaves beside the other nodes' live holdings, and reports
+	// what it holds now; a holding lapses ttl after now (nodes' clock,
+	// Unix ns) unless held again.
+	HoldSlots(ctx context.Context, key, node string, want, limit, now int64, ttl time.Duration) (int64, error)
+}
+
+// ErrStoreDown is what InmemStore answers while Down.
+var ErrStoreDown = errors.New("lease store down")
+
+// InmemStore is a Store in memory, with the semantics of the Redis one
+// (the tests of this package run the same checks on both), for unit tests
+// of protocols that lease. Down makes it fail every call.
+type InmemStore struct {
+	mu    sync.Mutex
+	down  bool
+	wins  map[string]*inmemWindow
+	slots map[string]map[string]inmemHold
+	Calls int // calls answered, for tests to count round trips
+}
+
+type inmemWindow struct {
+	lo, hi int64
+	sum    Amount
+	b      map[int64]Amount
+}
+
+type inmemHold struct{ held, until int64 }
+
+// NewInmemStore returns an empty store.
+func NewInmemStore() *InmemStore {
+	return &InmemStore{wins: make(map[string]*inmemWindow), slots: make(map[string]map[string]inmemHold)}
+}
+
+// Down makes every call fail with ErrStoreDown (true) or work again.
+func (s *InmemStore) Down(down bool) {
+	s.mu.Lock()
+	s.down = down
+	s.mu.Unlock()
+}
+
+// window advances key's window to now and returns it; s.mu is held.
+func (s *InmemStore) window(key string, now int64) *inmemWindow {
+	cut := now - Span - 1 // buckets <= cut are out of the window
+	w := s.wins[key]
+	if w == nil || w.hi <= cut {
+		w = &inmemWindow{lo: cut + 1, hi: cut, b: make(map[int64]Amount)}
+		s.wins[key] = w
+		return w
+	}
+	for ; w.lo <= cut; w.lo++ {
+		a := w.b[w.lo]
+		w.sum.Requests -= a.Requests
+		w.sum.Tokens -= a.Tokens
+		delete(w.b, w.lo)
+	}
+	return w
+}
+
+func (w *inmemWindow) add(b int64, a Amount) {
+	if b < w.lo {
+		return // out of the window already
+	}
+	c := w.b[b]
+	c.Requests += a.Requests
+	c.Tokens += a.Tokens
+	w.b[b] = c
+	w.sum.Requests += a.Requests
+	w.sum.Tokens += a.Tokens
+	w.hi = max(w.hi, b)
+}
+
+func grantOf(limit, want, least, used int64) int64 {
+	if limit <= 0 {
+		return 0 // not leased: the node does not count it
+	}
+	g := max(0, min(want, limit-used))
+	if g < least {
+		return 0
+	}
+	return g
+}
+
+func (s *InmemStore) Grant(_ context.Context, key string, g GrantRequest) (GrantReply, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.down {
+		return GrantReply{}, ErrStoreDown
+	}
+	s.Calls++
+	w := s.window(key, g.Now)
+	got := Amount{Requests: grantOf(g.Limit.Requests, g.Want.Requests, g.Min.Requests, w.sum.Requests),
+		Tokens: grantOf(g.Limit.Tokens, g.Want.Tokens, g.Min.Tokens, w.sum.Tokens)}
+	if got.Requests > 0 || got.Tokens > 0 {
+		w.add(g.Expires, got)
+	}
+	return GrantReply{Granted: got, Used: w.sum, Oldest: w.lo}, nil
+}
+
+func (s *InmemStore) Return(_ context.Context, key string, r ReturnRequest) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.down {
+		return ErrStoreDown
+	}
+	s.Calls++
+	w := s.window(key, r.Now)
+	w.add(r.Expires, Amount{Requests: -r.Granted.Requests, Tokens: -r.Granted.Tokens})
+	for _, u := range r.Used {
+		w.add(u.Bucket, u.Amount)
+	}
+	return nil
+}
+
+func (s *InmemStore) HoldSlots(_ context.Context, key, node string, want, limit, now int64, ttl time.Duration) (int64, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.down {
+		return 0, ErrStoreDown
+	}
+	s.Calls++
+	hs := s.slots[key]
+	if hs == nil {
+		hs = make(map[string]inmemHold)
+		s.slots[key] = hs
+	}
+	var others int64
+	for n, h := range hs {
+		switch {
+		case h.until <= now:
+			delete(hs, n)
+		case n != node:
+			others += h.held
+		}
+	}
+	held := max(0, min(want, limit-others))
+	hs[node] = inmemHold{held: held, until: now + int64(ttl)}
+	return held, nil
+}
