@@ -453,9 +453,8 @@ func (b *Budget) want(now int64) Amount {
 	}
 	scale := 1.25 * life / float64(elapsed)
 	per := total.Tokens / total.Requests
-	// Tokens with a margin over the requests' average, so the block's
-	// tokens do not run out before its requests when sizes vary.
-	w := Amount{Requests: int64(float64(total.Requests)*scale) + 1, Tokens: int64(float64(total.Tokens)*scale*1.2) + 2*per}
+	// One request more than the demand, on both dimensions.
+	w := Amount{Requests: int64(float64(total.Requests)*scale) + 1, Tokens: int64(float64(total.Tokens)*scale) + per}
 	l := b.cfg.Limits
 	if l.Requests <= 0 {
 		w.Requests = 0
@@ -591,10 +590,11 @@ func (b *Budget) maintain(ctx context.Context, st Store, node string, now int64)
 			expires = now + min(int64(b.cfg.LeaseFor), 4*b.width)
 		}
 		b.renewing = true
-		b.mu.Unlock()
 		least := b.amount(b.perRequest())
+		limit := Amount{b.cfg.Limits.Requests, b.cfg.Limits.Tokens}
+		b.mu.Unlock()
 		reply, err := st.Grant(ctx, b.cfg.Key, GrantRequest{Now: now / b.width, Expires: expires / b.width,
-			Limit: Amount{b.cfg.Limits.Requests, b.cfg.Limits.Tokens}, Want: want, Min: least, KeyTTL: keyTTL})
+			Limit: limit, Want: want, Min: least, KeyTTL: keyTTL})
 		b.mu.Lock()
 		b.renewing = false
 		done := b.renewal
@@ -711,11 +711,11 @@ func (b *Budget) giveBack(ctx context.Context, st Store, node string, now int64)
 			return err
 		}
 	}
-	if b.cfg.Limits.Concurrency > 0 {
-		b.mu.Lock()
-		used := b.slotsUsed
-		b.mu.Unlock()
-		if _, err := st.HoldSlots(ctx, b.cfg.Key, node, used, b.cfg.Limits.Concurrency, now, b.cfg.SlotTTL); err != nil {
+	b.mu.Lock()
+	used, limit := b.slotsUsed, b.cfg.Limits.Concurrency
+	b.mu.Unlock()
+	if limit > 0 {
+		if _, err := st.HoldSlots(ctx, b.cfg.Key, node, used, limit, now, b.cfg.SlotTTL); err != nil {
 			return err
 		}
 	}

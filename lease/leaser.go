@@ -65,9 +65,9 @@ func (l *Leaser) Budget(cfg Config, members func() int) *Budget {
 	return b
 }
 
-// Forget drops the budgets whose keys are not in keep (a reload removed
-// them), giving their blocks back.
-func (l *Leaser) Forget(ctx context.Context, keep map[string]bool) {
+// Retain drops the budgets whose keys are not in keep (a reload removed
+// them); their blocks are given back in the background.
+func (l *Leaser) Retain(keep map[string]bool) {
 	l.mu.Lock()
 	var gone []*Budget
 	for k, b := range l.budgets {
@@ -77,9 +77,16 @@ func (l *Leaser) Forget(ctx context.Context, keep map[string]bool) {
 		}
 	}
 	l.mu.Unlock()
-	for _, b := range gone {
-		_ = b.giveBack(ctx, l.store, l.node, l.clock())
+	if len(gone) == 0 {
+		return
 	}
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		for _, b := range gone {
+			_ = b.giveBack(ctx, l.store, l.node, l.clock())
+		}
+	}()
 }
 
 func (l *Leaser) kick() {

@@ -138,6 +138,9 @@ type clOptions struct {
 	// FirstSeeds are tried before the cluster's own seed when a node
 	// joins (a seed that is slow or silent).
 	FirstSeeds []string
+	// Upstream, if set, changes the upstream every node is configured
+	// with (its provider limits).
+	Upstream func(*config.Upstream)
 }
 
 // clTenant is a tenant with the given requests per window and token and
@@ -253,6 +256,9 @@ func (c *clCluster) addNode() *clNode {
 		Timeout: 10 * time.Second, ConnectTimeout: time.Second, StreamIdleTimeout: 10 * time.Second,
 		AnthropicVersion: config.DefaultAnthropicVersion,
 	}}
+	if c.opts.Upstream != nil {
+		c.opts.Upstream(&cfg.Upstreams[0])
+	}
 	cfg.Tenants = slices.Clone(c.tenants)
 	lg := &clLog{}
 	var ln net.Listener

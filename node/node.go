@@ -6,6 +6,7 @@
 package node
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -18,6 +19,8 @@ import (
 	"github.com/ringgate/ringgate/config"
 	"github.com/ringgate/ringgate/gossip"
 	"github.com/ringgate/ringgate/handoff"
+	"github.com/ringgate/ringgate/lease"
+	"github.com/ringgate/ringgate/redisconn"
 	"github.com/ringgate/ringgate/reserve"
 	"github.com/ringgate/ringgate/ring"
 	"github.com/ringgate/ringgate/router"
@@ -56,6 +59,10 @@ type Node struct {
 
 	mover *handoff.Mover  // moves tenants' state on ring changes
 	store *snapshot.Store // nil without Redis
+	conn  *redisconn.Conn // nil without Redis
+	// leaser keeps this node's part of the providers' limits.
+	leaser     *lease.Leaser
+	stopLeases context.CancelFunc
 
 	pubMu       sync.Mutex
 	mu          sync.Mutex
@@ -75,18 +82,49 @@ func Start(cfg *config.Config, o Options) (*Node, error) {
 		o.Logger = slog.Default()
 	}
 	log := o.Logger.With("node", cfg.Node.Name)
-	rt, err := router.New(router.Options{Config: cfg, Tokenizer: o.Tokenizer, Clock: o.Clock, Logger: log})
+	// One Redis connection (one budget per call, one breaker) for the
+	// snapshots and the leases.
+	var conn *redisconn.Conn
+	var leases lease.Store
+	if cfg.Redis.Addr != "" {
+		c, err := redisconn.New(redisconn.Config{Addrs: []string{cfg.Redis.Addr}, Timeout: cfg.Redis.Timeout, Logger: log})
+		if err != nil {
+			return nil, fmt.Errorf("start node %s: redis: %w", cfg.Node.Name, err)
+		}
+		conn = c
+		rs := lease.NewRedisStore(conn, "")
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		if err := rs.Load(ctx); err != nil {
+			// Not fatal: Redis may come later, and a script unknown to
+			// it is sent whole (EVAL) on first use.
+			log.Warn("lease", "phase", "load_scripts", "error", err.Error())
+		}
+		cancel()
+		leases = rs
+	}
+	leaser := lease.NewLeaser(lease.LeaserConfig{Store: leases, Node: cfg.Node.Name, Clock: o.Clock, Logger: log})
+	rt, err := router.New(router.Options{Config: cfg, Tokenizer: o.Tokenizer, Clock: o.Clock, Logger: log, Leaser: leaser})
 	if err != nil {
+		if conn != nil {
+			_ = conn.Close()
+		}
 		return nil, fmt.Errorf("start node %s: %w", cfg.Node.Name, err)
 	}
 	ln := o.Listener
 	if ln == nil {
 		ln, err = net.Listen("tcp", cfg.Node.Listen)
 		if err != nil {
+			if conn != nil {
+				_ = conn.Close()
+			}
 			return nil, fmt.Errorf("start node %s: listen %s: %w", cfg.Node.Name, cfg.Node.Listen, err)
 		}
 	}
-	n := &Node{cfg: cfg, log: log, router: rt, server: rt.Server(), ln: ln, served: make(chan error, 1), grace: o.DrainGrace}
+	n := &Node{cfg: cfg, log: log, router: rt, server: rt.Server(), ln: ln, served: make(chan error, 1), grace: o.DrainGrace,
+		conn: conn, leaser: leaser}
+	leaseCtx, stopLeases := context.WithCancel(context.Background())
+	n.stopLeases = stopLeases
+	go leaser.Run(leaseCtx)
 	if n.grace <= 0 {
 		n.grace = time.Second
 	}
@@ -99,9 +137,10 @@ func Start(cfg *config.Config, o Options) (*Node, error) {
 	}
 	var store handoff.Store = handoff.NoStore{}
 	if cfg.Redis.Addr != "" {
-		s, err := snapshot.NewStore(snapshot.StoreConfig{Addrs: []string{cfg.Redis.Addr}, Timeout: cfg.Redis.Timeout, Logger: log})
+		s, err := snapshot.NewStore(snapshot.StoreConfig{Conn: conn, Logger: log})
 		if err != nil {
 			_ = ln.Close()
+			n.closeLeases(false)
 			return nil, fmt.Errorf("start node %s: redis: %w", cfg.Node.Name, err)
 		}
 		n.store, store = s, s
@@ -145,6 +184,7 @@ func Start(cfg *config.Config, o Options) (*Node, error) {
 		if err != nil {
 			n.table.Close()
 			_ = ln.Close()
+			n.closeLeases(false)
 			n.shutdown()
 			return nil, fmt.Errorf("start node %s: gossip: %w", cfg.Node.Name, err)
 		}
@@ -368,8 +408,26 @@ func (n *Node) stop(leave bool) {
 		if n.store != nil {
 			_ = n.store.Close()
 		}
+		n.closeLeases(leave)
 		n.shutdown()
 	})
+}
+
+// closeLeases stops the lease work; leaving, the node first gives back its
+// blocks and slots, so what it did not use is the cluster's again at once
+// (a crash leaves them to lapse).
+func (n *Node) closeLeases(giveBack bool) {
+	if giveBack {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		if err := n.leaser.GiveBack(ctx); err != nil {
+			n.log.Warn("drain", "phase", "give_back_leases", "error", err.Error())
+		}
+		cancel()
+	}
+	n.stopLeases()
+	if n.conn != nil {
+		_ = n.conn.Close()
+	}
 }
 
 func (n *Node) shutdown() {

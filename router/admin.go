@@ -32,7 +32,7 @@ func (r *Router) serveAdmin(ctx *fasthttp.RequestCtx) {
 		writeJSON(ctx, fasthttp.StatusOK, map[string]string{"status": "ready"})
 		return
 	}
-	if path != "/cluster" && path != "/metrics" && !strings.HasPrefix(path, "/tenants/") {
+	if path != "/cluster" && path != "/metrics" && path != "/upstreams" && !strings.HasPrefix(path, "/tenants/") {
 		fail(ctx, fasthttp.StatusNotFound, "invalid_request_error", "not_found", "Unknown path "+path+".")
 		return
 	}
@@ -51,6 +51,8 @@ func (r *Router) serveAdmin(ctx *fasthttp.RequestCtx) {
 		r.metricsHandler(ctx)
 	case path == "/cluster":
 		writeJSON(ctx, fasthttp.StatusOK, r.clusterView())
+	case path == "/upstreams":
+		r.serveUpstreams(ctx)
 	default:
 		r.serveTenant(ctx, strings.TrimPrefix(path, "/tenants/"))
 	}

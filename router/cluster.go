@@ -79,6 +79,15 @@ func (v *view) owner(tenant string) string {
 	return o
 }
 
+// liveMembers is how many members share the cluster's budgets (1 without
+// a view).
+func (v *view) liveMembers() int {
+	if v == nil {
+		return 1
+	}
+	return v.live
+}
+
 func (v *view) version() uint64 {
 	if v == nil || v.ring == nil {
 		return 0

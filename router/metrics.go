@@ -33,6 +33,7 @@ type metrics struct {
 // lookups.
 type tenantCounters struct {
 	allowed, requests, tokens, concurrency prometheus.Counter
+	upstream                               prometheus.Counter // refused for the provider's limit
 	reserved, settled                      prometheus.Counter
 }
 
@@ -93,6 +94,7 @@ func (m *metrics) tenant(name string) *tenantCounters {
 		requests:    m.decisions.WithLabelValues(name, "requests"),
 		tokens:      m.decisions.WithLabelValues(name, "tokens"),
 		concurrency: m.decisions.WithLabelValues(name, "concurrency"),
+		upstream:    m.decisions.WithLabelValues(name, "upstream"),
 		reserved:    m.tokens.WithLabelValues(name, "reserved"),
 		settled:     m.tokens.WithLabelValues(name, "settled"),
 	}

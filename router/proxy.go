@@ -30,6 +30,11 @@ type call struct {
 	req  upstream.Request
 	res  reserve.Reservation
 	tk   limiter.Ticket
+	// What the call took of its upstream's and model's budgets, and the
+	// tokens the provider counts for it (budgets.go).
+	budgets    [2]budgetTake
+	nBudgets   int
+	provTokens int64
 	// finished: the call was settled and its slot freed. Set once, by
 	// the first finish: a client found gone (hangup.go) finishes it from
 	// its watch while the handler still waits for the upstream.
@@ -188,13 +193,22 @@ func (r *Router) serveLocal(ctx *fasthttp.RequestCtx, ep upstream.Endpoint, st *
 			"This tenant's limits are moving between gateway nodes; retry in 1s.")
 		return false
 	}
+	if bd, what, ok := r.takeBudgets(st, c); !ok {
+		d := lim.Peek(r.clock())
+		setRateHeaders(&ctx.Response.Header, &d)
+		t.counts.upstream.Inc()
+		refuseBudget(ctx, &bd, what)
+		return false
+	}
 	var d limiter.Decision
 	c.tk, d = lim.Admit(r.clock(), int64(c.res.Total))
 	if d.Moved {
+		r.cancelBudgets(c)
 		return r.movedOn(ctx, t, lim, hops)
 	}
 	setRateHeaders(&ctx.Response.Header, &d)
 	if !d.Allowed {
+		r.cancelBudgets(c)
 		switch d.Limited {
 		case limiter.Requests:
 			t.counts.requests.Inc()
@@ -410,6 +424,7 @@ func (r *Router) finish(c *call, u upstream.Usage, ok bool, countedCompletion in
 		actual = c.res.Prompt + countedCompletion
 		r.learn(c, c.res.Prompt, countedCompletion)
 	}
+	r.finishBudgets(c, int64(actual))
 	if c.lim == c.t.lim {
 		// If the tenant was handed over since this call was admitted, its
 		// owner holds the slot and the reservation now.

@@ -13,6 +13,7 @@ import (
 
 	"github.com/ringgate/ringgate/config"
 	"github.com/ringgate/ringgate/handoff"
+	"github.com/ringgate/ringgate/lease"
 	"github.com/ringgate/ringgate/limiter"
 	"github.com/ringgate/ringgate/reserve"
 	"github.com/ringgate/ringgate/upstream"
@@ -27,6 +28,9 @@ type Options struct {
 	// inject their own.
 	Clock  func() int64
 	Logger *slog.Logger
+	// Leaser keeps the node's part of the providers' limits; nil: one
+	// without a store (every budget on this node's strict share).
+	Leaser *lease.Leaser
 }
 
 // Router serves one node's HTTP: the client API and the admin endpoints.
@@ -47,6 +51,7 @@ type Router struct {
 	peers        *peers
 	held         heldDeltas // deltas for tenants not taken over yet (handoff.go)
 	ids          *deltaIDs  // names this node's deltas, skips ones applied twice (deltaids.go)
+	leaser       *lease.Leaser
 	// handOver answers a peer asking for tenants' state (peerstate.go).
 	handOver atomic.Pointer[func(asker string, tenants []string) []handoff.Reply]
 	// clustered: the node gossips; until it holds a ring it owns nothing.
@@ -88,16 +93,22 @@ func New(o Options) (*Router, error) {
 		est:     reserve.NewEstimator(o.Config.Limits.DefaultCompletion),
 		metrics: newMetrics(),
 		ids:     newDeltaIDs(),
+		leaser:  o.Leaser,
 		started: time.Now(),
 		// A cluster node owns nothing until it has joined and holds a
 		// ring; a standalone one owns everything.
 		clustered: o.Config.Node.Gossip != "",
 	}
+	if r.leaser == nil {
+		r.leaser = lease.NewLeaser(lease.LeaserConfig{Node: r.node, Clock: o.Clock, Logger: o.Logger})
+	}
 	st, err := buildState(o.Config, nil, r.metrics, 0)
 	if err != nil {
 		return nil, err
 	}
+	st.budgets = r.buildBudgets(o.Config, st.providers)
 	r.state.Store(st)
+	r.metrics.reg.MustRegister(leaseCollector{r})
 	r.ready.Store(true)
 	// One clock for the windows, the snapshots and the hop timestamps.
 	clock := o.Clock
@@ -142,6 +153,7 @@ func (r *Router) Reload(cfg *config.Config) error {
 	if err != nil {
 		return err
 	}
+	st.budgets = r.buildBudgets(cfg, st.providers)
 	for name, t := range st.byName {
 		if old := prev.byName[name]; old != nil {
 			// A handoff in progress holds on: the gate moves along.

@@ -48,6 +48,9 @@ type state struct {
 	byName    map[string]*tenant
 	byModel   map[string]*upstream.Provider
 	providers []*upstream.Provider // the first is the default
+	// budgets are the provider limits of the upstreams that have them
+	// (budgets.go).
+	budgets map[*upstream.Provider]*provBudgets
 }
 
 // buildState makes a state from cfg, keeping the limiter (and so the usage) of

@@ -1,0 +1,171 @@
+package node
+
+import (
+	"encoding/json"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/ringgate/ringgate/config"
+	"github.com/ringgate/ringgate/fakeupstream"
+	"github.com/ringgate/ringgate/internal/redistest"
+	"github.com/ringgate/ringgate/reserve"
+)
+
+// The provider's own limits hold for the whole cluster: three nodes lease
+// them from a real Redis, tenants with no limits of their own send twice
+// what the provider allows, spread over every node. The fake provider
+// enforces its true limit (on a window shortened by the loopback jitter,
+// see clJitter) and counts what breaches it: nothing may, and the cluster
+// must use at least 90% of the limit in every window after the first.
+func TestClusterProviderLimit(t *testing.T) {
+	if testing.Short() {
+		t.Skip("cluster test")
+	}
+	const window = 2 * time.Second
+	cases := []struct {
+		name     string
+		upstream func(*config.Upstream)
+		fake     fakeupstream.ProviderLimits
+		limit    int // requests per window the provider allows
+		latency  time.Duration
+		inFlight int // calls at once, when the limit is concurrency
+	}{
+		{name: "rpm", upstream: func(u *config.Upstream) { u.RPM = 150 },
+			fake: fakeupstream.ProviderLimits{Requests: 150}, limit: 150, latency: 5 * time.Millisecond},
+		// Each request: "hi" + framing (7 tokens) + max_tokens 50 = 57
+		// at the provider's count; 150 requests' worth.
+		{name: "tpm", upstream: func(u *config.Upstream) { u.TPM = 150 * 57 },
+			fake: fakeupstream.ProviderLimits{Tokens: 150 * 57}, limit: 150, latency: 5 * time.Millisecond},
+		{name: "model rpm", upstream: func(u *config.Upstream) {
+			u.ModelLimits = []config.ModelLimit{{Model: clModel, RPM: 150}}
+		}, fake: fakeupstream.ProviderLimits{Models: map[string]fakeupstream.ModelLimits{clModel: {Requests: 150}}}, limit: 150, latency: 5 * time.Millisecond},
+		{name: "concurrency", upstream: func(u *config.Upstream) { u.Concurrency = 6 },
+			fake: fakeupstream.ProviderLimits{Concurrency: 6}, latency: 100 * time.Millisecond, inFlight: 6},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			srv := redistest.Start(t)
+			tenants := make([]config.Tenant, 6)
+			for i := range tenants {
+				tenants[i] = clTenant(fmt.Sprintf("free-%d", i), 1<<30)
+			}
+			c := startClusterWith(t, 3, window, clOptions{Redis: srv.Addr(), Upstream: tc.upstream}, tenants...)
+			tok, _ := reserve.NewTokenizer()
+			tc.fake.Window = window - clJitter
+			c.fake.SetOptions(fakeupstream.Options{CountTokens: tok.Count, CompletionMin: 20, CompletionMax: 40,
+				Latency: tc.latency, Limits: tc.fake})
+			c.fake.Reset()
+
+			// Twice the provider's limit, over every node: for the
+			// concurrency case, twice the calls it can run at once.
+			perTenant := window * time.Duration(len(tenants)) / time.Duration(2*max(tc.limit, 1))
+			if tc.inFlight > 0 {
+				perTenant = tc.latency * time.Duration(len(tenants)) / time.Duration(2*tc.inFlight)
+			}
+			start := time.Now().Add(50 * time.Millisecond)
+			dur := 4 * window
+			var mu sync.Mutex
+			var res []clResult
+			var wg sync.WaitGroup
+			for i, tn := range tenants {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					r := c.clLoad(tn.Name, c.live(), i, start.Add(time.Duration(i)*perTenant/time.Duration(len(tenants))), perTenant, dur, 64)
+					mu.Lock()
+					res = append(res, r...)
+					mu.Unlock()
+				}()
+			}
+			wg.Wait()
+
+			// Every node shows its lease in /upstreams.
+			for _, nd := range c.live() {
+				var v struct {
+					Node      string `json:"node"`
+					Upstreams []struct {
+						Name   string `json:"name"`
+						Budget *struct {
+							Grants uint64 `json:"grants"`
+						} `json:"budget"`
+						Models map[string]struct {
+							Grants uint64 `json:"grants"`
+						} `json:"models"`
+					} `json:"upstreams"`
+				}
+				resp, err := c.hc.Get("http://" + nd.Addr() + "/upstreams")
+				if err != nil {
+					t.Fatal(err)
+				}
+				err = json.NewDecoder(resp.Body).Decode(&v)
+				resp.Body.Close()
+				if err != nil || v.Node != nd.Name() || len(v.Upstreams) != 1 {
+					t.Fatalf("/upstreams of %s: %+v, %v", nd.Name(), v, err)
+				}
+				grants := v.Upstreams[0].Models[clModel].Grants
+				if b := v.Upstreams[0].Budget; b != nil {
+					grants = b.Grants
+				}
+				if grants == 0 && tc.inFlight == 0 { // slots alone take no blocks
+					t.Errorf("/upstreams of %s shows no grant: %+v", nd.Name(), v)
+				}
+			}
+
+			stats := c.fake.Stats()
+			recs := c.fake.Records()
+			codes := map[int]int{}
+			for _, r := range res {
+				if r.err != nil {
+					t.Errorf("%s via %s: %v", r.tenant, r.via, r.err)
+					continue
+				}
+				codes[r.rep.status]++
+				if r.rep.status >= 500 {
+					t.Errorf("%s via %s: %v", r.tenant, r.via, r.rep)
+				}
+			}
+			t.Logf("sent %d: answers %v; the provider admitted %d, breaches %d, max %d in flight",
+				len(res), codes, stats.Admitted, stats.Breaches, stats.MaxConcurrent)
+			if stats.Breaches != 0 {
+				t.Errorf("the provider's limit was breached %d times", stats.Breaches)
+			}
+			if tc.inFlight > 0 {
+				if stats.MaxConcurrent > tc.inFlight {
+					t.Errorf("%d calls at once at the provider, limit %d", stats.MaxConcurrent, tc.inFlight)
+				}
+				// A call holds its slot for the fake's latency and the
+				// loopback round trip: the ideal is inFlight per latency.
+				ideal := float64(tc.inFlight) * float64(dur) / float64(tc.latency)
+				used := float64(stats.Admitted) / ideal
+				t.Logf("slots used %.0f%% of the ideal %.0f calls", 100*used, ideal)
+				if used < 0.6 {
+					t.Errorf("the cluster ran %d calls, %.0f%% of the %.0f the provider's slots allow", stats.Admitted, 100*used, ideal)
+				}
+				return
+			}
+			var got []time.Time
+			for _, r := range recs {
+				if !r.RateLimited {
+					got = append(got, r.Received)
+				}
+			}
+			worst, _ := clMaxSliding(got, window-clJitter)
+			least := -1
+			for from := start.Add(window); !from.Add(window).After(start.Add(dur)); from = from.Add(window / 8) {
+				n := clCountIn(got, from, from.Add(window))
+				if least < 0 || n < least {
+					least = n
+				}
+			}
+			t.Logf("fullest window %d, emptiest after the first %d, of %d", worst, least, tc.limit)
+			if worst > tc.limit {
+				t.Errorf("%d requests reached the provider within %v, limit %d", worst, window-clJitter, tc.limit)
+			}
+			if least < tc.limit*9/10 {
+				t.Errorf("only %d of %d used in a window", least, tc.limit)
+			}
+		})
+	}
+}

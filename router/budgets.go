@@ -1,0 +1,166 @@
+package router
+
+import (
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/valyala/fasthttp"
+
+	"github.com/ringgate/ringgate/config"
+	"github.com/ringgate/ringgate/lease"
+	"github.com/ringgate/ringgate/limiter"
+	"github.com/ringgate/ringgate/upstream"
+)
+
+// The provider's own limits ([[upstreams]] rpm/tpm/concurrency and
+// [[upstreams.model_limits]]) are budgets of the whole cluster, leased by
+// each node (package lease). The node that calls the upstream — the
+// tenant's owner, or an edge on its fallback share — takes a request from
+// the upstream's budget and its model's before the tenant's limiter is
+// asked, and gives them back at once if the tenant refuses: all three are
+// charged, or none.
+
+// provBudgets are one upstream's budgets on this node.
+type provBudgets struct {
+	up     *lease.Budget            // nil: no upstream-wide limit
+	models map[string]*lease.Budget // per model, for the models limited
+}
+
+// budgetTake is what one request took of one budget.
+type budgetTake struct {
+	b  *lease.Budget
+	tk lease.Ticket
+}
+
+// maxRenewalWait bounds how long a request whose budget has no block left
+// waits for a grant in flight (the first request after an idle spell, say).
+const maxRenewalWait = 15 * time.Millisecond
+
+func onStoreDown(s string) lease.OnStoreDown {
+	switch s {
+	case config.OnRedisDownOpen:
+		return lease.Open
+	case config.OnRedisDownClosed:
+		return lease.Closed
+	}
+	return lease.Share
+}
+
+// buildBudgets gets this node's budgets of every limited upstream and model
+// from the leaser (a reload keeps their blocks) and drops the others.
+func (r *Router) buildBudgets(cfg *config.Config, provs []*upstream.Provider) map[*upstream.Provider]*provBudgets {
+	out := make(map[*upstream.Provider]*provBudgets)
+	keep := make(map[string]bool)
+	members := func() int { return r.view.Load().liveMembers() }
+	for i, uc := range cfg.Upstreams {
+		pb := &provBudgets{models: make(map[string]*lease.Budget)}
+		base := lease.Config{Window: cfg.Limits.Window, Settles: uc.Kind == config.KindAnthropic, OnStoreDown: onStoreDown(uc.OnRedisDown)}
+		if uc.RPM > 0 || uc.TPM > 0 || uc.Concurrency > 0 {
+			c := base
+			c.Key = "up:" + uc.Name
+			c.Limits = limiter.Limits{Requests: int64(uc.RPM), Tokens: int64(uc.TPM), Concurrency: int64(uc.Concurrency)}
+			pb.up = r.leaser.Budget(c, members)
+			keep[c.Key] = true
+		}
+		for _, ml := range uc.ModelLimits {
+			c := base
+			c.Key = "up:" + uc.Name + ":model:" + ml.Model
+			c.Limits = limiter.Limits{Requests: int64(ml.RPM), Tokens: int64(ml.TPM), Concurrency: int64(ml.Concurrency)}
+			pb.models[ml.Model] = r.leaser.Budget(c, members)
+			keep[c.Key] = true
+		}
+		if pb.up != nil || len(pb.models) > 0 {
+			out[provs[i]] = pb
+		}
+	}
+	r.leaser.Retain(keep)
+	return out
+}
+
+// providerTokens is what the provider counts against its token limit when
+// the request starts: OpenAI the prompt and max_tokens (or the completion
+// estimate, whichever is larger); Anthropic the prompt and max_tokens,
+// corrected to the usage at the end (lease.Config.Settles).
+func providerTokens(c *call) int64 {
+	completion := c.res.Completion
+	if m := c.req.MaxTokens * max(1, c.req.Choices); m > completion {
+		completion = m
+	}
+	return int64(c.res.Prompt + completion)
+}
+
+// takeBudgets takes the request from its upstream's and model's budgets. On
+// a refusal it gives back what it took and reports the refusal.
+func (r *Router) takeBudgets(st *state, c *call) (lease.Decision, string, bool) {
+	pb := st.budgets[c.prov]
+	if pb == nil {
+		return lease.Decision{Allowed: true}, "", true
+	}
+	tokens := providerTokens(c)
+	c.provTokens = tokens
+	for _, it := range []struct {
+		b    *lease.Budget
+		what string
+	}{{pb.up, "upstream " + c.prov.Name}, {pb.models[c.req.Model], "model " + c.req.Model}} {
+		if it.b == nil {
+			continue
+		}
+		tk, d := it.b.Take(r.clock(), tokens)
+		if !d.Allowed && d.Renewal != nil {
+			// No block left and a grant on its way: worth a short wait.
+			timer := time.NewTimer(maxRenewalWait)
+			select {
+			case <-d.Renewal:
+				tk, d = it.b.Take(r.clock(), tokens)
+			case <-timer.C:
+			}
+			timer.Stop()
+		}
+		if !d.Allowed {
+			r.cancelBudgets(c)
+			return d, it.what, false
+		}
+		c.budgets[c.nBudgets] = budgetTake{it.b, tk}
+		c.nBudgets++
+	}
+	return lease.Decision{Allowed: true}, "", true
+}
+
+// cancelBudgets gives back what the call took of its budgets: it was not
+// sent.
+func (r *Router) cancelBudgets(c *call) {
+	now := r.clock()
+	for i := range c.nBudgets {
+		c.budgets[i].b.Cancel(now, &c.budgets[i].tk)
+	}
+	c.nBudgets = 0
+}
+
+// finishBudgets ends the call on its budgets: slots freed, and tokens
+// settled where the provider settles (actual: what it bills).
+func (r *Router) finishBudgets(c *call, actual int64) {
+	now := r.clock()
+	for i := range c.nBudgets {
+		c.budgets[i].b.Finish(now, &c.budgets[i].tk, actual)
+	}
+	c.nBudgets = 0
+}
+
+// refuseBudget answers a request the provider's limit has no room for.
+func refuseBudget(ctx *fasthttp.RequestCtx, d *lease.Decision, what string) {
+	secs := int64((d.RetryAfter + time.Second - 1) / time.Second)
+	ctx.Response.Header.Set("Retry-After", strconv.FormatInt(max(1, secs), 10))
+	ctx.Response.Header.Set("retry-after-ms", strconv.FormatInt(max(1, int64((d.RetryAfter+time.Millisecond-1)/time.Millisecond)), 10))
+	dim := d.Limited.String()
+	msg := fmt.Sprintf("The provider's limit on %s (%s) is reached for now. Please try again in %s.", dim, what, roundUp(max(d.RetryAfter, time.Millisecond)))
+	if d.Degraded {
+		msg = fmt.Sprintf("The provider's limit on %s (%s) is enforced on this node's strict share while the gateway's coordination store is unreachable. Please try again in %s.",
+			dim, what, roundUp(max(d.RetryAfter, time.Millisecond)))
+	}
+	typ := dim
+	if d.Limited == limiter.Concurrency {
+		typ = "requests"
+	}
+	fail(ctx, fasthttp.StatusTooManyRequests, typ, "rate_limit_exceeded", msg)
+}

@@ -1,0 +1,142 @@
+package router
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/valyala/fasthttp"
+
+	"github.com/ringgate/ringgate/lease"
+)
+
+// budgetView is one budget (an upstream's or a model's) as /upstreams
+// shows it: the provider's limits, what this node holds of them and what
+// the cluster's window held at this node's last grant.
+type budgetView struct {
+	Limits struct {
+		Requests    int64 `json:"requests"`
+		Tokens      int64 `json:"tokens"`
+		Concurrency int64 `json:"concurrency"`
+	} `json:"limits"`
+	// Lease is this node's part.
+	Lease struct {
+		Blocks        int   `json:"blocks"`
+		LeftRequests  int64 `json:"left_requests"`
+		LeftTokens    int64 `json:"left_tokens"`
+		SlotsHeld     int64 `json:"slots_held"`
+		SlotsInFlight int64 `json:"slots_in_flight"`
+	} `json:"lease"`
+	// Window is the cluster's window at the last grant (blocks
+	// outstanding included).
+	Window struct {
+		Requests int64 `json:"requests"`
+		Tokens   int64 `json:"tokens"`
+	} `json:"cluster_window"`
+	Grants      uint64 `json:"grants"`
+	EmptyGrants uint64 `json:"empty_grants"`
+	GiveBacks   uint64 `json:"give_backs"`
+	StoreErrors uint64 `json:"store_errors"`
+	Degraded    bool   `json:"degraded"`
+	DegradedMs  int64  `json:"degraded_ms"`
+	OnRedisDown string `json:"on_redis_down"`
+}
+
+type upstreamView struct {
+	Name   string                 `json:"name"`
+	Kind   string                 `json:"kind"`
+	Limits *budgetView            `json:"budget,omitempty"` // nil: no upstream-wide limit
+	Models map[string]*budgetView `json:"models,omitempty"`
+}
+
+type upstreamsView struct {
+	Node      string         `json:"node"`
+	Window    string         `json:"window"`
+	Upstreams []upstreamView `json:"upstreams"`
+}
+
+func viewOf(s lease.Stats, down string) *budgetView {
+	v := &budgetView{}
+	v.Limits.Requests, v.Limits.Tokens, v.Limits.Concurrency = s.Limits.Requests, s.Limits.Tokens, s.Limits.Concurrency
+	v.Lease.Blocks, v.Lease.LeftRequests, v.Lease.LeftTokens = s.Blocks, s.Left.Requests, s.Left.Tokens
+	v.Lease.SlotsHeld, v.Lease.SlotsInFlight = s.SlotsHeld, s.SlotsUsed
+	v.Window.Requests, v.Window.Tokens = s.Used.Requests, s.Used.Tokens
+	v.Grants, v.EmptyGrants, v.GiveBacks, v.StoreErrors = s.Grants, s.Empty, s.Returns, s.StoreErrors
+	v.Degraded, v.DegradedMs = s.Degraded, s.DegradedFor.Milliseconds()
+	v.OnRedisDown = down
+	return v
+}
+
+func (r *Router) upstreamsView() upstreamsView {
+	st := r.state.Load()
+	now := r.clock()
+	out := upstreamsView{Node: r.node, Window: st.cfg.Limits.Window.String()}
+	for i, uc := range st.cfg.Upstreams {
+		uv := upstreamView{Name: uc.Name, Kind: uc.Kind}
+		down := uc.OnRedisDown
+		if down == "" {
+			down = "share"
+		}
+		if pb := st.budgets[st.providers[i]]; pb != nil {
+			if pb.up != nil {
+				uv.Limits = viewOf(pb.up.Stats(now), down)
+			}
+			for m, b := range pb.models {
+				if uv.Models == nil {
+					uv.Models = make(map[string]*budgetView)
+				}
+				uv.Models[m] = viewOf(b.Stats(now), down)
+			}
+		}
+		out.Upstreams = append(out.Upstreams, uv)
+	}
+	return out
+}
+
+func (r *Router) serveUpstreams(ctx *fasthttp.RequestCtx) {
+	writeJSON(ctx, fasthttp.StatusOK, r.upstreamsView())
+}
+
+// leaseCollector exports every budget's counters at scrape time; one series
+// per budget and counter (budgets are the configured upstreams and models:
+// bounded).
+type leaseCollector struct{ r *Router }
+
+var (
+	leaseGrants   = prometheus.NewDesc("ringgate_lease_grants_total", "Blocks of a provider budget asked of Redis (empty ones included).", []string{"budget"}, nil)
+	leaseEmpty    = prometheus.NewDesc("ringgate_lease_empty_grants_total", "Grants that found no room in the provider's window.", []string{"budget"}, nil)
+	leaseReturns  = prometheus.NewDesc("ringgate_lease_give_backs_total", "Blocks given back to Redis with what was used.", []string{"budget"}, nil)
+	leaseErrors   = prometheus.NewDesc("ringgate_lease_store_errors_total", "Lease calls to Redis that failed or timed out.", []string{"budget"}, nil)
+	leaseDegraded = prometheus.NewDesc("ringgate_lease_degraded", "1 while Redis is unreachable for this budget (on_redis_down applies).", []string{"budget"}, nil)
+	leaseDegTime  = prometheus.NewDesc("ringgate_lease_degraded_seconds_total", "Time spent with Redis unreachable for this budget.", []string{"budget"}, nil)
+	leaseLeft     = prometheus.NewDesc("ringgate_lease_left", "What this node's live blocks have left.", []string{"budget", "dimension"}, nil)
+	leaseSlots    = prometheus.NewDesc("ringgate_lease_slots", "Provider slots this node holds, and fills.", []string{"budget", "state"}, nil)
+)
+
+func (c leaseCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{leaseGrants, leaseEmpty, leaseReturns, leaseErrors, leaseDegraded, leaseDegTime, leaseLeft, leaseSlots} {
+		ch <- d
+	}
+}
+
+func (c leaseCollector) Collect(ch chan<- prometheus.Metric) {
+	for key, s := range c.r.leaser.Stats() {
+		counter := func(d *prometheus.Desc, v float64, l ...string) {
+			ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, v, append([]string{key}, l...)...)
+		}
+		gauge := func(d *prometheus.Desc, v float64, l ...string) {
+			ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, append([]string{key}, l...)...)
+		}
+		counter(leaseGrants, float64(s.Grants))
+		counter(leaseEmpty, float64(s.Empty))
+		counter(leaseReturns, float64(s.Returns))
+		counter(leaseErrors, float64(s.StoreErrors))
+		degraded := 0.0
+		if s.Degraded {
+			degraded = 1
+		}
+		gauge(leaseDegraded, degraded)
+		counter(leaseDegTime, s.DegradedFor.Seconds())
+		gauge(leaseLeft, float64(s.Left.Requests), "requests")
+		gauge(leaseLeft, float64(s.Left.Tokens), "tokens")
+		gauge(leaseSlots, float64(s.SlotsHeld), "held")
+		gauge(leaseSlots, float64(s.SlotsUsed), "in_flight")
+	}
+}
