@@ -86,6 +86,11 @@ type Budget struct {
 	shareN    int64
 	shareUses []Use
 
+	// hist is what this node admitted in the last window, by bucket;
+	// gen the store window's generation as last seen (0: none yet).
+	hist []Use
+	gen  int64
+
 	slotsHeld, slotsUsed int64
 	slotsUntil           int64 // when the holding lapses unless renewed
 	slotsRefused         int64 // refusals since the last renewal
@@ -102,12 +107,14 @@ type Stats struct {
 	Grants, Returns      uint64
 	Empty                uint64 // grants that found no room
 	StoreErrors          uint64
+	Rebuilt              uint64        // times the store had lost the window and was told this node's part
 	Degraded             bool          // the store is down
 	DegradedFor          time.Duration // in total
 	degradedNs           int64
 }
 
 type block struct {
+	gen      int64 // the store window's generation it was granted in
 	expires  int64 // the last moment it can be used (ns)
 	bucket   int64 // where the store charged it: expires' bucket
 	granted  Amount
@@ -235,6 +242,7 @@ func (b *Budget) Take(now, tokens int64) (Ticket, Decision) {
 			blk.left.Requests -= a.Requests
 			blk.left.Tokens -= a.Tokens
 			blk.uses = appendUse(blk.uses, bucket, a)
+			b.record(now, bucket, a)
 			tk = Ticket{blk: blk, bucket: bucket, tokens: a.Tokens}
 			if float64(blk.left.Requests) < renewBelow*float64(blk.granted.Requests) ||
 				float64(blk.left.Tokens) < renewBelow*float64(blk.granted.Tokens) {
@@ -249,6 +257,7 @@ func (b *Budget) Take(now, tokens int64) (Ticket, Decision) {
 				return tk, d
 			}
 			b.shareUses = appendUse(b.shareUses, bucket, a)
+			b.record(now, bucket, a)
 			tk = Ticket{lt: lt, bucket: bucket, tokens: a.Tokens, share: true}
 		default:
 			d.Limited = limiter.Requests
@@ -273,6 +282,15 @@ func (b *Budget) Take(now, tokens int64) (Ticket, Decision) {
 	}
 	d.Allowed = true
 	return tk, d
+}
+
+// record keeps what this node admitted in the last window, per bucket, for
+// a store that lost its window; b.mu is held.
+func (b *Budget) record(now, bucket int64, a Amount) {
+	if n := len(b.hist); n > 0 && b.hist[0].Bucket <= bucket-Span-1 {
+		b.pruneHistory(now)
+	}
+	b.hist = appendUse(b.hist, bucket, a)
 }
 
 // Cancel undoes a Take whose request was not sent after all (another
@@ -517,6 +535,23 @@ func (b *Budget) maintain(ctx context.Context, st Store, node string, now int64)
 		return false
 	}
 	keyTTL := 2*b.cfg.Window + b.cfg.LeaseFor
+	failed := func() bool {
+		b.mu.Lock()
+		b.storeFailed(now)
+		b.mu.Unlock()
+		return false
+	}
+	// give makes a Return; a window the store made anew (it lost its
+	// data: a Redis restarted without persistence) is told what this
+	// node used in the last window first, so it does not grant it again.
+	give := func(r ReturnRequest) bool {
+		r.Now, r.KeyTTL = now/b.width, keyTTL
+		gen, err := st.Return(ctx, b.cfg.Key, r)
+		if err != nil {
+			return failed()
+		}
+		return !b.newGen(now, gen) || b.reportHistory(ctx, st, now, keyTTL)
+	}
 
 	// What the share admitted during an outage goes to the store first:
 	// the window there must hold it before anything more is granted.
@@ -525,20 +560,17 @@ func (b *Budget) maintain(ctx context.Context, st Store, node string, now int64)
 	report := b.shareUses
 	b.mu.Unlock()
 	if wasDown {
-		err := st.Return(ctx, b.cfg.Key, ReturnRequest{Now: now / b.width, Expires: now / b.width, Used: report, KeyTTL: keyTTL})
-		b.mu.Lock()
-		if err != nil {
-			b.storeFailed(now)
-			b.mu.Unlock()
+		if !give(ReturnRequest{Expires: now / b.width, Used: report}) {
 			return false
 		}
+		b.mu.Lock()
 		b.stats.degradedNs += now - b.downSince
 		b.downSince, b.share, b.shareUses = 0, nil, nil
 		b.mu.Unlock()
 		changed = true
 	}
 
-	// Expired blocks go back.
+	// Expired and spent blocks go back.
 	b.mu.Lock()
 	var back []*block
 	keep := b.blocks[:0]
@@ -555,14 +587,11 @@ func (b *Budget) maintain(ctx context.Context, st Store, node string, now int64)
 	b.late = nil
 	b.mu.Unlock()
 	for i, blk := range back {
-		r := ReturnRequest{Now: now / b.width, Expires: blk.bucket, Granted: blk.granted, Used: blk.uses, KeyTTL: keyTTL}
+		r := ReturnRequest{Gen: blk.gen, Expires: blk.bucket, Granted: blk.granted, Used: blk.uses}
 		if i == 0 {
 			r.Used = append(r.Used, late...)
 		}
-		if err := st.Return(ctx, b.cfg.Key, r); err != nil {
-			b.mu.Lock()
-			b.storeFailed(now)
-			b.mu.Unlock()
+		if !give(r) {
 			return false // the rest stay charged: conservative
 		}
 		b.mu.Lock()
@@ -570,13 +599,8 @@ func (b *Budget) maintain(ctx context.Context, st Store, node string, now int64)
 		b.mu.Unlock()
 		changed = true
 	}
-	if len(back) == 0 && len(late) > 0 {
-		if err := st.Return(ctx, b.cfg.Key, ReturnRequest{Now: now / b.width, Expires: now / b.width, Used: late, KeyTTL: keyTTL}); err != nil {
-			b.mu.Lock()
-			b.storeFailed(now)
-			b.mu.Unlock()
-			return false
-		}
+	if len(back) == 0 && len(late) > 0 && !give(ReturnRequest{Expires: now / b.width, Used: late}) {
+		return false
 	}
 
 	// A new block.
@@ -610,12 +634,13 @@ func (b *Budget) maintain(ctx context.Context, st Store, node string, now int64)
 		b.stats.Grants++
 		b.stats.Used = reply.Used
 		g := reply.Granted
-		usable := (want.Requests == 0 || g.Requests > 0) && (want.Tokens == 0 || g.Tokens > 0)
+		fresh := b.newGenLocked(now, reply.Gen)
+		usable := (want.Requests == 0 || g.Requests > 0) && (want.Tokens == 0 || g.Tokens > 0) && !fresh
 		b.saturated = g.Requests < want.Requests || g.Tokens < want.Tokens
 		if usable {
-			b.blocks = append(b.blocks, &block{expires: expires, bucket: expires / b.width, granted: g, left: g})
+			b.blocks = append(b.blocks, &block{gen: reply.Gen, expires: expires, bucket: expires / b.width, granted: g, left: g})
 			b.retryAt = 0
-		} else {
+		} else if !fresh {
 			b.stats.Empty++
 			// No room until the oldest bucket leaves the window, or a
 			// node gives back what it did not use (a quarter of a
@@ -624,12 +649,19 @@ func (b *Budget) maintain(ctx context.Context, st Store, node string, now int64)
 		}
 		b.mu.Unlock()
 		changed = true
-		if !usable && (g.Requests > 0 || g.Tokens > 0) {
+		if fresh {
+			// Granted on a window that does not know this node's last
+			// one: back it goes, the history is told, and no grant is
+			// asked for until the other nodes had time to tell theirs.
+			if (g.Requests > 0 || g.Tokens > 0) && !give(ReturnRequest{Gen: reply.Gen, Expires: expires / b.width, Granted: g}) {
+				return false
+			}
+			if !b.reportHistory(ctx, st, now, keyTTL) {
+				return false
+			}
+		} else if !usable && (g.Requests > 0 || g.Tokens > 0) {
 			// Half a block is no block: give it back at once.
-			if err := st.Return(ctx, b.cfg.Key, ReturnRequest{Now: now / b.width, Expires: expires / b.width, Granted: g, KeyTTL: keyTTL}); err != nil {
-				b.mu.Lock()
-				b.storeFailed(now)
-				b.mu.Unlock()
+			if !give(ReturnRequest{Gen: reply.Gen, Expires: expires / b.width, Granted: g}) {
 				return false
 			}
 		}
@@ -660,6 +692,83 @@ func (b *Budget) maintain(ctx context.Context, st Store, node string, now int64)
 	}
 	b.mu.Unlock()
 	return changed
+}
+
+// rebuildWait is how long after a node found the store's window made anew
+// it asks for no block: the other nodes tell the window what they used in
+// the last one as soon as they reach the store again (a node whose
+// breaker is open does within its 500 ms); what is granted before they
+// have could be granted twice.
+const rebuildWait = time.Second
+
+// newGen notes the window generation a store call reported, and whether it
+// is not the one this node used before (never the first time).
+func (b *Budget) newGen(now, gen int64) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.newGenLocked(now, gen)
+}
+
+func (b *Budget) newGenLocked(now, gen int64) bool {
+	prev := b.gen
+	b.gen = gen
+	if prev != 0 && gen != prev {
+		b.retryAt = max(b.retryAt, now+int64(rebuildWait))
+		return true
+	}
+	return false
+}
+
+// reportHistory charges this node's part of the last window to the store's
+// window, made anew: what it admitted on the blocks it gave back, and the
+// whole grant of each block it still holds (at its expiry, as a grant is
+// charged: giving it back later takes the grant off and charges its uses).
+func (b *Budget) reportHistory(ctx context.Context, st Store, now int64, keyTTL time.Duration) bool {
+	b.mu.Lock()
+	b.pruneHistory(now)
+	report := append([]Use(nil), b.hist...)
+	for _, blk := range b.blocks {
+		if blk.returned {
+			continue
+		}
+		for _, u := range blk.uses {
+			adjustUse(report, u.Bucket, -u.Tokens)
+			for i := range report {
+				if report[i].Bucket == u.Bucket {
+					report[i].Requests -= u.Requests
+				}
+			}
+		}
+		report = append(report, Use{Bucket: blk.bucket, Amount: blk.granted})
+	}
+	b.stats.Rebuilt++
+	b.mu.Unlock()
+	gen, err := st.Return(ctx, b.cfg.Key, ReturnRequest{Now: now / b.width, Expires: now / b.width, Used: report, KeyTTL: keyTTL})
+	if err != nil {
+		b.mu.Lock()
+		b.storeFailed(now)
+		b.mu.Unlock()
+		return false
+	}
+	b.mu.Lock()
+	b.gen = gen
+	for _, blk := range b.blocks {
+		blk.gen = gen // their grants are in this window now
+	}
+	b.mu.Unlock()
+	return true
+}
+
+// pruneHistory drops the buckets that left the window; b.mu is held.
+func (b *Budget) pruneHistory(now int64) {
+	cut := now/b.width - Span - 1
+	i := 0
+	for i < len(b.hist) && b.hist[i].Bucket <= cut {
+		i++
+	}
+	if i > 0 {
+		b.hist = append(b.hist[:0], b.hist[i:]...)
+	}
 }
 
 // spent reports a block that can admit nothing more: what it has left of
@@ -707,7 +816,7 @@ func (b *Budget) giveBack(ctx context.Context, st Store, node string, now int64)
 	b.mu.Unlock()
 	keyTTL := 2*b.cfg.Window + b.cfg.LeaseFor
 	for _, blk := range back {
-		if err := st.Return(ctx, b.cfg.Key, ReturnRequest{Now: now / b.width, Expires: blk.bucket, Granted: blk.granted, Used: blk.uses, KeyTTL: keyTTL}); err != nil {
+		if _, err := st.Return(ctx, b.cfg.Key, ReturnRequest{Gen: blk.gen, Now: now / b.width, Expires: blk.bucket, Granted: blk.granted, Used: blk.uses, KeyTTL: keyTTL}); err != nil {
 			return err
 		}
 	}

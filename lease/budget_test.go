@@ -271,3 +271,42 @@ func TestBudgetsSlots(t *testing.T) {
 		})
 	}
 }
+
+// A store that comes back without its windows (a Redis restarted without
+// persistence) is told what every node admitted in the last window before
+// it grants again: no window holds more than the limit across the loss.
+func TestBudgetsStoreLosesItsWindow(t *testing.T) {
+	const window = 3 * time.Second
+	cases := []struct {
+		name string
+		down time.Duration // how long the store is away
+	}{
+		{"restart at once", 0},
+		{"down a moment", window / 10},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			st := NewInmemStore()
+			lim := limiter.Limits{Requests: 300}
+			s := newSim(t, st, 3, Config{Key: "lost", Limits: lim, Window: window})
+			rng := rand.New(rand.NewPCG(7, 8))
+			tokens := func() int64 { return 100 }
+			shares := []float64{0.5, 0.3, 0.2}
+			s.run(window+window/2, 600, shares, rng, tokens)
+			st.Down(true)
+			st.Lose()
+			s.run(c.down, 600, shares, rng, tokens)
+			st.Down(false)
+			s.run(2*window, 600, shares, rng, tokens)
+			maxReq, _, _, _ := s.audit(s.now)
+			var rebuilt uint64
+			for _, n := range s.nodes {
+				rebuilt += n.b.Stats(s.now).Rebuilt
+			}
+			t.Logf("admitted %d; fullest window %d of %d; windows rebuilt %d times", len(s.got), maxReq, lim.Requests, rebuilt)
+			if maxReq > lim.Requests {
+				t.Errorf("a window held %d requests, limit %d", maxReq, lim.Requests)
+			}
+		})
+	}
+}

@@ -3,6 +3,7 @@ package lease
 import (
 	"context"
 	"fmt"
+	"math/rand/v2"
 	"strconv"
 	"strings"
 	"time"
@@ -22,12 +23,14 @@ const advanceLua = `
 local k = KEYS[1]
 local now = tonumber(ARGV[1])
 local cut = now - SPAN - 1
-local v = redis.call('HMGET', k, 'lo', 'hi', 'sr', 'st')
+local v = redis.call('HMGET', k, 'lo', 'hi', 'sr', 'st', 'gen')
 local lo, hi = tonumber(v[1]), tonumber(v[2])
 local sr, st = tonumber(v[3]) or 0, tonumber(v[4]) or 0
+local gen = v[5]
 if lo == nil or hi <= cut then
   if lo ~= nil then redis.call('DEL', k) end
   lo, hi, sr, st = cut + 1, cut, 0, 0
+  gen = ARGV[GENARG]
 else
   while lo <= cut do
     local f = redis.call('HMGET', k, 'r' .. lo, 't' .. lo)
@@ -46,16 +49,21 @@ local function add(b, r, t)
   if b > hi then hi = b end
 end
 local function save(ttl)
-  redis.call('HSET', k, 'lo', lo, 'hi', hi, 'sr', sr, 'st', st)
+  redis.call('HSET', k, 'lo', lo, 'hi', hi, 'sr', sr, 'st', st, 'gen', gen)
   redis.call('PEXPIRE', k, ttl)
 end
 `
 
-var advance = strings.ReplaceAll(advanceLua, "SPAN", strconv.Itoa(Span))
+// advance is advanceLua for a script whose ARGV[genArg] is the generation
+// a window made by the call gets (gen: the hash was made anew — first use,
+// a long idle spell, or a Redis that lost its data).
+func advance(genArg int) string {
+	return strings.NewReplacer("SPAN", strconv.Itoa(Span), "GENARG", strconv.Itoa(genArg)).Replace(advanceLua)
+}
 
 // grantScript: ARGV now, expires, limit r, limit t, want r, want t, ttl ms,
-// min r, min t.
-var grantScript = redis.NewScript(advance + `
+// min r, min t, gen.
+var grantScript = redis.NewScript(advance(10) + `
 local exp = tonumber(ARGV[2])
 local function grant(limit, want, least, used)
   if limit <= 0 then return 0 end
@@ -68,18 +76,21 @@ local gr = grant(tonumber(ARGV[3]), tonumber(ARGV[5]), tonumber(ARGV[8]), sr)
 local gt = grant(tonumber(ARGV[4]), tonumber(ARGV[6]), tonumber(ARGV[9]), st)
 add(exp, gr, gt)
 save(ARGV[7])
-return {gr, gt, sr, st, lo}
+return {gr, gt, sr, st, lo, tonumber(gen)}
 `)
 
-// returnScript: ARGV now, expires, granted r, granted t, ttl ms, then
-// bucket, used r, used t for each use.
-var returnScript = redis.NewScript(advance + `
-add(tonumber(ARGV[2]), -tonumber(ARGV[3]), -tonumber(ARGV[4]))
-for i = 6, #ARGV, 3 do
+// returnScript: ARGV now, expires, granted r, granted t, ttl ms, gen (for a
+// window made anew), the block's gen, then bucket, used r, used t for each
+// use.
+var returnScript = redis.NewScript(advance(6) + `
+-- A window other than the one the block was granted in never held the
+-- grant: only the uses are charged.
+if tostring(gen) == ARGV[7] then add(tonumber(ARGV[2]), -tonumber(ARGV[3]), -tonumber(ARGV[4])) end
+for i = 8, #ARGV, 3 do
   add(tonumber(ARGV[i]), tonumber(ARGV[i+1]), tonumber(ARGV[i+2]))
 end
 save(ARGV[5])
-return sr
+return tonumber(gen)
 `)
 
 // slotsScript: a hash of node → "held:until" (Unix ms). ARGV node, want,
@@ -144,32 +155,37 @@ func (s *RedisStore) Grant(ctx context.Context, key string, g GrantRequest) (Gra
 	err := s.conn.Call(ctx, 0, func(ctx context.Context) (err error) {
 		vals, err = grantScript.Run(ctx, s.conn.Client(), []string{s.key(key)},
 			g.Now, g.Expires, g.Limit.Requests, g.Limit.Tokens, g.Want.Requests, g.Want.Tokens, ms(g.KeyTTL),
-			g.Min.Requests, g.Min.Tokens).Int64Slice()
+			g.Min.Requests, g.Min.Tokens, newGen()).Int64Slice()
 		return err
 	})
 	if err != nil {
 		return GrantReply{}, fmt.Errorf("lease %s: %w", key, err)
 	}
-	if len(vals) != 5 {
+	if len(vals) != 6 {
 		return GrantReply{}, fmt.Errorf("lease %s: script answered %d values", key, len(vals))
 	}
-	return GrantReply{Granted: Amount{vals[0], vals[1]}, Used: Amount{vals[2], vals[3]}, Oldest: vals[4]}, nil
+	return GrantReply{Granted: Amount{vals[0], vals[1]}, Used: Amount{vals[2], vals[3]}, Oldest: vals[4], Gen: vals[5]}, nil
 }
 
-func (s *RedisStore) Return(ctx context.Context, key string, r ReturnRequest) error {
-	args := make([]any, 0, 5+3*len(r.Used))
-	args = append(args, r.Now, r.Expires, r.Granted.Requests, r.Granted.Tokens, ms(r.KeyTTL))
+func (s *RedisStore) Return(ctx context.Context, key string, r ReturnRequest) (int64, error) {
+	args := make([]any, 0, 7+3*len(r.Used))
+	args = append(args, r.Now, r.Expires, r.Granted.Requests, r.Granted.Tokens, ms(r.KeyTTL), newGen(), strconv.FormatInt(r.Gen, 10))
 	for _, u := range r.Used {
 		args = append(args, u.Bucket, u.Requests, u.Tokens)
 	}
-	err := s.conn.Call(ctx, 0, func(ctx context.Context) error {
-		return returnScript.Run(ctx, s.conn.Client(), []string{s.key(key)}, args...).Err()
+	var gen int64
+	err := s.conn.Call(ctx, 0, func(ctx context.Context) (err error) {
+		gen, err = returnScript.Run(ctx, s.conn.Client(), []string{s.key(key)}, args...).Int64()
+		return err
 	})
 	if err != nil {
-		return fmt.Errorf("give back lease %s: %w", key, err)
+		return 0, fmt.Errorf("give back lease %s: %w", key, err)
 	}
-	return nil
+	return gen, nil
 }
+
+// newGen is a window generation: random, positive, exact in a Lua double.
+func newGen() int64 { return 1 + rand.Int64N(1<<52) }
 
 func (s *RedisStore) HoldSlots(ctx context.Context, key, node string, want, limit, now int64, ttl time.Duration) (int64, error) {
 	var held int64

@@ -41,12 +41,18 @@ type GrantReply struct {
 	// Oldest is the oldest bucket still counted: room frees when it
 	// leaves the window, at bucket Oldest+Span+1.
 	Oldest int64
+	// Gen names the window: a new one means the store made it anew
+	// (first use, an idle spell, or a Redis that lost its data).
+	Gen int64
 }
 
 // ReturnRequest gives a block back: Granted comes off bucket Expires, the
 // Used are charged where they were used. A report of what was admitted
 // without a block (a share during an outage) has no Granted.
 type ReturnRequest struct {
+	// Gen is the generation of the window the block was granted in: its
+	// grant comes off only that window (one made anew never held it).
+	Gen     int64
 	Now     int64
 	Expires int64
 	Granted Amount
@@ -57,7 +63,8 @@ type ReturnRequest struct {
 // Store holds the budgets' windows and slots for the whole cluster.
 type Store interface {
 	Grant(ctx context.Context, key string, g GrantRequest) (GrantReply, error)
-	Return(ctx context.Context, key string, r ReturnRequest) error
+	// Return gives a block back and reports the window's generation.
+	Return(ctx context.Context, key string, r ReturnRequest) (gen int64, err error)
 	// HoldSlots sets the slots node holds for key to want, or to what the
 	// limit leaves beside the other nodes' live holdings, and reports
 	// what it holds now; a holding lapses ttl after now (nodes' clock,
@@ -76,10 +83,12 @@ type InmemStore struct {
 	down  bool
 	wins  map[string]*inmemWindow
 	slots map[string]map[string]inmemHold
+	gens  int64
 	Calls int // calls answered, for tests to count round trips
 }
 
 type inmemWindow struct {
+	gen    int64
 	lo, hi int64
 	sum    Amount
 	b      map[int64]Amount
@@ -99,14 +108,16 @@ func (s *InmemStore) Down(down bool) {
 	s.mu.Unlock()
 }
 
-// window advances key's window to now and returns it; s.mu is held.
-func (s *InmemStore) window(key string, now int64) *inmemWindow {
+// window advances key's window to now and returns it, and whether it was
+// made anew; s.mu is held.
+func (s *InmemStore) window(key string, now int64) (*inmemWindow, bool) {
 	cut := now - Span - 1 // buckets <= cut are out of the window
 	w := s.wins[key]
 	if w == nil || w.hi <= cut {
-		w = &inmemWindow{lo: cut + 1, hi: cut, b: make(map[int64]Amount)}
+		s.gens++
+		w = &inmemWindow{gen: s.gens, lo: cut + 1, hi: cut, b: make(map[int64]Amount)}
 		s.wins[key] = w
-		return w
+		return w, true
 	}
 	for ; w.lo <= cut; w.lo++ {
 		a := w.b[w.lo]
@@ -114,7 +125,7 @@ func (s *InmemStore) window(key string, now int64) *inmemWindow {
 		w.sum.Tokens -= a.Tokens
 		delete(w.b, w.lo)
 	}
-	return w
+	return w, false
 }
 
 func (w *inmemWindow) add(b int64, a Amount) {
@@ -148,28 +159,39 @@ func (s *InmemStore) Grant(_ context.Context, key string, g GrantRequest) (Grant
 		return GrantReply{}, ErrStoreDown
 	}
 	s.Calls++
-	w := s.window(key, g.Now)
+	w, _ := s.window(key, g.Now)
 	got := Amount{Requests: grantOf(g.Limit.Requests, g.Want.Requests, g.Min.Requests, w.sum.Requests),
 		Tokens: grantOf(g.Limit.Tokens, g.Want.Tokens, g.Min.Tokens, w.sum.Tokens)}
 	if got.Requests > 0 || got.Tokens > 0 {
 		w.add(g.Expires, got)
 	}
-	return GrantReply{Granted: got, Used: w.sum, Oldest: w.lo}, nil
+	return GrantReply{Granted: got, Used: w.sum, Oldest: w.lo, Gen: w.gen}, nil
 }
 
-func (s *InmemStore) Return(_ context.Context, key string, r ReturnRequest) error {
+func (s *InmemStore) Return(_ context.Context, key string, r ReturnRequest) (int64, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.down {
-		return ErrStoreDown
+		return 0, ErrStoreDown
 	}
 	s.Calls++
-	w := s.window(key, r.Now)
-	w.add(r.Expires, Amount{Requests: -r.Granted.Requests, Tokens: -r.Granted.Tokens})
+	w, _ := s.window(key, r.Now)
+	if r.Gen == w.gen { // another window never held the grant
+		w.add(r.Expires, Amount{Requests: -r.Granted.Requests, Tokens: -r.Granted.Tokens})
+	}
 	for _, u := range r.Used {
 		w.add(u.Bucket, u.Amount)
 	}
-	return nil
+	return w.gen, nil
+}
+
+// Lose forgets every window and holding, as a Redis restarted without
+// persistence does.
+func (s *InmemStore) Lose() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.wins = make(map[string]*inmemWindow)
+	s.slots = make(map[string]map[string]inmemHold)
 }
 
 func (s *InmemStore) HoldSlots(_ context.Context, key, node string, want, limit, now int64, ttl time.Duration) (int64, error) {

@@ -54,11 +54,12 @@ func TestStoreWindow(t *testing.T) {
 				// Long idle: everything has left.
 				{what: "after idle", now: 5000, exp: 5008, want: Amount{100, 1000}, grant: Amount{100, 1000}},
 			}
+			var gen int64 // the window's, from the first grant
 			for _, s := range steps {
 				if s.ret != nil {
 					r := *s.ret
-					r.KeyTTL = ttl
-					if err := st.Return(ctx, "k", r); err != nil {
+					r.KeyTTL, r.Gen = ttl, gen
+					if _, err := st.Return(ctx, "k", r); err != nil {
 						t.Fatalf("%s: %v", s.what, err)
 					}
 					continue
@@ -66,6 +67,9 @@ func TestStoreWindow(t *testing.T) {
 				got, err := st.Grant(ctx, "k", GrantRequest{Now: s.now, Expires: s.exp, Limit: lim, Want: s.want, KeyTTL: ttl})
 				if err != nil {
 					t.Fatalf("%s: %v", s.what, err)
+				}
+				if gen == 0 {
+					gen = got.Gen
 				}
 				if got.Granted != s.grant {
 					t.Fatalf("%s: granted %+v, want %+v (window %+v, oldest %d)", s.what, got.Granted, s.grant, got.Used, got.Oldest)
