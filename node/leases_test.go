@@ -66,20 +66,7 @@ func TestClusterProviderLimit(t *testing.T) {
 			}
 			start := time.Now().Add(50 * time.Millisecond)
 			dur := 4 * window
-			var mu sync.Mutex
-			var res []clResult
-			var wg sync.WaitGroup
-			for i, tn := range tenants {
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
-					r := c.clLoad(tn.Name, c.live(), i, start.Add(time.Duration(i)*perTenant/time.Duration(len(tenants))), perTenant, dur, 64)
-					mu.Lock()
-					res = append(res, r...)
-					mu.Unlock()
-				}()
-			}
-			wg.Wait()
+			res := c.loadAll(tenants, start, perTenant, dur)
 
 			// Every node shows its lease in /upstreams.
 			for _, nd := range c.live() {
@@ -165,6 +152,103 @@ func TestClusterProviderLimit(t *testing.T) {
 			}
 			if least < tc.limit*9/10 {
 				t.Errorf("only %d of %d used in a window", least, tc.limit)
+			}
+		})
+	}
+}
+
+// loadAll runs clLoad for every tenant at once, each sending every
+// interval (staggered), over every live node, and returns all results.
+func (c *clCluster) loadAll(tenants []config.Tenant, start time.Time, interval, dur time.Duration) []clResult {
+	var mu sync.Mutex
+	var res []clResult
+	var wg sync.WaitGroup
+	for i, tn := range tenants {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			r := c.clLoad(tn.Name, c.live(), i, start.Add(time.Duration(i)*interval/time.Duration(len(tenants))), interval, dur, 64)
+			mu.Lock()
+			res = append(res, r...)
+			mu.Unlock()
+		}()
+	}
+	wg.Wait()
+	return res
+}
+
+// Redis stopped (and restarted empty), and separately Redis hung (SIGSTOP),
+// in the middle of a load at twice the provider's limit: nothing breaches
+// the provider's limit, nobody gets a 5xx, and leasing resumes once Redis
+// is back. The degraded period's figures are in the output.
+func TestClusterProviderLimitRedisDown(t *testing.T) {
+	if testing.Short() {
+		t.Skip("cluster test")
+	}
+	const window = 2 * time.Second
+	const limit = 150
+	cases := []struct {
+		name       string
+		down, back func(*redistest.Server)
+	}{
+		{"stopped, restarted empty", (*redistest.Server).Stop, (*redistest.Server).Restart},
+		{"hung", func(s *redistest.Server) { s.Pause(0) }, (*redistest.Server).Resume},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			srv := redistest.Start(t)
+			tenants := make([]config.Tenant, 6)
+			for i := range tenants {
+				tenants[i] = clTenant(fmt.Sprintf("free-%d", i), 1<<30)
+			}
+			c := startClusterWith(t, 3, window, clOptions{Redis: srv.Addr(), Upstream: func(u *config.Upstream) { u.RPM = limit }}, tenants...)
+			tok, _ := reserve.NewTokenizer()
+			c.fake.SetOptions(fakeupstream.Options{CountTokens: tok.Count, CompletionMin: 20, CompletionMax: 40,
+				Latency: 5 * time.Millisecond, Limits: fakeupstream.ProviderLimits{Window: window - clJitter, Requests: limit}})
+			c.fake.Reset()
+
+			start := time.Now().Add(50 * time.Millisecond)
+			downAt, backAt := start.Add(window+window/2), start.Add(3*window)
+			end := start.Add(6 * window)
+			go func() {
+				time.Sleep(time.Until(downAt)) // the schedule of the fault, not a wait for a condition
+				tc.down(srv)
+				time.Sleep(time.Until(backAt))
+				tc.back(srv)
+			}()
+			perTenant := window * time.Duration(len(tenants)) / (2 * limit)
+			res := c.loadAll(tenants, start, perTenant, end.Sub(start))
+
+			stats := c.fake.Stats()
+			codes := map[int]int{}
+			for _, r := range res {
+				if r.err != nil {
+					t.Errorf("%s via %s: %v", r.tenant, r.via, r.err)
+					continue
+				}
+				codes[r.rep.status]++
+				if r.rep.status >= 500 {
+					t.Errorf("%s via %s: %v", r.tenant, r.via, r.rep)
+				}
+			}
+			var got []time.Time
+			for _, r := range c.fake.Records() {
+				if !r.RateLimited {
+					got = append(got, r.Received)
+				}
+			}
+			before := clCountIn(got, start, downAt)
+			during := clCountIn(got, downAt, backAt)
+			after := clCountIn(got, backAt, end)
+			worst, _ := clMaxSliding(got, window-clJitter)
+			t.Logf("answers %v; provider admitted %d (breaches %d): %d in the %v before, %d in the %v down, %d in the %v after; fullest window %d of %d",
+				codes, stats.Admitted, stats.Breaches, before, downAt.Sub(start), during, backAt.Sub(downAt), after, end.Sub(backAt), worst, limit)
+			if stats.Breaches != 0 || worst > limit {
+				t.Errorf("the provider's limit was breached %d times; fullest window %d of %d", stats.Breaches, worst, limit)
+			}
+			// Leasing resumed: the last window is used as before.
+			if last := clCountIn(got, end.Add(-window), end); last < limit*8/10 {
+				t.Errorf("the last window used %d of %d: leasing did not resume", last, limit)
 			}
 		})
 	}
