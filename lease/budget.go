@@ -86,6 +86,13 @@ type Budget struct {
 	shareN    int64
 	shareUses []Use
 
+	// external is what the provider said others used (learn.go), sent
+	// to the store with the next round as externalUses; counted in
+	// what the window holds until the next grant says so itself.
+	external     Amount
+	externalUses []Use
+	learned      Amount // the limits the provider says it applies (0: not said)
+
 	// hist is what this node admitted in the last window, by bucket;
 	// gen the store window's generation as last seen (0: none yet).
 	hist []Use
@@ -107,9 +114,11 @@ type Stats struct {
 	Grants, Returns      uint64
 	Empty                uint64 // grants that found no room
 	StoreErrors          uint64
-	Rebuilt              uint64        // times the store had lost the window and was told this node's part
-	Degraded             bool          // the store is down
-	DegradedFor          time.Duration // in total
+	Rebuilt              uint64         // times the store had lost the window and was told this node's part
+	Corrections          uint64         // times the provider said less was left than the window did
+	Learned              limiter.Limits // the limits in force: configured, or lower as the provider said
+	Degraded             bool           // the store is down
+	DegradedFor          time.Duration  // in total
 	degradedNs           int64
 }
 
@@ -603,6 +612,21 @@ func (b *Budget) maintain(ctx context.Context, st Store, node string, now int64)
 		return false
 	}
 
+	// What the provider said others used.
+	b.mu.Lock()
+	ext := b.externalUses
+	b.externalUses = nil
+	b.mu.Unlock()
+	if len(ext) > 0 {
+		if !give(ReturnRequest{Expires: now / b.width, Used: ext}) {
+			b.mu.Lock()
+			b.externalUses = append(ext, b.externalUses...)
+			b.mu.Unlock()
+			return false
+		}
+		changed = true
+	}
+
 	// A new block.
 	b.mu.Lock()
 	if b.needsBlock(now) {
@@ -615,7 +639,8 @@ func (b *Budget) maintain(ctx context.Context, st Store, node string, now int64)
 		}
 		b.renewing = true
 		least := b.amount(b.perRequest())
-		limit := Amount{b.cfg.Limits.Requests, b.cfg.Limits.Tokens}
+		el := b.limitsLocked()
+		limit := Amount{el.Requests, el.Tokens}
 		b.mu.Unlock()
 		reply, err := st.Grant(ctx, b.cfg.Key, GrantRequest{Now: now / b.width, Expires: expires / b.width,
 			Limit: limit, Want: want, Min: least, KeyTTL: keyTTL})
@@ -633,6 +658,7 @@ func (b *Budget) maintain(ctx context.Context, st Store, node string, now int64)
 		}
 		b.stats.Grants++
 		b.stats.Used = reply.Used
+		b.external = Amount{} // the window holds what was sent of it now
 		g := reply.Granted
 		fresh := b.newGenLocked(now, reply.Gen)
 		usable := (want.Requests == 0 || g.Requests > 0) && (want.Tokens == 0 || g.Tokens > 0) && !fresh
@@ -837,6 +863,7 @@ func (b *Budget) Stats(now int64) Stats {
 	defer b.mu.Unlock()
 	s := b.stats
 	s.Key, s.Limits = b.cfg.Key, b.cfg.Limits
+	s.Learned = b.limitsLocked()
 	for _, blk := range b.blocks {
 		if now <= blk.expires {
 			s.Blocks++

@@ -253,3 +253,70 @@ func TestClusterProviderLimitRedisDown(t *testing.T) {
 		})
 	}
 }
+
+// The provider allows half of what is configured (its key is shared): the
+// cluster learns it from the provider's rate-limit headers and shrinks its
+// budget. After the first window at most 2 % of what reaches the provider
+// is refused by it, and at least 80 % of its true limit is used.
+func TestClusterLearnsProviderLimit(t *testing.T) {
+	if testing.Short() {
+		t.Skip("cluster test")
+	}
+	const window = 2 * time.Second
+	const configured, truth = 300, 150
+	srv := redistest.Start(t)
+	tenants := make([]config.Tenant, 6)
+	for i := range tenants {
+		tenants[i] = clTenant(fmt.Sprintf("free-%d", i), 1<<30)
+	}
+	c := startClusterWith(t, 3, window, clOptions{Redis: srv.Addr(), Upstream: func(u *config.Upstream) { u.RPM = configured }}, tenants...)
+	tok, _ := reserve.NewTokenizer()
+	c.fake.SetOptions(fakeupstream.Options{CountTokens: tok.Count, CompletionMin: 20, CompletionMax: 40,
+		Latency: 5 * time.Millisecond, Limits: fakeupstream.ProviderLimits{Window: window, Requests: truth}})
+	c.fake.Reset()
+
+	start := time.Now().Add(50 * time.Millisecond)
+	dur := 5 * window
+	perTenant := window * time.Duration(len(tenants)) / (2 * configured)
+	res := c.loadAll(tenants, start, perTenant, dur)
+	codes := map[int]int{}
+	for _, r := range res {
+		if r.err == nil {
+			codes[r.rep.status]++
+			if r.rep.status >= 500 {
+				t.Errorf("%s via %s: %v", r.tenant, r.via, r.rep)
+			}
+			if r.rep.status == 429 && r.rep.header.Get("Retry-After") == "" {
+				t.Errorf("429 without Retry-After: %v", r.rep)
+			}
+		}
+	}
+	var reached, refused int
+	var got []time.Time
+	for _, r := range c.fake.Records() {
+		if r.Received.Before(start.Add(window)) {
+			continue
+		}
+		reached++
+		if r.RateLimited {
+			refused++
+		} else {
+			got = append(got, r.Received)
+		}
+	}
+	least := -1
+	for from := start.Add(window); !from.Add(window).After(start.Add(dur)); from = from.Add(window / 8) {
+		n := clCountIn(got, from, from.Add(window))
+		if least < 0 || n < least {
+			least = n
+		}
+	}
+	t.Logf("answers %v; after the first window %d reached the provider, %d refused by it (%.1f%%); emptiest window %d of the true %d",
+		codes, reached, refused, 100*float64(refused)/float64(max(1, reached)), least, truth)
+	if float64(refused) > 0.02*float64(reached) {
+		t.Errorf("the provider refused %d of %d after the first window, want <= 2%%", refused, reached)
+	}
+	if least < truth*8/10 {
+		t.Errorf("only %d of the true %d used in a window", least, truth)
+	}
+}

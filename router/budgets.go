@@ -164,3 +164,59 @@ func refuseBudget(ctx *fasthttp.RequestCtx, d *lease.Decision, what string) {
 	}
 	fail(ctx, fasthttp.StatusTooManyRequests, typ, "rate_limit_exceeded", msg)
 }
+
+// learnProvider passes what the provider's answer says is left of its
+// limits to the budget the call was charged on (the model's when it has
+// one: providers report per model), so that a provider allowing less than
+// configured (a key shared with others) shrinks the cluster's budget. A
+// 429 without rate-limit headers says nothing is left until retry-after.
+func (r *Router) learnProvider(c *call, h *fasthttp.ResponseHeader, status int) {
+	if c.nBudgets == 0 {
+		return
+	}
+	b := c.budgets[c.nBudgets-1].b
+	var reqs, toks lease.Observed
+	if c.prov.Kind == upstream.Anthropic {
+		reqs = observedAnthropic(h, "anthropic-ratelimit-requests-limit", "anthropic-ratelimit-requests-remaining", "anthropic-ratelimit-requests-reset")
+		toks = observedAnthropic(h, "anthropic-ratelimit-tokens-limit", "anthropic-ratelimit-tokens-remaining", "anthropic-ratelimit-tokens-reset")
+	} else {
+		reqs = observedOpenAI(h, "x-ratelimit-limit-requests", "x-ratelimit-remaining-requests", "x-ratelimit-reset-requests")
+		toks = observedOpenAI(h, "x-ratelimit-limit-tokens", "x-ratelimit-remaining-tokens", "x-ratelimit-reset-tokens")
+	}
+	if status == fasthttp.StatusTooManyRequests && !reqs.Limited && !toks.Limited {
+		after := time.Second
+		if secs, err := strconv.Atoi(string(h.Peek("retry-after"))); err == nil && secs > 0 {
+			after = time.Duration(secs) * time.Second
+		}
+		reqs = lease.Observed{Limited: true, Remaining: 0, Reset: after}
+	}
+	if reqs.Limited || toks.Limited {
+		b.Observe(r.clock(), reqs, toks)
+	}
+}
+
+func observedOpenAI(h *fasthttp.ResponseHeader, limit, remaining, reset string) lease.Observed {
+	rem, err := strconv.ParseInt(string(h.Peek(remaining)), 10, 64)
+	if err != nil {
+		return lease.Observed{}
+	}
+	lim, _ := strconv.ParseInt(string(h.Peek(limit)), 10, 64)
+	d, err := time.ParseDuration(string(h.Peek(reset)))
+	if err != nil {
+		d = time.Second
+	}
+	return lease.Observed{Limited: true, Limit: lim, Remaining: rem, Reset: d}
+}
+
+func observedAnthropic(h *fasthttp.ResponseHeader, limit, remaining, reset string) lease.Observed {
+	rem, err := strconv.ParseInt(string(h.Peek(remaining)), 10, 64)
+	if err != nil {
+		return lease.Observed{}
+	}
+	lim, _ := strconv.ParseInt(string(h.Peek(limit)), 10, 64)
+	d := time.Second
+	if at, err := time.Parse(time.RFC3339, string(h.Peek(reset))); err == nil {
+		d = max(0, time.Until(at))
+	}
+	return lease.Observed{Limited: true, Limit: lim, Remaining: rem, Reset: d}
+}

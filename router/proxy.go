@@ -285,6 +285,7 @@ func (r *Router) forward(ctx *fasthttp.RequestCtx, c *call) bool {
 	}
 	status := resp.StatusCode()
 	r.metrics.upstream.WithLabelValues(c.prov.Name, statusClass(status)).Inc()
+	r.learnProvider(c, &resp.Header, status)
 	if status == fasthttp.StatusUnauthorized || status == fasthttp.StatusForbidden {
 		// The upstream refused the gateway's own key: not the client's fault.
 		fasthttp.ReleaseResponse(resp)

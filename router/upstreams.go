@@ -16,6 +16,13 @@ type budgetView struct {
 		Tokens      int64 `json:"tokens"`
 		Concurrency int64 `json:"concurrency"`
 	} `json:"limits"`
+	// InForce is the limits applied: the configured ones, or lower where
+	// the provider's answers said it allows less.
+	InForce struct {
+		Requests int64 `json:"requests"`
+		Tokens   int64 `json:"tokens"`
+	} `json:"in_force"`
+	Corrections uint64 `json:"corrections"` // times the provider said less was left than the window did
 	// Lease is this node's part.
 	Lease struct {
 		Blocks        int   `json:"blocks"`
@@ -55,6 +62,7 @@ type upstreamsView struct {
 func viewOf(s lease.Stats, down string) *budgetView {
 	v := &budgetView{}
 	v.Limits.Requests, v.Limits.Tokens, v.Limits.Concurrency = s.Limits.Requests, s.Limits.Tokens, s.Limits.Concurrency
+	v.InForce.Requests, v.InForce.Tokens, v.Corrections = s.Learned.Requests, s.Learned.Tokens, s.Corrections
 	v.Lease.Blocks, v.Lease.LeftRequests, v.Lease.LeftTokens = s.Blocks, s.Left.Requests, s.Left.Tokens
 	v.Lease.SlotsHeld, v.Lease.SlotsInFlight = s.SlotsHeld, s.SlotsUsed
 	v.Window.Requests, v.Window.Tokens = s.Used.Requests, s.Used.Tokens
