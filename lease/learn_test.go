@@ -1,0 +1,58 @@
+package lease
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/ringgate/ringgate/limiter"
+)
+
+// What the provider says is left is believed when it is less than the
+// cluster's window leaves: the difference (someone else's use of the key)
+// is charged to the store's window, and a lower limit it states is applied.
+func TestObserveShrinksTheBudget(t *testing.T) {
+	const window = 3 * time.Second
+	ctx := context.Background()
+	cases := []struct {
+		name      string
+		observed  Observed
+		wantUsed  int64 // the store's window after the correction, at least
+		wantLimit int64
+	}{
+		{"far from the limit: ignored", Observed{Limited: true, Remaining: 60, Reset: window}, 0, 100},
+		{"others used the key", Observed{Limited: true, Remaining: 10, Reset: window}, 90, 100},
+		{"a lower limit", Observed{Limited: true, Limit: 50, Remaining: 10, Reset: window}, 40, 50},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			st := NewInmemStore()
+			now := int64(1000 * time.Hour)
+			l := NewLeaser(LeaserConfig{Store: st, Node: "a", Clock: func() int64 { return now }})
+			b := l.Budget(Config{Key: "k", Limits: limiter.Limits{Requests: 100}, Window: window}, nil)
+			for range 10 { // demand, then a block
+				b.Take(now, 1)
+			}
+			l.Maintain(ctx)
+			base := b.Stats(now).Used.Requests
+			b.Observe(now, c.observed, Observed{})
+			now += int64(10 * time.Millisecond)
+			l.Maintain(ctx)
+			g, err := st.Grant(ctx, "k", GrantRequest{Now: now / (int64(window) / Span), Expires: now / (int64(window) / Span), Limit: Amount{Requests: 100}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			s := b.Stats(now)
+			t.Logf("window %d before, %d after; limit in force %d; corrections %d", base, g.Used.Requests, s.Learned.Requests, s.Corrections)
+			if c.wantUsed > 0 && g.Used.Requests < c.wantUsed {
+				t.Errorf("the window holds %d, want >= %d", g.Used.Requests, c.wantUsed)
+			}
+			if c.wantUsed == 0 && g.Used.Requests != base {
+				t.Errorf("the window went from %d to %d on an answer far from the limit", base, g.Used.Requests)
+			}
+			if s.Learned.Requests != c.wantLimit {
+				t.Errorf("limit in force %d, want %d", s.Learned.Requests, c.wantLimit)
+			}
+		})
+	}
+}
