@@ -102,17 +102,7 @@ func TestClusterProviderLimit(t *testing.T) {
 
 			stats := c.fake.Stats()
 			recs := c.fake.Records()
-			codes := map[int]int{}
-			for _, r := range res {
-				if r.err != nil {
-					t.Errorf("%s via %s: %v", r.tenant, r.via, r.err)
-					continue
-				}
-				codes[r.rep.status]++
-				if r.rep.status >= 500 {
-					t.Errorf("%s via %s: %v", r.tenant, r.via, r.rep)
-				}
-			}
+			codes := answersOf(t, res)
 			t.Logf("sent %d: answers %v; the provider admitted %d, breaches %d, max %d in flight",
 				len(res), codes, stats.Admitted, stats.Breaches, stats.MaxConcurrent)
 			if stats.Breaches != 0 {
@@ -220,17 +210,7 @@ func TestClusterProviderLimitRedisDown(t *testing.T) {
 			res := c.loadAll(tenants, start, perTenant, end.Sub(start))
 
 			stats := c.fake.Stats()
-			codes := map[int]int{}
-			for _, r := range res {
-				if r.err != nil {
-					t.Errorf("%s via %s: %v", r.tenant, r.via, r.err)
-					continue
-				}
-				codes[r.rep.status]++
-				if r.rep.status >= 500 {
-					t.Errorf("%s via %s: %v", r.tenant, r.via, r.rep)
-				}
-			}
+			codes := answersOf(t, res)
 			var got []time.Time
 			for _, r := range c.fake.Records() {
 				if !r.RateLimited {
@@ -279,18 +259,7 @@ func TestClusterLearnsProviderLimit(t *testing.T) {
 	dur := 5 * window
 	perTenant := window * time.Duration(len(tenants)) / (2 * configured)
 	res := c.loadAll(tenants, start, perTenant, dur)
-	codes := map[int]int{}
-	for _, r := range res {
-		if r.err == nil {
-			codes[r.rep.status]++
-			if r.rep.status >= 500 {
-				t.Errorf("%s via %s: %v", r.tenant, r.via, r.rep)
-			}
-			if r.rep.status == 429 && r.rep.header.Get("Retry-After") == "" {
-				t.Errorf("429 without Retry-After: %v", r.rep)
-			}
-		}
-	}
+	codes := answersOf(t, res)
 	var reached, refused int
 	var got []time.Time
 	for _, r := range c.fake.Records() {
@@ -319,4 +288,25 @@ func TestClusterLearnsProviderLimit(t *testing.T) {
 	if least < truth*8/10 {
 		t.Errorf("only %d of the true %d used in a window", least, truth)
 	}
+}
+
+// answersOf counts the answers by status and fails the test on a transport
+// error, a 5xx or a 429 without Retry-After.
+func answersOf(t *testing.T, res []clResult) map[int]int {
+	t.Helper()
+	codes := map[int]int{}
+	for _, r := range res {
+		if r.err != nil {
+			t.Errorf("%s via %s: %v", r.tenant, r.via, r.err)
+			continue
+		}
+		codes[r.rep.status]++
+		switch {
+		case r.rep.status >= 500:
+			t.Errorf("%s via %s: %v", r.tenant, r.via, r.rep)
+		case r.rep.status == 429 && r.rep.header.Get("Retry-After") == "":
+			t.Errorf("429 without Retry-After: %v", r.rep)
+		}
+	}
+	return codes
 }
