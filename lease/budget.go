@@ -95,8 +95,9 @@ type Budget struct {
 
 	// hist is what this node admitted in the last window, by bucket;
 	// gen the store window's generation as last seen (0: none yet).
-	hist []Use
-	gen  int64
+	hist    []Use
+	gen     int64
+	contact int64 // when a store call last reported gen
 
 	slotsHeld, slotsUsed int64
 	slotsUntil           int64 // when the holding lapses unless renewed
@@ -444,6 +445,14 @@ func (b *Budget) shareLimiter(now int64) *limiter.Tenant {
 
 // noteAsked counts demand in intervals of a block's life.
 func (b *Budget) noteAsked(now, tokens int64) {
+	b.roll(now)
+	b.asked.Requests++
+	b.asked.Tokens += tokens
+}
+
+// roll starts a new demand interval when a block's life has passed: a
+// node asked nothing for two intervals wants no block.
+func (b *Budget) roll(now int64) {
 	if b.since == 0 {
 		b.since = now
 	}
@@ -455,8 +464,6 @@ func (b *Budget) noteAsked(now, tokens int64) {
 		}
 		b.asked, b.since = Amount{}, now
 	}
-	b.asked.Requests++
-	b.asked.Tokens += tokens
 }
 
 // want is the block to ask for: the recent demand over a block's life, a
@@ -498,6 +505,7 @@ func (b *Budget) want(now int64) Amount {
 
 // needsBlock reports whether a new block should be asked for now.
 func (b *Budget) needsBlock(now int64) bool {
+	b.roll(now)
 	if !b.rateLimited() || b.renewing || now < b.retryAt || b.asked.Requests+b.askedPrev.Requests == 0 {
 		return false
 	}
@@ -736,9 +744,12 @@ func (b *Budget) newGen(now, gen int64) bool {
 }
 
 func (b *Budget) newGenLocked(now, gen int64) bool {
-	prev := b.gen
-	b.gen = gen
-	if prev != 0 && gen != prev {
+	prev, seen := b.gen, b.contact
+	b.gen, b.contact = gen, now
+	// A window whose key expired (no node called for its TTL: two
+	// windows and a block's life) holds nothing that counts: only one
+	// lost sooner was lost with usage in it.
+	if prev != 0 && gen != prev && now-seen < int64(2*b.cfg.Window+b.cfg.LeaseFor) {
 		b.retryAt = max(b.retryAt, now+int64(rebuildWait))
 		return true
 	}

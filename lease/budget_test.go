@@ -310,3 +310,32 @@ func TestBudgetsStoreLosesItsWindow(t *testing.T) {
 		})
 	}
 }
+
+// A budget idle for longer than a window finds its window emptied, not
+// lost: its first requests after are admitted at once (not held back as
+// after a Redis that lost its data).
+func TestBudgetsIdleThenBusy(t *testing.T) {
+	const window = 3 * time.Second
+	for stName, st := range stores(t) {
+		t.Run(stName, func(t *testing.T) {
+			s := newSim(t, st, 3, Config{Key: t.Name(), Limits: limiter.Limits{Requests: 300}, Window: window})
+			rng := rand.New(rand.NewPCG(9, 10))
+			tokens := func() int64 { return 1 }
+			shares := []float64{0.5, 0.3, 0.2}
+			s.run(window/2, 300, shares, rng, tokens)
+			s.run(window+window/2, 0, shares, rng, tokens) // idle
+			resumed := s.now
+			s.run(200*time.Millisecond, 300, shares, rng, tokens)
+			var early int
+			for _, a := range s.got {
+				if a.at >= resumed {
+					early++
+				}
+			}
+			t.Logf("admitted %d in the first 200ms after an idle spell of %v", early, window+window/2)
+			if early < 10 {
+				t.Errorf("only %d admitted in the 200ms after an idle spell", early)
+			}
+		})
+	}
+}

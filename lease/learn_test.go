@@ -56,3 +56,20 @@ func TestObserveShrinksTheBudget(t *testing.T) {
 		})
 	}
 }
+
+// A reload that changes the window gives the budget buckets of the new
+// width (the old budget's blocks go back); the same window keeps it.
+func TestLeaserBudgetWindowChange(t *testing.T) {
+	l := NewLeaser(LeaserConfig{Store: NewInmemStore(), Node: "a"})
+	cfg := Config{Key: "k", Limits: limiter.Limits{Requests: 100}, Window: 3 * time.Second}
+	b1 := l.Budget(cfg, nil)
+	cfg.Limits.Requests = 200
+	if b2 := l.Budget(cfg, nil); b2 != b1 || b2.Stats(0).Limits.Requests != 200 {
+		t.Fatal("a new limit on the same window did not keep the budget")
+	}
+	cfg.Window = 6 * time.Second
+	b3 := l.Budget(cfg, nil)
+	if b3 == b1 || b3.width != int64(6*time.Second)/Span {
+		t.Fatalf("a new window kept buckets of %v", time.Duration(b3.width))
+	}
+}

@@ -55,8 +55,18 @@ func (l *Leaser) Budget(cfg Config, members func() int) *Budget {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if b := l.budgets[cfg.Key]; b != nil {
-		b.SetLimits(cfg.Limits, cfg.OnStoreDown)
-		return b
+		if b.cfg.Window == cfg.Window && (cfg.LeaseFor == 0 || cfg.LeaseFor == b.cfg.LeaseFor) {
+			b.SetLimits(cfg.Limits, cfg.OnStoreDown)
+			return b
+		}
+		// Another window (a reload): a budget on the new buckets; the
+		// old one's blocks go back.
+		old := b
+		go func() {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+			defer cancel()
+			_ = old.giveBack(ctx, l.store, l.node, l.clock())
+		}()
 	}
 	b := NewBudget(cfg, members)
 	b.storeless = l.store == nil

@@ -27,10 +27,15 @@ local v = redis.call('HMGET', k, 'lo', 'hi', 'sr', 'st', 'gen')
 local lo, hi = tonumber(v[1]), tonumber(v[2])
 local sr, st = tonumber(v[3]) or 0, tonumber(v[4]) or 0
 local gen = v[5]
-if lo == nil or hi <= cut then
-  if lo ~= nil then redis.call('DEL', k) end
+if lo == nil then
+  -- No window (first use, the key expired, or Redis lost it): a new
+  -- generation.
   lo, hi, sr, st = cut + 1, cut, 0, 0
   gen = ARGV[GENARG]
+elseif hi <= cut then
+  -- Everything left the window: the same one, emptied at once.
+  redis.call('DEL', k)
+  lo, hi, sr, st = cut + 1, cut, 0, 0
 else
   while lo <= cut do
     local f = redis.call('HMGET', k, 'r' .. lo, 't' .. lo)

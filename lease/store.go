@@ -113,11 +113,15 @@ func (s *InmemStore) Down(down bool) {
 func (s *InmemStore) window(key string, now int64) (*inmemWindow, bool) {
 	cut := now - Span - 1 // buckets <= cut are out of the window
 	w := s.wins[key]
-	if w == nil || w.hi <= cut {
+	if w == nil {
 		s.gens++
 		w = &inmemWindow{gen: s.gens, lo: cut + 1, hi: cut, b: make(map[int64]Amount)}
 		s.wins[key] = w
 		return w, true
+	}
+	if w.hi <= cut { // everything left: the same window, emptied at once
+		*w = inmemWindow{gen: w.gen, lo: cut + 1, hi: cut, b: make(map[int64]Amount)}
+		return w, false
 	}
 	for ; w.lo <= cut; w.lo++ {
 		a := w.b[w.lo]
