@@ -2,6 +2,7 @@ package lease
 
 import (
 	"context"
+	"strconv"
 	"sync"
 	"time"
 
@@ -50,9 +51,10 @@ const renewBelow = 0.2
 // share while the store is down. It is safe for concurrent use; Take and
 // Finish take one mutex and allocate only when a bucket starts.
 type Budget struct {
-	cfg     Config
-	width   int64 // bucket width, ns
-	members func() int
+	cfg       Config
+	width     int64  // bucket width, ns
+	windowKey string // the store key of the window (slots use cfg.Key)
+	members   func() int
 	// storeless: there is no store at all (no Redis): the share from the
 	// start, with nothing admitted before it to allow for.
 	storeless bool
@@ -163,7 +165,11 @@ func NewBudget(cfg Config, members func() int) *Budget {
 	if members == nil {
 		members = func() int { return 1 }
 	}
-	return &Budget{cfg: cfg, width: width, members: members, wake: func() {}}
+	// The window's key names its bucket width: bucket indexes of another
+	// width (a node still on the old limits.window during a rolling
+	// reload) are not comparable.
+	windowKey := cfg.Key + "/" + strconv.FormatInt(width, 10)
+	return &Budget{cfg: cfg, width: width, windowKey: windowKey, members: members, wake: func() {}}
 }
 
 // Key is the budget's store key.
@@ -563,7 +569,7 @@ func (b *Budget) maintain(ctx context.Context, st Store, node string, now int64)
 	// node used in the last window first, so it does not grant it again.
 	give := func(r ReturnRequest) bool {
 		r.Now, r.KeyTTL = now/b.width, keyTTL
-		gen, err := st.Return(ctx, b.cfg.Key, r)
+		gen, err := st.Return(ctx, b.windowKey, r)
 		if err != nil {
 			return failed()
 		}
@@ -650,7 +656,7 @@ func (b *Budget) maintain(ctx context.Context, st Store, node string, now int64)
 		el := b.limitsLocked()
 		limit := Amount{el.Requests, el.Tokens}
 		b.mu.Unlock()
-		reply, err := st.Grant(ctx, b.cfg.Key, GrantRequest{Now: now / b.width, Expires: expires / b.width,
+		reply, err := st.Grant(ctx, b.windowKey, GrantRequest{Now: now / b.width, Expires: expires / b.width,
 			Limit: limit, Want: want, Min: least, KeyTTL: keyTTL})
 		b.mu.Lock()
 		b.renewing = false
@@ -780,7 +786,7 @@ func (b *Budget) reportHistory(ctx context.Context, st Store, now int64, keyTTL 
 	}
 	b.stats.Rebuilt++
 	b.mu.Unlock()
-	gen, err := st.Return(ctx, b.cfg.Key, ReturnRequest{Now: now / b.width, Expires: now / b.width, Used: report, KeyTTL: keyTTL})
+	gen, err := st.Return(ctx, b.windowKey, ReturnRequest{Now: now / b.width, Expires: now / b.width, Used: report, KeyTTL: keyTTL})
 	if err != nil {
 		b.mu.Lock()
 		b.storeFailed(now)
@@ -853,7 +859,7 @@ func (b *Budget) giveBack(ctx context.Context, st Store, node string, now int64)
 	b.mu.Unlock()
 	keyTTL := 2*b.cfg.Window + b.cfg.LeaseFor
 	for _, blk := range back {
-		if _, err := st.Return(ctx, b.cfg.Key, ReturnRequest{Gen: blk.gen, Now: now / b.width, Expires: blk.bucket, Granted: blk.granted, Used: blk.uses, KeyTTL: keyTTL}); err != nil {
+		if _, err := st.Return(ctx, b.windowKey, ReturnRequest{Gen: blk.gen, Now: now / b.width, Expires: blk.bucket, Granted: blk.granted, Used: blk.uses, KeyTTL: keyTTL}); err != nil {
 			return err
 		}
 	}

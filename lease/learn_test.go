@@ -38,7 +38,7 @@ func TestObserveShrinksTheBudget(t *testing.T) {
 			b.Observe(now, c.observed, Observed{})
 			now += int64(10 * time.Millisecond)
 			l.Maintain(ctx)
-			g, err := st.Grant(ctx, "k", GrantRequest{Now: now / (int64(window) / Span), Expires: now / (int64(window) / Span), Limit: Amount{Requests: 100}})
+			g, err := st.Grant(ctx, b.windowKey, GrantRequest{Now: now / (int64(window) / Span), Expires: now / (int64(window) / Span), Limit: Amount{Requests: 100}})
 			if err != nil {
 				t.Fatal(err)
 			}
