@@ -73,3 +73,34 @@ func TestLeaserBudgetWindowChange(t *testing.T) {
 		t.Fatalf("a new window kept buckets of %v", time.Duration(b3.width))
 	}
 }
+
+// Two windows of one budget (a rolling reload that changes limits.window)
+// are kept apart: bucket indexes of one width mean nothing in the other's.
+func TestBudgetWindowsOfTwoWidths(t *testing.T) {
+	ctx := context.Background()
+	st := NewInmemStore()
+	now := int64(1000 * time.Hour)
+	clock := func() int64 { return now }
+	take := func(window time.Duration) (int, *Leaser) {
+		l := NewLeaser(LeaserConfig{Store: st, Node: "a", Clock: clock})
+		b := l.Budget(Config{Key: "k", Limits: limiter.Limits{Requests: 100}, Window: window}, nil)
+		admitted := 0
+		for range 20 {
+			for range 20 {
+				if tk, d := b.Take(now, 1); d.Allowed {
+					admitted++
+					b.Finish(now, &tk, 1)
+				}
+			}
+			l.Maintain(ctx)
+			now += int64(time.Millisecond)
+		}
+		return admitted, l
+	}
+	first, _ := take(time.Second)
+	second, _ := take(2 * time.Second) // wider buckets: smaller indexes, the old ones ahead
+	t.Logf("admitted %d on the 1s window, then %d on the 2s one", first, second)
+	if first == 0 || second == 0 {
+		t.Errorf("admitted %d, then %d: a window of another width blocked the budget", first, second)
+	}
+}
