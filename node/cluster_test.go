@@ -707,3 +707,46 @@ func TestClusterFallbackZeroShare(t *testing.T) {
 		t.Fatalf("a zero share let %d requests reach the provider", len(recs))
 	}
 }
+
+// A client that hangs up on the edge while its request waits at the owner
+// for the upstream's first byte: the edge tells the owner, which frees the
+// tenant's slot at once, not when the upstream answers.
+func TestClusterEdgeHangupBeforeFirstByte(t *testing.T) {
+	tenant := clTenant("acme", 100)
+	tenant.Concurrency = 1
+	c := startCluster(t, 3, 2*time.Second, tenant)
+	tok, _ := reserve.NewTokenizer()
+	c.fake.SetOptions(fakeupstream.Options{CountTokens: tok.Count, CompletionMin: 5, CompletionMax: 5, Latency: 3 * time.Second})
+	owner := c.byName(c.owner("acme"))
+	edge := c.edge(owner.Name())
+
+	conn, err := net.Dial("tcp", edge.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	body := clChatBody("acme", false)
+	fmt.Fprintf(conn, "POST /v1/chat/completions HTTP/1.1\r\nHost: %s\r\nAuthorization: Bearer sk-acme\r\n"+
+		"Content-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", edge.Addr(), len(body), body)
+	deadline := time.Now().Add(2 * time.Second)
+	for inFlight(t, c, owner, "acme") != 1 {
+		if time.Now().After(deadline) {
+			t.Fatal("the owner never took the call")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	hungUp := time.Now()
+	conn.Close()
+	// The upstream answers 3 s after the request: the slot must be back
+	// while it has not (its record still open).
+	for inFlight(t, c, owner, "acme") != 0 {
+		if time.Since(hungUp) > 2*time.Second {
+			t.Fatal("the owner still holds the slot 2 s after the client hung up on the edge")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	freed := time.Since(hungUp)
+	if recs := c.records("acme"); len(recs) != 1 || !recs[0].Finished.IsZero() {
+		t.Fatalf("the slot came back only when the upstream answered: %+v", recs)
+	}
+	t.Logf("owner's slot freed %v after the client hung up on the edge (upstream latency 3 s)", freed.Round(time.Millisecond))
+}

@@ -120,8 +120,15 @@ func (r *Router) toOwner(ctx *fasthttp.RequestCtx, v *view, owner string, t *ten
 	req.SetBodyRaw(ctx.PostBody())
 	r.hops.sign(req, r.node, owner, v.version(), hops)
 	resp := fasthttp.AcquireResponse()
+	w := r.watchHop(ctx, v, owner, string(req.Header.Peek(hopHeader)))
 	err := pc.hc.Do(req, resp)
 	fasthttp.ReleaseRequest(req)
+	if w.stop() {
+		// The client hung up while the owner waited for the upstream:
+		// the owner was told and ended the call; nothing to relay.
+		r.hopGone(ctx, w, owner, resp)
+		return true, false
+	}
 	if err != nil {
 		fasthttp.ReleaseResponse(resp)
 		var de *dialError

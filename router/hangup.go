@@ -35,7 +35,8 @@ import (
 // A hop is watched the same way on the owner: its client is the edge's
 // pooled connection, which the edge closes when it gives up on the call
 // (its read timeout, a crash). An edge's own client hanging up is not seen
-// through the hop (the edge waits in its own Do): out of scope.
+// through the hop (the edge waits in its own Do): the edge watches its
+// client too and, when it is gone, tells the owner (hopcancel.go).
 
 // hangupCheck is the interval between peeks, and the delay before the
 // first.
@@ -46,10 +47,10 @@ const hangupCheck = 50 * time.Millisecond
 // runs after stop returns (the server may read, close or reuse the
 // connection once the handler is done).
 type clientWatch struct {
-	r     *Router
-	c     *call
-	conn  syscall.Conn
-	start time.Time
+	r      *Router
+	onGone func() // run once, when the client is found gone
+	conn   syscall.Conn
+	start  time.Time
 
 	mu      sync.Mutex
 	timer   *time.Timer
@@ -62,18 +63,40 @@ type clientWatch struct {
 // connection with no socket to peek at (TLS, a wrapped listener's) or a
 // platform without a non-blocking peek.
 func (r *Router) watchClient(ctx *fasthttp.RequestCtx, c *call) *clientWatch {
-	if !canPeek {
-		return nil
-	}
+	return r.watch(ctx, func() {
+		r.metrics.clientGone.Inc()
+		r.finish(c, upstream.Usage{Prompt: c.res.Prompt, Completion: c.res.Total - c.res.Prompt, Reported: true}, false, 0)
+	})
+}
+
+// watch watches ctx's connection and runs onGone once if the client hangs
+// up before stop. Without a socket to peek at it watches nothing, but
+// cancel still works (a hop's edge says its client is gone).
+func (r *Router) watch(ctx *fasthttp.RequestCtx, onGone func()) *clientWatch {
+	w := &clientWatch{r: r, onGone: onGone, start: time.Now()}
 	sc, ok := ctx.Conn().(syscall.Conn)
-	if !ok {
-		return nil
+	if !canPeek || !ok {
+		return w
 	}
-	w := &clientWatch{r: r, c: c, conn: sc, start: time.Now()}
+	w.conn = sc
 	w.mu.Lock() // check reads timer
 	w.timer = time.AfterFunc(hangupCheck, w.check)
 	w.mu.Unlock()
 	return w
+}
+
+// cancel is the client found gone by other means: the edge of a hop says
+// its own client hung up (hopcancel.go).
+func (w *clientWatch) cancel() {
+	w.mu.Lock()
+	if w.stopped {
+		w.mu.Unlock()
+		return
+	}
+	w.gone = max(time.Since(w.start), 1)
+	w.stopped = true
+	w.mu.Unlock()
+	w.onGone()
 }
 
 // check is one tick: peek, and either re-arm or finish the call.
@@ -100,8 +123,7 @@ func (w *clientWatch) check() {
 	w.gone = max(time.Since(w.start), 1)
 	w.stopped = true
 	w.mu.Unlock()
-	w.r.metrics.clientGone.Inc()
-	w.r.finish(w.c, upstream.Usage{Prompt: w.c.res.Prompt, Completion: w.c.res.Total - w.c.res.Prompt, Reported: true}, false, 0)
+	w.onGone()
 }
 
 // stop ends the watch when Do returns. It reports whether the client was
@@ -114,7 +136,9 @@ func (w *clientWatch) stop() bool {
 	w.stopped = true
 	gone := w.gone > 0
 	w.mu.Unlock()
-	w.timer.Stop()
+	if w.timer != nil {
+		w.timer.Stop()
+	}
 	return gone
 }
 

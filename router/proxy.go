@@ -32,6 +32,7 @@ type call struct {
 	tk   limiter.Ticket
 	// What the call took of its upstream's and model's budgets, and the
 	// tokens the provider counts for it (budgets.go).
+	hops       int // > 0: a hop from an edge, which may cancel it (hopcancel.go)
 	budgets    [2]budgetTake
 	nBudgets   int
 	provTokens int64
@@ -179,7 +180,7 @@ func (r *Router) serveLocal(ctx *fasthttp.RequestCtx, ep upstream.Endpoint, st *
 		return false
 	}
 
-	c := &call{t: t, lim: lim, prov: prov, req: req}
+	c := &call{t: t, lim: lim, prov: prov, req: req, hops: hops}
 	c.res = r.est.Estimate(reserve.Key{Tenant: t.name, Model: req.Model}, r.promptTokens(&req), req.MaxTokens, req.Generates)
 	if req.Choices > 1 {
 		// n completions are generated and billed; history stays per completion.
@@ -269,8 +270,16 @@ func (r *Router) forward(ctx *fasthttp.RequestCtx, c *call) bool {
 	c.prov.Prepare(upReq, ctx.Path(), body, &ctx.Request.Header)
 	resp := fasthttp.AcquireResponse()
 	w := r.watchClient(ctx, c)
+	hop := ""
+	if c.hops > 0 {
+		hop = string(ctx.Request.Header.Peek(hopHeader))
+		r.hopCalls.add(hop, w)
+	}
 	err = c.prov.Do(upReq, resp)
 	fasthttp.ReleaseRequest(upReq)
+	if hop != "" {
+		r.hopCalls.remove(hop)
+	}
 	if w.stop() {
 		// The client hung up while the upstream was thinking: the call
 		// was finished then; what the upstream says now goes nowhere.

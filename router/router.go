@@ -51,6 +51,7 @@ type Router struct {
 	peers        *peers
 	held         heldDeltas // deltas for tenants not taken over yet (handoff.go)
 	ids          *deltaIDs  // names this node's deltas, skips ones applied twice (deltaids.go)
+	hopCalls     hopWatches // hop calls waiting for their upstream, for an edge's cancel (hopcancel.go)
 	leaser       *lease.Leaser
 	// handOver answers a peer asking for tenants' state (peerstate.go).
 	handOver atomic.Pointer[func(asker string, tenants []string) []handoff.Reply]
@@ -266,6 +267,9 @@ func (r *Router) Handler(ctx *fasthttp.RequestCtx) {
 		return
 	}
 	switch string(path) {
+	case cancelPath:
+		r.serveCancel(ctx)
+		return
 	case deltaPath:
 		r.serveDelta(ctx)
 		return
