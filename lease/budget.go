@@ -73,7 +73,8 @@ type Budget struct {
 	// is in flight. wake asks the Leaser for a maintain now.
 	renewal  chan struct{}
 	renewing bool
-	retryAt  int64 // no grant before this (the store had no room)
+	retryAt  int64  // no grant before this (the store had no room)
+	needed   Amount // what a refused request needed: the next grant brings at least this
 	// saturated: the last grant was short of what was asked (the
 	// budget is in demand beyond its limit).
 	saturated bool
@@ -178,11 +179,23 @@ func (b *Budget) Key() string { return b.cfg.Key }
 // SetLimits changes the limits (a reload), keeping the blocks held.
 func (b *Budget) SetLimits(l limiter.Limits, down OnStoreDown) {
 	b.mu.Lock()
+	if l.Requests < b.cfg.Limits.Requests || l.Tokens < b.cfg.Limits.Tokens {
+		b.spendBlocks()
+	}
 	b.cfg.Limits, b.cfg.OnStoreDown = l, down
 	if b.share != nil {
 		b.share.SetLimits(b.shareLimits(b.shareN))
 	}
 	b.mu.Unlock()
+}
+
+// spendBlocks leaves the live blocks nothing more to admit (a lower limit:
+// what they were granted under the old one is not to be used); they go
+// back with the next round, with their uses. b.mu is held.
+func (b *Budget) spendBlocks() {
+	for _, blk := range b.blocks {
+		blk.left = Amount{}
+	}
 }
 
 // Ticket is what an admitted request keeps for Finish. The zero Ticket
@@ -195,6 +208,9 @@ type Ticket struct {
 	slot   bool
 	share  bool
 }
+
+// Tokens is what the ticket has charged of the token limit.
+func (tk *Ticket) Tokens() int64 { return tk.tokens }
 
 // Decision is Take's answer.
 type Decision struct {
@@ -247,6 +263,14 @@ func (b *Budget) Take(now, tokens int64) (Ticket, Decision) {
 	if b.cfg.Limits.Concurrency > 0 && b.slotsUsed >= b.slotLimit(now) {
 		b.slotsRefused++
 		d.Limited, d.RetryAfter = limiter.Concurrency, time.Second
+		if b.downSince == 0 {
+			// A renewal may bring a slot: the caller may wait for it.
+			if b.renewal == nil {
+				b.renewal = make(chan struct{})
+			}
+			d.Renewal = b.renewal
+			b.wake()
+		}
 		return tk, d
 	}
 	if b.rateLimited() {
@@ -276,6 +300,11 @@ func (b *Budget) Take(now, tokens int64) (Ticket, Decision) {
 			b.record(now, bucket, a)
 			tk = Ticket{lt: lt, bucket: bucket, tokens: a.Tokens, share: true}
 		default:
+			// A grant must bring at least this much (a request larger
+			// than what any block has left).
+			if l := b.cfg.Limits; l.Tokens <= 0 || a.Tokens <= l.Tokens {
+				b.needed = Amount{max(b.needed.Requests, a.Requests), max(b.needed.Tokens, a.Tokens)}
+			}
 			d.Limited = limiter.Requests
 			if a.Requests == 0 || len(b.blocks) > 0 && b.liveLeft(now).Requests > 0 {
 				d.Limited = limiter.Tokens
@@ -404,8 +433,12 @@ func (b *Budget) retryAfter(now int64) time.Duration {
 // slotLimit is the slots this node may fill now.
 func (b *Budget) slotLimit(now int64) int64 {
 	switch {
-	case b.downSince == 0 || now < b.slotsUntil:
+	case now < b.slotsUntil:
 		return b.slotsHeld
+	case b.downSince == 0:
+		// The holding lapsed in the store without a failed call (the
+		// lease loop stalled): other nodes may have the slots now.
+		return 0
 	case b.cfg.OnStoreDown == Open:
 		return 1 << 62
 	case b.cfg.OnStoreDown == Closed:
@@ -495,6 +528,7 @@ func (b *Budget) want(now int64) Amount {
 	per := total.Tokens / total.Requests
 	// One request more than the demand, on both dimensions.
 	w := Amount{Requests: int64(float64(total.Requests)*scale) + 1, Tokens: int64(float64(total.Tokens)*scale) + per}
+	w.Requests, w.Tokens = max(w.Requests, b.needed.Requests), max(w.Tokens, b.needed.Tokens)
 	l := b.cfg.Limits
 	if l.Requests <= 0 {
 		w.Requests = 0
@@ -521,7 +555,7 @@ func (b *Budget) needsBlock(now int64) bool {
 			newest = blk
 		}
 	}
-	if newest == nil {
+	if newest == nil || (b.needed != Amount{}) && b.usable(now, b.needed) == nil {
 		return true
 	}
 	if newest.expires-now < int64(b.cfg.LeaseFor)/4 {
@@ -581,13 +615,26 @@ func (b *Budget) maintain(ctx context.Context, st Store, node string, now int64)
 	b.mu.Lock()
 	wasDown := b.downSince != 0
 	report := b.shareUses
+	b.shareUses = nil
+	shared := b.share != nil
 	b.mu.Unlock()
 	if wasDown {
 		if !give(ReturnRequest{Expires: now / b.width, Used: report}) {
+			b.mu.Lock()
+			b.shareUses = append(report, b.shareUses...)
+			b.mu.Unlock()
 			return false
 		}
 		b.mu.Lock()
 		b.stats.degradedNs += now - b.downSince
+		// What the other nodes' shares admitted reaches the store when
+		// they reach it: no grant before they had the time to.
+		if shared || len(b.shareUses) > 0 {
+			b.retryAt = max(b.retryAt, now+int64(rebuildWait))
+		}
+		// Admissions on the share since the report are reported with
+		// the next round (the store answers again: the share is over).
+		b.late = append(b.late, b.shareUses...)
 		b.downSince, b.share, b.shareUses = 0, nil, nil
 		b.mu.Unlock()
 		changed = true
@@ -615,6 +662,11 @@ func (b *Budget) maintain(ctx context.Context, st Store, node string, now int64)
 			r.Used = append(r.Used, late...)
 		}
 		if !give(r) {
+			if i == 0 {
+				b.mu.Lock()
+				b.late = append(late, b.late...)
+				b.mu.Unlock()
+			}
 			return false // the rest stay charged: conservative
 		}
 		b.mu.Lock()
@@ -623,6 +675,20 @@ func (b *Budget) maintain(ctx context.Context, st Store, node string, now int64)
 		changed = true
 	}
 	if len(back) == 0 && len(late) > 0 && !give(ReturnRequest{Expires: now / b.width, Used: late}) {
+		b.mu.Lock()
+		b.late = append(late, b.late...)
+		b.mu.Unlock()
+		return false
+	}
+
+	// A node that used the window lately looks at its generation often
+	// enough to tell a Redis that lost it its part within rebuildWait,
+	// even when it needs no store call otherwise.
+	b.mu.Lock()
+	b.pruneHistory(now)
+	probe := (len(b.hist) > 0 || len(b.blocks) > 0) && now-b.contact >= int64(genProbe)
+	b.mu.Unlock()
+	if probe && !give(ReturnRequest{Expires: now / b.width}) {
 		return false
 	}
 
@@ -678,6 +744,7 @@ func (b *Budget) maintain(ctx context.Context, st Store, node string, now int64)
 		usable := (want.Requests == 0 || g.Requests > 0) && (want.Tokens == 0 || g.Tokens > 0) && !fresh
 		b.saturated = g.Requests < want.Requests || g.Tokens < want.Tokens
 		if usable {
+			b.needed = Amount{}
 			b.blocks = append(b.blocks, &block{gen: reply.Gen, expires: expires, bucket: expires / b.width, granted: g, left: g})
 			b.retryAt = 0
 		} else if !fresh {
@@ -721,7 +788,15 @@ func (b *Budget) maintain(ctx context.Context, st Store, node string, now int64)
 			b.mu.Unlock()
 			held, err := st.HoldSlots(ctx, b.cfg.Key, node, want, c, now, b.cfg.SlotTTL)
 			b.mu.Lock()
+			done := b.renewal
+			b.renewal = nil
+			if done != nil {
+				defer close(done)
+			}
 			if err != nil {
+				// The store may have taken a shrink whose answer was lost:
+				// hold to the smaller of the two.
+				b.slotsHeld = min(b.slotsHeld, want)
 				b.storeFailed(now)
 				b.mu.Unlock()
 				return false
@@ -740,6 +815,11 @@ func (b *Budget) maintain(ctx context.Context, st Store, node string, now int64)
 // breaker is open does within its 500 ms); what is granted before they
 // have could be granted twice.
 const rebuildWait = time.Second
+
+// genProbe is how often a node with usage in the window checks the
+// window's generation when it makes no other store call: with the
+// breaker's 500 ms, well within rebuildWait.
+const genProbe = 250 * time.Millisecond
 
 // newGen notes the window generation a store call reported, and whether it
 // is not the one this node used before (never the first time).

@@ -278,21 +278,33 @@ func TestBudgetsSlots(t *testing.T) {
 func TestBudgetsStoreLosesItsWindow(t *testing.T) {
 	const window = 3 * time.Second
 	cases := []struct {
-		name string
-		down time.Duration // how long the store is away
+		name     string
+		down     time.Duration // how long the store is away
+		leaseFor time.Duration // a block's life (0: default)
 	}{
-		{"restart at once", 0},
-		{"down a moment", window / 10},
+		{"restart at once", 0, 0},
+		{"down a moment", window / 10, 0},
+		// Blocks live longer than rebuildWait: their holders make no
+		// store call for a while, yet tell the new window in time.
+		{"long blocks", 0, window / 2},
+		// Two nodes go idle just before the loss: they make no store
+		// call of their own, yet their part of the window is told.
+		{"idle nodes with history", 0, -1},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			st := NewInmemStore()
 			lim := limiter.Limits{Requests: 300}
-			s := newSim(t, st, 3, Config{Key: "lost", Limits: lim, Window: window})
+			leaseFor := max(c.leaseFor, 0)
+			s := newSim(t, st, 3, Config{Key: "lost", Limits: lim, Window: window, LeaseFor: leaseFor})
 			rng := rand.New(rand.NewPCG(7, 8))
 			tokens := func() int64 { return 100 }
 			shares := []float64{0.5, 0.3, 0.2}
 			s.run(window+window/2, 600, shares, rng, tokens)
+			if c.leaseFor < 0 {
+				shares = []float64{1, 0, 0}
+				s.run(window/2, 600, shares, rng, tokens)
+			}
 			st.Down(true)
 			st.Lose()
 			s.run(c.down, 600, shares, rng, tokens)

@@ -40,11 +40,15 @@ func (b *Budget) Observe(now int64, requests, tokens Observed) {
 	}
 	// A provider that says its limit is below the configured one is
 	// believed (until it says otherwise): grants use it.
+	before := b.limitsLocked()
 	if requests.Limited && requests.Limit > 0 {
 		b.learned.Requests = requests.Limit
 	}
 	if tokens.Limited && tokens.Limit > 0 {
 		b.learned.Tokens = tokens.Limit
+	}
+	if after := b.limitsLocked(); after.Requests < before.Requests || after.Tokens < before.Tokens {
+		b.spendBlocks() // granted under the higher limit
 	}
 	var missing Amount
 	l := b.limitsLocked()

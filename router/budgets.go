@@ -23,6 +23,7 @@ import (
 
 // provBudgets are one upstream's budgets on this node.
 type provBudgets struct {
+	single bool                     // the upstream serves one model: its answers' limits are the upstream's
 	up     *lease.Budget            // nil: no upstream-wide limit
 	models map[string]*lease.Budget // per model, for the models limited
 }
@@ -54,7 +55,7 @@ func (r *Router) buildBudgets(cfg *config.Config, provs []*upstream.Provider) ma
 	keep := make(map[string]bool)
 	members := func() int { return r.view.Load().liveMembers() }
 	for i, uc := range cfg.Upstreams {
-		pb := &provBudgets{models: make(map[string]*lease.Budget)}
+		pb := &provBudgets{models: make(map[string]*lease.Budget), single: len(uc.Models) <= 1}
 		base := lease.Config{Window: cfg.Limits.Window, Settles: uc.Kind == config.KindAnthropic, OnStoreDown: onStoreDown(uc.OnRedisDown)}
 		if uc.RPM > 0 || uc.TPM > 0 || uc.Concurrency > 0 {
 			c := base
@@ -137,12 +138,17 @@ func (r *Router) cancelBudgets(c *call) {
 	c.nBudgets = 0
 }
 
-// finishBudgets ends the call on its budgets: slots freed, and tokens
-// settled where the provider settles (actual: what it bills).
-func (r *Router) finishBudgets(c *call, actual int64) {
+// finishBudgets ends the call on its budgets: slots freed, and, when the
+// usage is known (settle), tokens settled where the provider settles
+// (actual: what it bills); otherwise the charge made at the start stands.
+func (r *Router) finishBudgets(c *call, actual int64, settle bool) {
 	now := r.clock()
 	for i := range c.nBudgets {
-		c.budgets[i].b.Finish(now, &c.budgets[i].tk, actual)
+		tk := &c.budgets[i].tk
+		if !settle {
+			actual = tk.Tokens()
+		}
+		c.budgets[i].b.Finish(now, tk, actual)
 	}
 	c.nBudgets = 0
 }
@@ -175,6 +181,8 @@ func (r *Router) learnProvider(c *call, h *fasthttp.ResponseHeader, status int) 
 		return
 	}
 	b := c.budgets[c.nBudgets-1].b
+	pb := r.state.Load().budgets[c.prov]
+	model := pb == nil || b != pb.up // charged on a model's budget
 	var reqs, toks lease.Observed
 	if c.prov.Kind == upstream.Anthropic {
 		reqs = observedAnthropic(h, "anthropic-ratelimit-requests-limit", "anthropic-ratelimit-requests-remaining", "anthropic-ratelimit-requests-reset")
@@ -182,6 +190,17 @@ func (r *Router) learnProvider(c *call, h *fasthttp.ResponseHeader, status int) 
 	} else {
 		reqs = observedOpenAI(h, "x-ratelimit-limit-requests", "x-ratelimit-remaining-requests", "x-ratelimit-reset-requests")
 		toks = observedOpenAI(h, "x-ratelimit-limit-tokens", "x-ratelimit-remaining-tokens", "x-ratelimit-reset-tokens")
+	}
+	if c.prov.Kind == upstream.Anthropic {
+		// Anthropic's token headers are those of its tightest token
+		// limit (input or output), not of the prompt + max_tokens
+		// budget kept here: its remaining is listened to, not its limit.
+		toks.Limit = 0
+	}
+	if !model && !pb.single {
+		// The provider reports per model: the limit one model's answer
+		// states is not the upstream's.
+		reqs.Limit, toks.Limit = 0, 0
 	}
 	if status == fasthttp.StatusTooManyRequests && !reqs.Limited && !toks.Limited {
 		after := time.Second

@@ -434,7 +434,10 @@ func (r *Router) finish(c *call, u upstream.Usage, ok bool, countedCompletion in
 		actual = c.res.Prompt + countedCompletion
 		r.learn(c, c.res.Prompt, countedCompletion)
 	}
-	r.finishBudgets(c, int64(actual))
+	// The provider's budgets settle on what it reported or what a
+	// successful call counted; a call that failed on the way may still
+	// have been billed (its prompt read): its charge stands.
+	r.finishBudgets(c, int64(actual), u.Reported || ok)
 	if c.lim == c.t.lim {
 		// If the tenant was handed over since this call was admitted, its
 		// owner holds the slot and the reservation now.
