@@ -104,3 +104,67 @@ func TestBudgetWindowsOfTwoWidths(t *testing.T) {
 		t.Errorf("admitted %d, then %d: a window of another width blocked the budget", first, second)
 	}
 }
+
+// A lower limit (a reload) leaves the blocks granted under the higher one
+// nothing more to admit; a request larger than what any block has left
+// makes the next grant bring room for it.
+func TestBudgetLowerLimitAndLargeRequest(t *testing.T) {
+	ctx := context.Background()
+	const window = 3 * time.Second
+	t.Run("lower limit", func(t *testing.T) {
+		st := NewInmemStore()
+		now := int64(1000 * time.Hour)
+		l := NewLeaser(LeaserConfig{Store: st, Node: "a", Clock: func() int64 { return now }})
+		cfg := Config{Key: "k", Limits: limiter.Limits{Requests: 1000}, Window: window}
+		b := l.Budget(cfg, nil)
+		admitted := 0
+		for range 50 { // a block of about the demand
+			for range 20 {
+				if tk, d := b.Take(now, 1); d.Allowed {
+					admitted++
+					b.Finish(now, &tk, 1)
+				}
+			}
+			l.Maintain(ctx)
+			now += int64(time.Millisecond)
+		}
+		cfg.Limits.Requests = int64(admitted + 10)
+		l.Budget(cfg, nil) // the reload
+		after := 0
+		for range 50 {
+			for range 20 {
+				if tk, d := b.Take(now, 1); d.Allowed {
+					after++
+					b.Finish(now, &tk, 1)
+				}
+			}
+			l.Maintain(ctx)
+			now += int64(time.Millisecond)
+		}
+		t.Logf("admitted %d, then %d after the limit fell to %d", admitted, after, cfg.Limits.Requests)
+		if admitted+after > int(cfg.Limits.Requests) {
+			t.Errorf("%d admitted in the window, the new limit is %d", admitted+after, cfg.Limits.Requests)
+		}
+	})
+	t.Run("large request", func(t *testing.T) {
+		st := NewInmemStore()
+		now := int64(1000 * time.Hour)
+		l := NewLeaser(LeaserConfig{Store: st, Node: "a", Clock: func() int64 { return now }})
+		b := l.Budget(Config{Key: "k", Limits: limiter.Limits{Tokens: 100000}, Window: window}, nil)
+		for range 20 { // small requests: a small block
+			if tk, d := b.Take(now, 10); d.Allowed {
+				b.Finish(now, &tk, 10)
+			}
+			l.Maintain(ctx)
+			now += int64(time.Millisecond)
+		}
+		if _, d := b.Take(now, 5000); d.Allowed {
+			t.Skip("the block had room already")
+		}
+		l.Maintain(ctx)
+		now += int64(time.Millisecond)
+		if _, d := b.Take(now, 5000); !d.Allowed {
+			t.Errorf("a 5000-token request is still refused with %d of 100000 tokens in the window", b.Stats(now).Used.Tokens)
+		}
+	})
+}
