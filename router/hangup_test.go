@@ -238,3 +238,22 @@ func TestHangupWatchClientStays(t *testing.T) {
 		check(t, add, 4)
 	})
 }
+
+// A call whose upstream thinks for longer than the server's request read
+// deadlines (node.header_timeout here) is not taken for a hang-up: the
+// peek ignores the connection's read deadline (a Read would fail on it at
+// once). Found as 499s for clients behind HAProxy whose owner was paused.
+func TestHangupWatchIgnoresReadDeadline(t *testing.T) {
+	t.Parallel()
+	e := newEdgeEnv(t, envConfig{
+		tenants: []config.Tenant{tenantCfg("acme", 1000, 1_000_000, 1)},
+		fake:    fakeupstream.Options{Latency: 900 * time.Millisecond, CompletionMin: 5, CompletionMax: 5},
+	}, func(c *config.Config) { c.Node.HeaderTimeout = 200 * time.Millisecond; c.Node.BodyGrace = 200 * time.Millisecond })
+	r := e.post("/v1/chat/completions", keyOf("acme"), chatBody(openAIModel, 50, false, false), nil)
+	if r.status != 200 {
+		t.Fatalf("an upstream slower than the read deadlines: %v", r)
+	}
+	if m := e.hangupMetrics("acme"); m.gone != 0 {
+		t.Errorf("ringgate_client_gone_total %v, want 0", m.gone)
+	}
+}

@@ -22,9 +22,12 @@ func peerGone(raw syscall.RawConn) error {
 		n    int
 		rerr error
 	)
-	if err := raw.Read(func(fd uintptr) bool {
+	// Control, not Read: a read deadline set on the connection (the
+	// server's request timeouts, long past while a call waits for its
+	// upstream) would fail a Read at once, as if the peer had gone. The
+	// recv never blocks, so no deadline is needed.
+	if err := raw.Control(func(fd uintptr) {
 		n, _, rerr = syscall.Recvfrom(int(fd), buf[:], syscall.MSG_PEEK|syscall.MSG_DONTWAIT)
-		return true // never wait for readability
 	}); err != nil {
 		return err // closed on this side
 	}
