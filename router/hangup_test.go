@@ -248,7 +248,10 @@ func TestHangupWatchIgnoresReadDeadline(t *testing.T) {
 	e := newEdgeEnv(t, envConfig{
 		tenants: []config.Tenant{tenantCfg("acme", 1000, 1_000_000, 1)},
 		fake:    fakeupstream.Options{Latency: 900 * time.Millisecond, CompletionMin: 5, CompletionMax: 5},
-	}, func(c *config.Config) { c.Node.HeaderTimeout = 200 * time.Millisecond; c.Node.BodyGrace = 200 * time.Millisecond })
+	}, func(c *config.Config) {
+		c.Node.HeaderTimeout = 200 * time.Millisecond
+		c.Node.BodyGrace = 200 * time.Millisecond
+	})
 	r := e.post("/v1/chat/completions", keyOf("acme"), chatBody(openAIModel, 50, false, false), nil)
 	if r.status != 200 {
 		t.Fatalf("an upstream slower than the read deadlines: %v", r)
