@@ -41,6 +41,8 @@ type clResult struct {
 	via    string // node the client sent it to
 	rep    clReply
 	err    error
+	sent   time.Time     // when it was sent
+	took   time.Duration // until the whole answer was read
 }
 
 // clLoad sends chat completions for tenant at start, start+interval, ...
@@ -66,9 +68,11 @@ func (c *clCluster) clLoad(tenant string, vias []*clNode, offset int, start time
 		go func() {
 			defer wg.Done()
 			defer func() { <-sem }()
+			sent := time.Now()
 			rep, err := c.post(via, tenant, false, nil)
+			took := time.Since(sent)
 			mu.Lock()
-			out = append(out, clResult{tenant: tenant, via: via.Name(), rep: rep, err: err})
+			out = append(out, clResult{tenant: tenant, via: via.Name(), rep: rep, err: err, sent: sent, took: took})
 			mu.Unlock()
 		}()
 	}
