@@ -260,3 +260,20 @@ func TestHangupWatchIgnoresReadDeadline(t *testing.T) {
 		t.Errorf("ringgate_client_gone_total %v, want 0", m.gone)
 	}
 }
+
+// The provider's own 429 reaches the client once (not retried against the
+// same upstream) and always with a Retry-After.
+func TestProvider429PassesWithRetryAfter(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, envConfig{
+		tenants: []config.Tenant{tenantCfg("acme", 1000, 1_000_000, 10)},
+		fake:    fakeupstream.Options{Status: http.StatusTooManyRequests},
+	})
+	r := e.post("/v1/chat/completions", keyOf("acme"), chatBody(openAIModel, 50, false, false), nil)
+	if r.status != http.StatusTooManyRequests || r.header.Get("Retry-After") == "" {
+		t.Fatalf("the provider's 429: %v (Retry-After %q)", r, r.header.Get("Retry-After"))
+	}
+	if n := len(e.fake.Records()); n != 1 {
+		t.Errorf("the provider got %d requests, want 1 (no retry)", n)
+	}
+}

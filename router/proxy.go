@@ -306,6 +306,13 @@ func (r *Router) forward(ctx *fasthttp.RequestCtx, c *call) bool {
 	}
 	copyHeaders(&ctx.Response.Header, &resp.Header)
 	ctx.SetStatusCode(status)
+	if status == fasthttp.StatusTooManyRequests && len(ctx.Response.Header.Peek("Retry-After")) == 0 {
+		// The provider's own 429 passes to the client (ringgate does not
+		// retry it against the same upstream), with a Retry-After when
+		// the provider gave none: the second its budget is told to wait
+		// (learnProvider).
+		ctx.Response.Header.Set("Retry-After", "1")
+	}
 	if status == fasthttp.StatusOK && bytes.HasPrefix(resp.Header.ContentType(), []byte("text/event-stream")) {
 		r.stream(ctx, c, resp)
 		return true
