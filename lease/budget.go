@@ -576,11 +576,10 @@ func (b *Budget) storeFailed(now int64) {
 
 // maintain does a budget's store work at now: give back spent and expired
 // blocks, report what the share admitted once the store answers again,
-// take a new block when demand needs one, renew the slots. It reports
-// whether the store answered every call it made (false also when it made
-// none because the store is down). It makes the calls one by one, outside
-// the budget's lock.
-func (b *Budget) maintain(ctx context.Context, st Store, node string, now int64) (changed bool) {
+// take a new block when demand needs one, renew the slots. It stops at the
+// first call that fails (the store is down: the next round tries again).
+// It makes the calls one by one, outside the budget's lock.
+func (b *Budget) maintain(ctx context.Context, st Store, node string, now int64) {
 	if st == nil {
 		b.mu.Lock()
 		b.storeless = true
@@ -589,7 +588,7 @@ func (b *Budget) maintain(ctx context.Context, st Store, node string, now int64)
 		}
 		b.dropExpired(now)
 		b.mu.Unlock()
-		return false
+		return
 	}
 	keyTTL := 2*b.cfg.Window + b.cfg.LeaseFor
 	failed := func() bool {
@@ -623,7 +622,7 @@ func (b *Budget) maintain(ctx context.Context, st Store, node string, now int64)
 			b.mu.Lock()
 			b.shareUses = append(report, b.shareUses...)
 			b.mu.Unlock()
-			return false
+			return
 		}
 		b.mu.Lock()
 		b.stats.degradedNs += now - b.downSince
@@ -637,7 +636,6 @@ func (b *Budget) maintain(ctx context.Context, st Store, node string, now int64)
 		b.late = append(b.late, b.shareUses...)
 		b.downSince, b.share, b.shareUses = 0, nil, nil
 		b.mu.Unlock()
-		changed = true
 	}
 
 	// Expired and spent blocks go back.
@@ -667,18 +665,17 @@ func (b *Budget) maintain(ctx context.Context, st Store, node string, now int64)
 				b.late = append(late, b.late...)
 				b.mu.Unlock()
 			}
-			return false // the rest stay charged: conservative
+			return // the rest stay charged: conservative
 		}
 		b.mu.Lock()
 		b.stats.Returns++
 		b.mu.Unlock()
-		changed = true
 	}
 	if len(back) == 0 && len(late) > 0 && !give(ReturnRequest{Expires: now / b.width, Used: late}) {
 		b.mu.Lock()
 		b.late = append(late, b.late...)
 		b.mu.Unlock()
-		return false
+		return
 	}
 
 	// A node that used the window lately looks at its generation often
@@ -689,7 +686,7 @@ func (b *Budget) maintain(ctx context.Context, st Store, node string, now int64)
 	probe := (len(b.hist) > 0 || len(b.blocks) > 0) && now-b.contact >= int64(genProbe)
 	b.mu.Unlock()
 	if probe && !give(ReturnRequest{Expires: now / b.width}) {
-		return false
+		return
 	}
 
 	// What the provider said others used.
@@ -702,9 +699,8 @@ func (b *Budget) maintain(ctx context.Context, st Store, node string, now int64)
 			b.mu.Lock()
 			b.externalUses = append(ext, b.externalUses...)
 			b.mu.Unlock()
-			return false
+			return
 		}
-		changed = true
 	}
 
 	// A new block.
@@ -734,7 +730,7 @@ func (b *Budget) maintain(ctx context.Context, st Store, node string, now int64)
 		if err != nil {
 			b.storeFailed(now)
 			b.mu.Unlock()
-			return false
+			return
 		}
 		b.stats.Grants++
 		b.stats.Used = reply.Used
@@ -755,21 +751,20 @@ func (b *Budget) maintain(ctx context.Context, st Store, node string, now int64)
 			b.retryAt = min((reply.Oldest+Span+1)*b.width, now+int64(b.cfg.LeaseFor)/4)
 		}
 		b.mu.Unlock()
-		changed = true
 		if fresh {
 			// Granted on a window that does not know this node's last
 			// one: back it goes, the history is told, and no grant is
 			// asked for until the other nodes had time to tell theirs.
 			if (g.Requests > 0 || g.Tokens > 0) && !give(ReturnRequest{Gen: reply.Gen, Expires: expires / b.width, Granted: g}) {
-				return false
+				return
 			}
 			if !b.reportHistory(ctx, st, now, keyTTL) {
-				return false
+				return
 			}
 		} else if !usable && (g.Requests > 0 || g.Tokens > 0) {
 			// Half a block is no block: give it back at once.
 			if !give(ReturnRequest{Gen: reply.Gen, Expires: expires / b.width, Granted: g}) {
-				return false
+				return
 			}
 		}
 	} else {
@@ -799,14 +794,12 @@ func (b *Budget) maintain(ctx context.Context, st Store, node string, now int64)
 				b.slotsHeld = min(b.slotsHeld, want)
 				b.storeFailed(now)
 				b.mu.Unlock()
-				return false
+				return
 			}
 			b.slotsHeld, b.slotsUntil = held, now+int64(b.cfg.SlotTTL)
-			changed = true
 		}
 	}
 	b.mu.Unlock()
-	return changed
 }
 
 // rebuildWait is how long after a node found the store's window made anew

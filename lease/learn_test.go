@@ -168,3 +168,29 @@ func TestBudgetLowerLimitAndLargeRequest(t *testing.T) {
 		}
 	})
 }
+
+// A provider that settles (Anthropic) gets its unused tokens back in the
+// block; one that does not (OpenAI) keeps the charge made at the start.
+func TestBudgetSettles(t *testing.T) {
+	for _, settles := range []bool{true, false} {
+		st := NewInmemStore()
+		now := int64(1000 * time.Hour)
+		l := NewLeaser(LeaserConfig{Store: st, Node: "a", Clock: func() int64 { return now }})
+		b := l.Budget(Config{Key: "k", Limits: limiter.Limits{Tokens: 10000}, Window: 3 * time.Second, Settles: settles}, nil)
+		b.Take(now, 1000) // demand, then a block
+		l.Maintain(context.Background())
+		before := b.Stats(now).Left.Tokens
+		tk, d := b.Take(now, 1000)
+		if !d.Allowed {
+			t.Fatalf("settles=%v: refused with %d left", settles, before)
+		}
+		b.Finish(now, &tk, 300)
+		want := before - 1000
+		if settles {
+			want = before - 300
+		}
+		if got := b.Stats(now).Left.Tokens; got != want {
+			t.Errorf("settles=%v: %d tokens left after a 1000-token charge settled at 300, want %d", settles, got, want)
+		}
+	}
+}

@@ -48,16 +48,8 @@ func TestClusterProviderLimit(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			srv := redistest.Start(t)
-			tenants := make([]config.Tenant, 6)
-			for i := range tenants {
-				tenants[i] = clTenant(fmt.Sprintf("free-%d", i), 1<<30)
-			}
-			c := startClusterWith(t, 3, window, clOptions{Redis: srv.Addr(), Upstream: tc.upstream}, tenants...)
-			tok, _ := reserve.NewTokenizer()
 			tc.fake.Window = window - clJitter
-			c.fake.SetOptions(fakeupstream.Options{CountTokens: tok.Count, CompletionMin: 20, CompletionMax: 40,
-				Latency: tc.latency, Limits: tc.fake})
-			c.fake.Reset()
+			c, tenants := startProviderCluster(t, srv, window, tc.upstream, tc.fake, tc.latency)
 
 			// Twice the provider's limit, over every node: for the
 			// concurrency case, twice the calls it can run at once.
@@ -191,15 +183,8 @@ func TestClusterProviderLimitRedisDown(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			srv := redistest.Start(t)
-			tenants := make([]config.Tenant, 6)
-			for i := range tenants {
-				tenants[i] = clTenant(fmt.Sprintf("free-%d", i), 1<<30)
-			}
-			c := startClusterWith(t, 3, window, clOptions{Redis: srv.Addr(), Upstream: func(u *config.Upstream) { u.RPM = limit }}, tenants...)
-			tok, _ := reserve.NewTokenizer()
-			c.fake.SetOptions(fakeupstream.Options{CountTokens: tok.Count, CompletionMin: 20, CompletionMax: 40,
-				Latency: 5 * time.Millisecond, Limits: fakeupstream.ProviderLimits{Window: window - clJitter, Requests: limit}})
-			c.fake.Reset()
+			c, tenants := startProviderCluster(t, srv, window, func(u *config.Upstream) { u.RPM = limit },
+				fakeupstream.ProviderLimits{Window: window - clJitter, Requests: limit}, 5*time.Millisecond)
 
 			start := time.Now().Add(50 * time.Millisecond)
 			downAt, backAt := start.Add(window+window/2), start.Add(3*window)
@@ -267,15 +252,8 @@ func TestClusterLearnsProviderLimit(t *testing.T) {
 	const window = 2 * time.Second
 	const configured, truth = 300, 150
 	srv := redistest.Start(t)
-	tenants := make([]config.Tenant, 6)
-	for i := range tenants {
-		tenants[i] = clTenant(fmt.Sprintf("free-%d", i), 1<<30)
-	}
-	c := startClusterWith(t, 3, window, clOptions{Redis: srv.Addr(), Upstream: func(u *config.Upstream) { u.RPM = configured }}, tenants...)
-	tok, _ := reserve.NewTokenizer()
-	c.fake.SetOptions(fakeupstream.Options{CountTokens: tok.Count, CompletionMin: 20, CompletionMax: 40,
-		Latency: 5 * time.Millisecond, Limits: fakeupstream.ProviderLimits{Window: window, Requests: truth}})
-	c.fake.Reset()
+	c, tenants := startProviderCluster(t, srv, window, func(u *config.Upstream) { u.RPM = configured },
+		fakeupstream.ProviderLimits{Window: window, Requests: truth}, 5*time.Millisecond)
 
 	start := time.Now().Add(50 * time.Millisecond)
 	dur := 5 * window
@@ -331,4 +309,22 @@ func answersOf(t *testing.T, res []clResult) map[int]int {
 		}
 	}
 	return codes
+}
+
+// startProviderCluster is 3 nodes leasing from srv, the upstream set by
+// tune, six tenants with no limits of their own, and the fake provider
+// enforcing limits and answering after latency.
+func startProviderCluster(t *testing.T, srv *redistest.Server, window time.Duration, tune func(*config.Upstream),
+	limits fakeupstream.ProviderLimits, latency time.Duration) (*clCluster, []config.Tenant) {
+	t.Helper()
+	tenants := make([]config.Tenant, 6)
+	for i := range tenants {
+		tenants[i] = clTenant(fmt.Sprintf("free-%d", i), 1<<30)
+	}
+	c := startClusterWith(t, 3, window, clOptions{Redis: srv.Addr(), Upstream: tune}, tenants...)
+	tok, _ := reserve.NewTokenizer()
+	c.fake.SetOptions(fakeupstream.Options{CountTokens: tok.Count, CompletionMin: 20, CompletionMax: 40,
+		Latency: latency, Limits: limits})
+	c.fake.Reset()
+	return c, tenants
 }

@@ -99,30 +99,30 @@ func (r *Router) takeBudgets(st *state, c *call) (lease.Decision, string, bool) 
 		return lease.Decision{Allowed: true}, "", true
 	}
 	tokens := providerTokens(c)
-	c.provTokens = tokens
-	for _, it := range []struct {
-		b    *lease.Budget
-		what string
-	}{{pb.up, "upstream " + c.prov.Name}, {pb.models[c.req.Model], "model " + c.req.Model}} {
-		if it.b == nil {
+	for i, b := range [2]*lease.Budget{pb.up, pb.models[c.req.Model]} {
+		if b == nil {
 			continue
 		}
-		tk, d := it.b.Take(r.clock(), tokens)
+		tk, d := b.Take(r.clock(), tokens)
 		if !d.Allowed && d.Renewal != nil {
 			// No block left and a grant on its way: worth a short wait.
 			timer := time.NewTimer(maxRenewalWait)
 			select {
 			case <-d.Renewal:
-				tk, d = it.b.Take(r.clock(), tokens)
+				tk, d = b.Take(r.clock(), tokens)
 			case <-timer.C:
 			}
 			timer.Stop()
 		}
 		if !d.Allowed {
 			r.cancelBudgets(c)
-			return d, it.what, false
+			what := "upstream " + c.prov.Name // named only on a refusal: no allocation otherwise
+			if i == 1 {
+				what = "model " + c.req.Model
+			}
+			return d, what, false
 		}
-		c.budgets[c.nBudgets] = budgetTake{it.b, tk}
+		c.budgets[c.nBudgets] = budgetTake{b, tk}
 		c.nBudgets++
 	}
 	return lease.Decision{Allowed: true}, "", true
@@ -155,9 +155,7 @@ func (r *Router) finishBudgets(c *call, actual int64, settle bool) {
 
 // refuseBudget answers a request the provider's limit has no room for.
 func refuseBudget(ctx *fasthttp.RequestCtx, d *lease.Decision, what string) {
-	secs := int64((d.RetryAfter + time.Second - 1) / time.Second)
-	ctx.Response.Header.Set("Retry-After", strconv.FormatInt(max(1, secs), 10))
-	ctx.Response.Header.Set("retry-after-ms", strconv.FormatInt(max(1, int64((d.RetryAfter+time.Millisecond-1)/time.Millisecond)), 10))
+	setRetryAfter(&ctx.Response.Header, d.RetryAfter)
 	dim := d.Limited.String()
 	msg := fmt.Sprintf("The provider's limit on %s (%s) is reached for now. Please try again in %s.", dim, what, roundUp(max(d.RetryAfter, time.Millisecond)))
 	if d.Degraded {

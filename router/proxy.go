@@ -30,12 +30,11 @@ type call struct {
 	req  upstream.Request
 	res  reserve.Reservation
 	tk   limiter.Ticket
-	// What the call took of its upstream's and model's budgets, and the
-	// tokens the provider counts for it (budgets.go).
-	hops       int // > 0: a hop from an edge, which may cancel it (hopcancel.go)
-	budgets    [2]budgetTake
-	nBudgets   int
-	provTokens int64
+	hops int // > 0: a hop from an edge, which may cancel it (hopcancel.go)
+	// What the call took of its upstream's and model's budgets
+	// (budgets.go).
+	budgets  [2]budgetTake
+	nBudgets int
 	// finished: the call was settled and its slot freed. Set once, by
 	// the first finish: a client found gone (hangup.go) finishes it from
 	// its watch while the handler still waits for the upstream.

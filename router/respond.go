@@ -58,13 +58,7 @@ func appendReset(b []byte, d time.Duration) []byte {
 // refuse answers a limiter refusal: 429, Retry-After in whole seconds
 // (rounded up) and in milliseconds, and a message naming the dimension.
 func refuse(ctx *fasthttp.RequestCtx, d *limiter.Decision, window time.Duration, requested int64) {
-	secs := int64((d.RetryAfter + time.Second - 1) / time.Second)
-	if secs < 1 {
-		secs = 1
-	}
-	ctx.Response.Header.Set("Retry-After", strconv.FormatInt(secs, 10))
-	ms := int64((d.RetryAfter + time.Millisecond - 1) / time.Millisecond)
-	ctx.Response.Header.Set("retry-after-ms", strconv.FormatInt(ms, 10))
+	setRetryAfter(&ctx.Response.Header, d.RetryAfter)
 	var msg string
 	switch d.Limited {
 	case limiter.Requests:
@@ -83,6 +77,13 @@ func refuse(ctx *fasthttp.RequestCtx, d *limiter.Decision, window time.Duration,
 			d.LimitConcurrency, roundUp(d.RetryAfter))
 	}
 	fail(ctx, fasthttp.StatusTooManyRequests, d.Limited.String(), "rate_limit_exceeded", msg)
+}
+
+// setRetryAfter writes Retry-After in whole seconds (rounded up, at least
+// 1) and retry-after-ms.
+func setRetryAfter(h *fasthttp.ResponseHeader, d time.Duration) {
+	h.Set("Retry-After", strconv.FormatInt(max(1, int64((d+time.Second-1)/time.Second)), 10))
+	h.Set("retry-after-ms", strconv.FormatInt(int64((d+time.Millisecond-1)/time.Millisecond), 10))
 }
 
 func roundUp(d time.Duration) time.Duration {
