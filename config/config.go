@@ -122,6 +122,13 @@ type Limits struct {
 	// DefaultCompletion (default_completion, default 256) is the expected
 	// number of completion tokens when a tenant/model has no history.
 	DefaultCompletion int
+
+	// SpilloverRPS (spillover_rps, default 0: never) is the request rate
+	// (requests per second, at its owner and, once spilled, cluster-wide)
+	// above which a tenant is served by every node on a budget leased
+	// from Redis instead of by its owner alone; it goes back to its owner
+	// below half of it. Needs Redis and cluster.secret.
+	SpilloverRPS int
 }
 
 // Upstream is one [[upstreams]] entry: an LLM provider endpoint.

@@ -391,6 +391,7 @@ func (d *decoder) rootFields() map[string]field {
 			"slot_ttl":           fDur(&c.Limits.SlotTTL),
 			"max_body_bytes":     fInt64(&c.Limits.MaxBodyBytes),
 			"default_completion": fInt(&c.Limits.DefaultCompletion),
+			"spillover_rps":      fInt(&c.Limits.SpilloverRPS),
 		}),
 		"upstreams": fTables(func(d *decoder, path string, v any) {
 			u := defaultUpstream()

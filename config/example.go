@@ -45,6 +45,7 @@ window = "60s"              # sliding window for rpm/tpm; shorter windows make l
 slot_ttl = "10m"            # a concurrency slot never released (lost stream) frees itself after this
 max_body_bytes = 8388608    # larger request bodies get 413
 default_completion = 256    # completion tokens assumed when a tenant/model has no history
+spillover_rps = 0           # a tenant above this many requests/s is served by every node on a leased budget; 0 = never
 
 # Upstreams: requests whose "model" is listed go to that upstream; the first
 # upstream takes all other models.

@@ -148,6 +148,7 @@ func (v *validator) limits() {
 		v.errf("limits.max_body_bytes", "must be > 0 (got %d)", l.MaxBodyBytes)
 	}
 	v.limit("limits.default_completion", l.DefaultCompletion)
+	v.limit("limits.spillover_rps", l.SpilloverRPS)
 }
 
 func (v *validator) upstreams() {

@@ -105,6 +105,14 @@ type Budget struct {
 	slotsHeld, slotsUsed int64
 	slotsUntil           int64 // when the holding lapses unless renewed
 	slotsRefused         int64 // refusals since the last renewal
+
+	// A budget that starts from usage counted elsewhere (Seed): seed is
+	// told to the store, and carried slots held there, before anything
+	// is granted; seeded is closed then.
+	seed    []Use
+	seeding bool
+	seeded  chan struct{}
+	carried int64 // slots of calls admitted before the seed, still running
 }
 
 // Stats are a budget's counters and state, for /upstreams and /metrics.
@@ -224,6 +232,9 @@ type Decision struct {
 	// Degraded: the store is down; the decision was made on the blocks
 	// left, the share, or the OnStoreDown rule.
 	Degraded bool
+	// Used is what the store's window held, every node's blocks and
+	// uses, after this node's last grant.
+	Used Amount
 }
 
 func (b *Budget) rateLimited() bool { return b.cfg.Limits.Requests > 0 || b.cfg.Limits.Tokens > 0 }
@@ -256,10 +267,16 @@ func (b *Budget) grace() int64 {
 func (b *Budget) Take(now, tokens int64) (Ticket, Decision) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	b.noteAsked(now, tokens)
 	var tk Ticket
 	var d Decision
+	if b.seeding {
+		// Nothing before the store holds the seed.
+		d.Limited, d.RetryAfter, d.Renewal = limiter.Requests, time.Duration(b.width), b.seeded
+		return tk, d
+	}
+	b.noteAsked(now, tokens)
 	d.Degraded = b.downSince != 0
+	d.Used = b.stats.Used
 	if b.cfg.Limits.Concurrency > 0 && b.slotsUsed >= b.slotLimit(now) {
 		b.slotsRefused++
 		d.Limited, d.RetryAfter = limiter.Concurrency, time.Second
@@ -566,6 +583,42 @@ func (b *Budget) needsBlock(now int64) bool {
 	return float64(left.Requests) < renewBelow*float64(g.Requests) || float64(left.Tokens) < renewBelow*float64(g.Tokens)
 }
 
+// Seed starts the budget from usage counted elsewhere before it: uses by
+// bucket (ascending) and slots of calls still running, which the budget
+// counts as its own until ReleaseCarried. The Leaser tells the store both
+// before it asks for any block; Seeded is closed then. Take refuses until
+// then. Call it once, before the budget is used.
+func (b *Budget) Seed(uses []Use, slots int64) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.seed = append([]Use(nil), uses...)
+	b.seeding = true
+	b.seeded = make(chan struct{})
+	b.carried = max(0, slots)
+	b.slotsUsed += b.carried
+	for _, u := range uses {
+		b.hist = appendUse(b.hist, u.Bucket, u.Amount)
+	}
+	b.wake()
+}
+
+// Seeded is closed once the store holds the seed (nil: never seeded).
+func (b *Budget) Seeded() <-chan struct{} {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.seeded
+}
+
+// ReleaseCarried frees the slot of one call that Seed carried over.
+func (b *Budget) ReleaseCarried() {
+	b.mu.Lock()
+	if b.carried > 0 {
+		b.carried--
+		b.slotsUsed--
+	}
+	b.mu.Unlock()
+}
+
 // storeFailed notes a failed store call.
 func (b *Budget) storeFailed(now int64) {
 	b.stats.StoreErrors++
@@ -607,6 +660,10 @@ func (b *Budget) maintain(ctx context.Context, st Store, node string, now int64)
 			return failed()
 		}
 		return !b.newGen(now, gen) || b.reportHistory(ctx, st, now, keyTTL)
+	}
+
+	if !b.tellSeed(ctx, st, node, now, give) {
+		return
 	}
 
 	// What the share admitted during an outage goes to the store first:
@@ -802,6 +859,42 @@ func (b *Budget) maintain(ctx context.Context, st Store, node string, now int64)
 	b.mu.Unlock()
 }
 
+// tellSeed tells the store a seeded budget's seed and holds its carried
+// slots; it reports false while that is not done.
+func (b *Budget) tellSeed(ctx context.Context, st Store, node string, now int64, give func(ReturnRequest) bool) bool {
+	b.mu.Lock()
+	seeding, seed := b.seeding, b.seed
+	want, limit := min(b.cfg.Limits.Concurrency, b.slotsUsed+1), b.cfg.Limits.Concurrency
+	b.mu.Unlock()
+	if !seeding {
+		return true
+	}
+	if seed != nil {
+		if !give(ReturnRequest{Expires: now / b.width, Used: seed}) {
+			return false
+		}
+		b.mu.Lock()
+		b.seed = nil
+		b.mu.Unlock()
+	}
+	if limit > 0 {
+		held, err := st.HoldSlots(ctx, b.cfg.Key, node, want, limit, now, b.cfg.SlotTTL)
+		b.mu.Lock()
+		if err != nil {
+			b.storeFailed(now)
+			b.mu.Unlock()
+			return false
+		}
+		b.slotsHeld, b.slotsUntil = held, now+int64(b.cfg.SlotTTL)
+		b.mu.Unlock()
+	}
+	b.mu.Lock()
+	b.seeding = false
+	close(b.seeded)
+	b.mu.Unlock()
+	return true
+}
+
 // rebuildWait is how long after a node found the store's window made anew
 // it asks for no block: the other nodes tell the window what they used in
 // the last one as soon as they reach the store again (a node whose
@@ -945,6 +1038,20 @@ func (b *Budget) giveBack(ctx context.Context, st Store, node string, now int64)
 		}
 	}
 	return nil
+}
+
+// storeUsed asks the store what the budget's window holds now, granting
+// nothing.
+func (b *Budget) storeUsed(ctx context.Context, st Store, now int64) (Amount, error) {
+	b.mu.Lock()
+	el := b.limitsLocked()
+	b.mu.Unlock()
+	reply, err := st.Grant(ctx, b.windowKey, GrantRequest{Now: now / b.width, Expires: now / b.width,
+		Limit: Amount{el.Requests, el.Tokens}, KeyTTL: 2*b.cfg.Window + b.cfg.LeaseFor})
+	if err != nil {
+		return Amount{}, err
+	}
+	return reply.Used, nil
 }
 
 // Stats reports the budget's counters and state at now.

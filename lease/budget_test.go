@@ -351,3 +351,81 @@ func TestBudgetsIdleThenBusy(t *testing.T) {
 		})
 	}
 }
+
+// A budget seeded with usage counted elsewhere (a tenant's owner starting
+// a shared budget from its own window) grants nothing before the store
+// holds the seed, and never grants it again; carried slots stay taken
+// until released.
+func TestBudgetSeed(t *testing.T) {
+	const window = time.Second
+	for stName, st := range stores(t) {
+		t.Run(stName, func(t *testing.T) {
+			cfg := Config{Key: t.Name(), Limits: limiter.Limits{Requests: 100, Concurrency: 10}, Window: window}
+			s := newSim(t, st, 2, cfg)
+			width := int64(window) / Span
+			seedAt := (s.now - int64(100*time.Millisecond)) / width
+			owner, edge := s.nodes[0], s.nodes[1]
+			owner.b.Seed([]Use{{Bucket: seedAt, Amount: Amount{Requests: 60}}}, 4)
+			if _, d := owner.b.Take(s.now, 0); d.Allowed || d.Renewal == nil {
+				t.Fatalf("a budget not seeded yet admitted: %+v", d)
+			}
+			owner.l.Maintain(context.Background())
+			select {
+			case <-owner.b.Seeded():
+			default:
+				t.Fatal("not seeded after a round with the store up")
+			}
+			used, err := owner.l.StoreUsed(context.Background(), owner.b)
+			if err != nil || used.Requests != 60 {
+				t.Fatalf("store holds %+v (%v), want the seed's 60 requests", used, err)
+			}
+			// Both nodes take all they can within the seed's window.
+			var tickets []struct {
+				n  simNode
+				tk Ticket
+			}
+			admitted := 0
+			for range 300 {
+				for _, n := range []simNode{owner, edge} {
+					n.l.Maintain(context.Background())
+					if tk, d := n.b.Take(s.now, 0); d.Allowed {
+						admitted++
+						tickets = append(tickets, struct {
+							n  simNode
+							tk Ticket
+						}{n, tk})
+					}
+				}
+				s.now += int64(time.Millisecond)
+			}
+			if admitted != 6 {
+				// 10 slots, 4 carried: 6 more calls at once.
+				t.Errorf("%d calls admitted beside 4 carried, concurrency 10", admitted)
+			}
+			for range 4 {
+				owner.b.ReleaseCarried()
+			}
+			for _, x := range tickets {
+				x.n.b.Finish(s.now, &x.tk, 0)
+			}
+			for range 500 {
+				for _, n := range []simNode{owner, edge} {
+					n.l.Maintain(context.Background())
+					if tk, d := n.b.Take(s.now, 0); d.Allowed {
+						admitted++
+						n.b.Finish(s.now, &tk, 0)
+					}
+				}
+				s.now += int64(time.Millisecond)
+			}
+			// 800 ms after the seed's bucket: still one window.
+			if admitted > 40 {
+				t.Errorf("%d admitted in the window the seed's 60 are in, limit 100", admitted)
+			}
+			if admitted < 30 {
+				t.Errorf("only %d admitted of the 40 the seed leaves", admitted)
+			}
+			t.Logf("%d admitted beside the seed's 60", admitted)
+		})
+	}
+}

@@ -99,6 +99,35 @@ func (l *Leaser) Retain(keep map[string]bool) {
 	}()
 }
 
+// Drop gives back the budget for key and forgets it.
+func (l *Leaser) Drop(key string) {
+	l.mu.Lock()
+	b := l.budgets[key]
+	delete(l.budgets, key)
+	l.mu.Unlock()
+	if b == nil {
+		return
+	}
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		_ = b.giveBack(ctx, l.store, l.node, l.clock())
+	}()
+}
+
+// HasStore reports whether budgets are shared through a store (without
+// one, every budget is this node's share).
+func (l *Leaser) HasStore() bool { return l.store != nil }
+
+// StoreUsed asks the store what b's window holds now, every node's blocks
+// and uses together.
+func (l *Leaser) StoreUsed(ctx context.Context, b *Budget) (Amount, error) {
+	if l.store == nil {
+		return Amount{}, ErrStoreDown
+	}
+	return b.storeUsed(ctx, l.store, l.clock())
+}
+
 func (l *Leaser) kick() {
 	select {
 	case l.wake <- struct{}{}:

@@ -99,7 +99,7 @@ func (t *Tenant) Import(now int64, s State) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	t.advance(now)
-	t.frozen = false
+	t.frozen, t.sealed = false, false
 	t.movedTo.Store(nil)
 	t.requests.reset()
 	t.tokens.reset()
@@ -125,6 +125,35 @@ func (t *Tenant) Freeze(now int64, to string) State {
 	return State{Requests: t.requests.export(), Tokens: t.tokens.export(), Slots: t.slots.export(), Away: t.exportAway()}
 }
 
+// Seal stops the tenant's decisions here and returns its state at that
+// instant: its requests are decided elsewhere for a while (a shared budget
+// that every node admits on, spillover), which starts from that state.
+// Admit answers Moved (with MovedTo ""), so no admission slips in after the
+// state was read; everything else — Finish of calls admitted before,
+// deltas reporting what was admitted elsewhere — counts here as usual, so
+// that Unseal finds the windows complete.
+func (t *Tenant) Seal(now int64) State {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.advance(now)
+	t.sealed = true
+	return State{Requests: t.requests.export(), Tokens: t.tokens.export(), Slots: t.slots.export(), Away: t.exportAway()}
+}
+
+// Unseal makes this node decide for the tenant again (Seal).
+func (t *Tenant) Unseal() {
+	t.mu.Lock()
+	t.sealed = false
+	t.mu.Unlock()
+}
+
+// Sealed reports whether the tenant is sealed.
+func (t *Tenant) Sealed() bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.sealed
+}
+
 // MovedTo is the node the tenant was handed over to, "" while this node
 // counts it. It takes no lock.
 func (t *Tenant) MovedTo() string {
@@ -138,7 +167,7 @@ func (t *Tenant) MovedTo() string {
 // tenant comes back to a node that has no better account of it.
 func (t *Tenant) Thaw() {
 	t.mu.Lock()
-	t.frozen = false
+	t.frozen, t.sealed = false, false
 	t.movedTo.Store(nil)
 	t.mu.Unlock()
 }

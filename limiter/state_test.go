@@ -229,3 +229,38 @@ func TestImportFutureBucketsCountNow(t *testing.T) {
 		t.Fatalf("a future bucket was dropped: %+v", u)
 	}
 }
+
+// A sealed tenant decides nothing, but what was admitted before and what is
+// reported from elsewhere still counts here, so Unseal continues exactly.
+func TestSealKeepsCounting(t *testing.T) {
+	tn := NewTenant(Limits{Requests: 10, Tokens: 1000, Concurrency: 2}, time.Minute, time.Hour)
+	before, _ := tn.Admit(t0, 300)
+	s := tn.Seal(t0 + 1)
+	if s.Requests.Buckets[0].Value != 1 || s.Tokens.Buckets[0].Value != 300 || s.Slots.Buckets[0].Value != 1 {
+		t.Fatalf("Seal's state = %+v", s)
+	}
+	if tk, d := tn.Admit(t0+2, 100); d.Allowed || !d.Moved || tk.admitted || tn.MovedTo() != "" {
+		t.Fatalf("a sealed tenant admitted: %+v (moved to %q)", d, tn.MovedTo())
+	}
+	if _, handed := tn.FinishOrHand(t0+3, &before, 120); handed {
+		t.Fatal("a sealed tenant handed a finish over")
+	}
+	other := NewTenant(Limits{}, time.Minute, time.Hour)
+	tk, _ := other.Admit(t0+3, 200)
+	tn.ApplyFrom(t0+3, "n2", DeltaOf(&tk))
+	if u := tn.Usage(t0 + 3); u.Requests != 2 || u.Tokens != 320 || u.InFlight != 1 {
+		t.Fatalf("sealed windows after a finish and a delta: %+v", u)
+	}
+	tn.Unseal()
+	if tn.Sealed() {
+		t.Fatal("still sealed")
+	}
+	if _, d := tn.Admit(t0+4, 100); !d.Allowed || d.RemainingRequests != 7 {
+		t.Fatalf("after Unseal: %+v", d)
+	}
+	tn.Seal(t0 + 5)
+	tn.Import(t0+6, tn.Export(t0+6))
+	if tn.Sealed() {
+		t.Fatal("Import leaves the tenant sealed")
+	}
+}

@@ -79,6 +79,7 @@ type Tenant struct {
 	mu       sync.Mutex
 	limits   Limits
 	frozen   bool // state handed over to another node (Freeze)
+	sealed   bool // decisions made elsewhere for now; this state still counts (Seal)
 	movedTo  atomic.Pointer[string]
 	requests Window
 	tokens   Window
@@ -119,9 +120,10 @@ func (t *Tenant) Admit(now, tokens int64) (Ticket, Decision) {
 
 	var d Decision
 	switch {
-	case t.frozen:
-		// Another node counts this tenant now: admitting here too would
-		// spend the same headroom twice.
+	case t.frozen || t.sealed:
+		// Another node counts this tenant now, or its decisions are made
+		// on a shared budget: admitting here too would spend the same
+		// headroom twice.
 		d.Moved = true
 	case !t.requests.fits(1):
 		d.Limited = Requests

@@ -141,6 +141,8 @@ type clOptions struct {
 	// Upstream, if set, changes the upstream every node is configured
 	// with (its provider limits).
 	Upstream func(*config.Upstream)
+	// SpilloverRPS is limits.spillover_rps (0: never).
+	SpilloverRPS int
 }
 
 // clTenant is a tenant with the given requests per window and token and
@@ -250,6 +252,7 @@ func (c *clCluster) addNode() *clNode {
 	}
 	cfg.Cluster.HopSkew = 5 * time.Second
 	cfg.Limits.Window = c.window
+	cfg.Limits.SpilloverRPS = c.opts.SpilloverRPS
 	cfg.Upstreams = []config.Upstream{{
 		Name: "openai", Kind: config.KindOpenAI, BaseURL: "http://" + c.upAddr,
 		Models:  []string{clModel},

@@ -125,6 +125,7 @@ func Start(cfg *config.Config, o Options) (*Node, error) {
 	leaseCtx, stopLeases := context.WithCancel(context.Background())
 	n.stopLeases = stopLeases
 	go leaser.Run(leaseCtx)
+	go rt.RunSpillover(leaseCtx)
 	if n.grace <= 0 {
 		n.grace = time.Second
 	}

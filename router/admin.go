@@ -111,6 +111,9 @@ type tenantView struct {
 	Tokens   dimension `json:"tokens"`
 	InFlight dimension `json:"in_flight"`
 	Queued   int64     `json:"queued"`
+	// Spillover says who decides for the tenant: its owner, or every node
+	// on its leased budget (spill.go).
+	Spillover spillView `json:"spillover"`
 }
 
 func (r *Router) serveTenant(ctx *fasthttp.RequestCtx, name string) {
@@ -126,14 +129,15 @@ func (r *Router) serveTenant(ctx *fasthttp.RequestCtx, name string) {
 		owner = r.node
 	}
 	writeJSON(ctx, fasthttp.StatusOK, tenantView{
-		Name:     t.name,
-		Owner:    owner,
-		Node:     r.node,
-		Priority: t.priority,
-		Window:   st.cfg.Limits.Window.String(),
-		Requests: dimension{Used: u.Requests, Limit: max(u.Limits.Requests, 0)},
-		Tokens:   dimension{Used: u.Tokens, Limit: max(u.Limits.Tokens, 0)},
-		InFlight: dimension{Used: u.InFlight, Limit: max(u.Limits.Concurrency, 0)},
+		Name:      t.name,
+		Owner:     owner,
+		Node:      r.node,
+		Priority:  t.priority,
+		Window:    st.cfg.Limits.Window.String(),
+		Requests:  dimension{Used: u.Requests, Limit: max(u.Limits.Requests, 0)},
+		Tokens:    dimension{Used: u.Tokens, Limit: max(u.Limits.Tokens, 0)},
+		InFlight:  dimension{Used: u.InFlight, Limit: max(u.Limits.Concurrency, 0)},
+		Spillover: r.spillView(t),
 	})
 }
 

@@ -75,6 +75,9 @@ func (r *Router) buildBudgets(cfg *config.Config, provs []*upstream.Provider) ma
 			out[provs[i]] = pb
 		}
 	}
+	if st := r.state.Load(); st != nil {
+		st.spillKeys(keep) // a reload keeps the spills
+	}
 	r.leaser.Retain(keep)
 	return out
 }
@@ -136,6 +139,10 @@ func (r *Router) cancelBudgets(c *call) {
 		c.budgets[i].b.Cancel(now, &c.budgets[i].tk)
 	}
 	c.nBudgets = 0
+	if c.spill.b != nil {
+		c.spill.b.Cancel(now, &c.spill.tk)
+		c.spill.b = nil
+	}
 }
 
 // finishBudgets ends the call on its budgets: slots freed, and, when the
@@ -151,6 +158,14 @@ func (r *Router) finishBudgets(c *call, actual int64, settle bool) {
 		c.budgets[i].b.Finish(now, tk, actual)
 	}
 	c.nBudgets = 0
+	if c.spill.b != nil {
+		// The tenant's own tokens settle on the usage, as its limiter does.
+		if !settle {
+			actual = c.spill.tk.Tokens()
+		}
+		c.spill.b.Finish(now, &c.spill.tk, actual)
+		c.spill.b = nil
+	}
 }
 
 // refuseBudget answers a request the provider's limit has no room for.

@@ -90,6 +90,13 @@ func (l *fallbackLedger) waitsFor(owner string) bool {
 	return len(l.pending) > 0 && owner != l.owner
 }
 
+// delivered reports whether the owner was told everything in the ledger.
+func (l *fallbackLedger) delivered() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return len(l.pending) == 0
+}
+
 // fallbackFinished accounts for the end of a call admitted under the
 // fallback share: d is what it changed (limiter.FinishDelta). Never sent,
 // the entry is amended. Reported, d goes after it on its own. Sent but not

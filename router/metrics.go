@@ -24,6 +24,8 @@ type metrics struct {
 	// clientGone counts calls finished because the client hung up before
 	// the upstream answered (hangup.go).
 	clientGone prometheus.Counter
+	// spillover counts tenants switched to and from spillover, by phase.
+	spillover *prometheus.CounterVec
 
 	mu      sync.Mutex
 	tenants map[string]*tenantCounters
@@ -76,9 +78,13 @@ func newMetrics() *metrics {
 			Name: "ringgate_client_gone_total",
 			Help: "Calls finished because the client hung up before the upstream answered.",
 		}),
+		spillover: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "ringgate_spillover_total",
+			Help: "Hot tenants switched to spillover (on) and back (off) by their owner, refused a switch (refused), or left by this node as an edge (left).",
+		}, []string{"phase"}),
 		tenants: make(map[string]*tenantCounters),
 	}
-	m.reg.MustRegister(m.decisions, m.tokens, m.upstream, m.inflight, m.hopsRefused, m.deltasSent, m.deltasApplied, m.fallbackReported, m.clientGone,
+	m.reg.MustRegister(m.decisions, m.tokens, m.upstream, m.inflight, m.hopsRefused, m.deltasSent, m.deltasApplied, m.fallbackReported, m.clientGone, m.spillover,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }

@@ -35,6 +35,10 @@ type call struct {
 	// (budgets.go).
 	budgets  [2]budgetTake
 	nBudgets int
+	// spill: what the call took of its tenant's spillover budget
+	// (spill.go); sp the spill it was admitted on.
+	spill budgetTake
+	sp    *spill
 	// finished: the call was settled and its slot freed. Set once, by
 	// the first finish: a client found gone (hangup.go) finishes it from
 	// its watch while the handler still waits for the upstream.
@@ -91,6 +95,10 @@ func (r *Router) serveAPI(ctx *fasthttp.RequestCtx, ep upstream.Endpoint) bool {
 	}
 	if owner == "" || owner == r.node {
 		return r.serveLocal(ctx, ep, st, t, t.lim, 0)
+	}
+	if sp := r.edgeSpill(t, owner); sp != nil {
+		// A hot tenant: served here on its leased budget (spill.go).
+		return r.serveLocal(ctx, ep, st, t, sp.mirror, 0)
 	}
 	handled, streaming := r.toOwner(ctx, v, owner, t, 1)
 	if handled {
@@ -179,14 +187,28 @@ func (r *Router) serveLocal(ctx *fasthttp.RequestCtx, ep upstream.Endpoint, st *
 		return false
 	}
 
-	c := &call{t: t, lim: lim, prov: prov, req: req, hops: hops}
+	owned := lim == t.lim
+	if owned {
+		t.arrivals.Add(1)
+	}
+	var sp *spill
+	if s := t.spill.Load(); s != nil {
+		if owned && s.owner == r.node {
+			// Spilled: the owner serves it on the budget like every node.
+			if sp = t.ownerSpill(r.node); sp != nil {
+				lim, owned = sp.mirror, false
+			}
+		} else if lim == s.mirror {
+			sp = s
+		}
+	}
+	c := &call{t: t, lim: lim, prov: prov, req: req, hops: hops, sp: sp}
 	c.res = r.est.Estimate(reserve.Key{Tenant: t.name, Model: req.Model}, r.promptTokens(&req), req.MaxTokens, req.Generates)
 	if req.Choices > 1 {
 		// n completions are generated and billed; history stays per completion.
 		c.res.Completion *= req.Choices
 		c.res.Total = c.res.Prompt + c.res.Completion
 	}
-	owned := lim == t.lim
 	if owned && !t.awaitHandoff() {
 		ctx.Response.Header.Set("Retry-After", "1")
 		fail(ctx, fasthttp.StatusServiceUnavailable, "server_error", "tenant_moving",
@@ -200,10 +222,17 @@ func (r *Router) serveLocal(ctx *fasthttp.RequestCtx, ep upstream.Endpoint, st *
 		refuseBudget(ctx, &bd, what)
 		return false
 	}
+	if sp != nil {
+		return r.admitSpilled(ctx, ep, st, c, hops)
+	}
 	var d limiter.Decision
 	c.tk, d = lim.Admit(r.clock(), int64(c.res.Total))
 	if d.Moved {
 		r.cancelBudgets(c)
+		if owned && lim.MovedTo() == "" && t.ownerSpill(r.node) != nil {
+			// Sealed for a spill that started meanwhile: once more, on it.
+			return r.serveLocal(ctx, ep, st, t, lim, hops)
+		}
 		return r.movedOn(ctx, t, lim, hops)
 	}
 	setRateHeaders(&ctx.Response.Header, &d)
@@ -225,6 +254,45 @@ func (r *Router) serveLocal(ctx *fasthttp.RequestCtx, ep upstream.Endpoint, st *
 	if lim == t.fallback {
 		c.fb = r.fallbackAdmitted(t, &c.tk)
 	}
+	return r.forward(ctx, c)
+}
+
+// admitSpilled admits a call of a spilled tenant on its budget (and the
+// provider's, taken already) and records it in the ledger for the owner.
+func (r *Router) admitSpilled(ctx *fasthttp.RequestCtx, ep upstream.Endpoint, st *state, c *call, hops int) bool {
+	t, sp := c.t, c.sp
+	sp.mu.RLock()
+	if sp.closed {
+		// Ended meanwhile: decided the usual way.
+		sp.mu.RUnlock()
+		r.cancelBudgets(c)
+		if sp.owner == r.node {
+			return r.serveLocal(ctx, ep, st, t, t.lim, hops)
+		}
+		return r.serveAPI(ctx, ep)
+	}
+	bd := r.takeSpill(sp, c)
+	d := spillDecision(t, &bd, st.cfg.Limits.Window)
+	setRateHeaders(&ctx.Response.Header, &d)
+	if !bd.Allowed {
+		sp.mu.RUnlock()
+		r.cancelBudgets(c)
+		switch bd.Limited {
+		case limiter.Requests:
+			t.counts.requests.Inc()
+		case limiter.Tokens:
+			t.counts.tokens.Inc()
+		case limiter.Concurrency:
+			t.counts.concurrency.Inc()
+		}
+		refuse(ctx, &d, st.cfg.Limits.Window, int64(c.res.Total))
+		return false
+	}
+	c.tk, _ = c.lim.Admit(r.clock(), int64(c.res.Total)) // the mirror: no limits
+	c.fb = r.fallbackAdmitted(t, &c.tk)
+	sp.mu.RUnlock()
+	t.counts.allowed.Inc()
+	t.counts.reserved.Add(float64(c.res.Total))
 	return r.forward(ctx, c)
 }
 
@@ -449,6 +517,11 @@ func (r *Router) finish(c *call, u upstream.Usage, ok bool, countedCompletion in
 		// owner holds the slot and the reservation now.
 		if d, handed := c.lim.FinishOrHand(r.clock(), &c.tk, int64(actual)); handed {
 			r.reportDelta(c.t, d)
+		}
+		if sp := c.t.spill.Load(); sp != nil && sp.owner == r.node {
+			// Admitted before the tenant spilled: its slot was carried
+			// into the budget.
+			sp.budget.ReleaseCarried()
 		}
 	} else {
 		var d limiter.Delta

@@ -157,8 +157,10 @@ func (r *Router) Reload(cfg *config.Config) error {
 	st.budgets = r.buildBudgets(cfg, st.providers)
 	for name, t := range st.byName {
 		if old := prev.byName[name]; old != nil {
-			// A handoff in progress holds on: the gate moves along.
+			// A handoff in progress holds on: the gate moves along, and
+			// so does a spillover.
 			t.gate.Store(old.gate.Load())
+			t.spill.Store(old.spill.Load())
 		}
 	}
 	r.state.Store(st)
@@ -275,6 +277,9 @@ func (r *Router) Handler(ctx *fasthttp.RequestCtx) {
 		return
 	case handoffPath:
 		r.serveHandoff(ctx)
+		return
+	case spillPath:
+		r.serveSpill(ctx)
 		return
 	}
 	r.serveAdmin(ctx)

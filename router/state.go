@@ -38,6 +38,11 @@ type tenant struct {
 	// ownedUntil is when this node stopped owning the tenant (Unix ns),
 	// ownedNow while it owns it, 0 if it never did.
 	ownedUntil atomic.Int64
+
+	// spill is the tenant's spillover as this node serves it (spill.go);
+	// arrivals count its requests at its owner, for the rate.
+	spill    atomic.Pointer[spill]
+	arrivals atomic.Int64
 }
 
 // state is everything a reload replaces at once; requests read it through an

@@ -1,0 +1,148 @@
+package node
+
+import (
+	"encoding/json"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/ringgate/ringgate/config"
+	"github.com/ringgate/ringgate/internal/redistest"
+)
+
+// A hot tenant, sending ten times what the others do and more than its
+// own limit, spills: every node serves it itself on blocks of its limits
+// leased from Redis (x-ringgate-node names the node the client chose, not
+// the owner), while the calm tenants keep going to their owners. Counted
+// at the provider, the hot tenant stays within its limit in every sliding
+// window — across the switch on, the switch back once it cools, and a
+// second burst right after, when an owner that had lost what the spill
+// admitted would let a whole window more through.
+func TestClusterHotTenantSpills(t *testing.T) {
+	if testing.Short() {
+		t.Skip("cluster test")
+	}
+	const (
+		window   = 4 * time.Second
+		hotLimit = 400 // requests per window: 100/s
+		hotEvery = 6 * time.Millisecond
+		calmRPM  = 120 // per window: 30/s, twice what they send
+		calmEach = 66 * time.Millisecond
+	)
+	srv := redistest.Start(t)
+	tenants := []config.Tenant{clTenant("hot", hotLimit)}
+	for i := range 3 {
+		tenants = append(tenants, clTenant(fmt.Sprintf("calm-%d", i), calmRPM))
+	}
+	c := startClusterWith(t, 3, window, clOptions{Redis: srv.Addr(), SpilloverRPS: 60}, tenants...)
+	owner := c.byName(c.owner("hot"))
+	t.Logf("hot is owned by %s", owner.Name())
+
+	mode := func(nd *clNode) string {
+		var v struct {
+			Spillover struct {
+				Mode  string `json:"mode"`
+				Owner string `json:"owner"`
+			} `json:"spillover"`
+		}
+		resp, err := c.hc.Get("http://" + nd.Addr() + "/tenants/hot")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		if err := json.NewDecoder(resp.Body).Decode(&v); err != nil {
+			t.Fatal(err)
+		}
+		return v.Spillover.Mode
+	}
+	waitLog := func(phase string, n int, timeout time.Duration) bool {
+		deadline := time.Now().Add(timeout)
+		for time.Now().Before(deadline) {
+			if len(owner.log.find(map[string]any{"msg": "spillover", "phase": phase, "tenant": "hot"})) >= n {
+				return true
+			}
+			time.Sleep(clPollEvery)
+		}
+		return false
+	}
+
+	// The calm tenants run throughout.
+	start := time.Now().Add(50 * time.Millisecond)
+	const total = 6 * time.Second
+	var mu sync.Mutex
+	var calm []clResult
+	var wg sync.WaitGroup
+	for i, tn := range tenants[1:] {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			r := c.clLoad(tn.Name, c.live(), i, start.Add(time.Duration(i)*calmEach/3), calmEach, total, 16)
+			mu.Lock()
+			calm = append(calm, r...)
+			mu.Unlock()
+		}()
+	}
+
+	// Burst one: 3 s at 167/s, over every node.
+	hot := c.clLoad("hot", c.live(), 0, start, hotEvery, 3*time.Second, 64)
+	spilled := waitLog("on", 1, time.Second)
+	var modes []string
+	for _, nd := range c.live() {
+		modes = append(modes, nd.Name()+":"+mode(nd))
+	}
+	t.Logf("after burst one: spilled %v, modes %v", spilled, modes)
+	if !spilled {
+		t.Fatal("the hot tenant never spilled")
+	}
+	// Quiet: the cluster-wide rate falls to 0, the owner takes it back.
+	quietFrom := time.Now()
+	if !waitLog("off", 1, 3*time.Second) {
+		t.Fatal("the hot tenant never went back to its owner")
+	}
+	t.Logf("back with its owner %v after the burst", time.Since(quietFrom).Round(time.Millisecond))
+	if m := mode(owner); m != "owner" {
+		t.Errorf("after the switch back the owner shows mode %q", m)
+	}
+	// Burst two, right away and faster: the window still holds burst
+	// one's admissions, so it gets little until they leave it; an owner
+	// that lost what the spill admitted would let them through at once.
+	hot = append(hot, c.clLoad("hot", c.live(), 1, time.Now(), 2*time.Millisecond, 1500*time.Millisecond, 64)...)
+	wg.Wait()
+
+	codes := answersOf(t, hot)
+	servedBy := map[string]int{}
+	for _, r := range hot {
+		if r.err == nil && r.rep.status == 200 && r.rep.node == r.via {
+			servedBy[r.via]++
+		}
+	}
+	t.Logf("hot: %d sent, answers %v; 200s served by the node the client chose: %v", len(hot), codes, servedBy)
+	for _, nd := range c.live() {
+		if nd != owner && servedBy[nd.Name()] == 0 {
+			t.Errorf("%s never served the hot tenant itself", nd.Name())
+		}
+	}
+	got := clReceived(c.records("hot"))
+	worst, at := clMaxSliding(got, window-clJitter)
+	t.Logf("hot at the provider: %d in all, fullest window %d (ending %v after the start), limit %d",
+		len(got), worst, at.Sub(start).Round(time.Millisecond), hotLimit)
+	if worst > hotLimit {
+		t.Errorf("%d hot requests reached the provider within %v, limit %d", worst, window-clJitter, hotLimit)
+	}
+	// Burst one, mostly spilled, used most of the limit.
+	if n := clCountIn(got, start, start.Add(3*time.Second)); n < hotLimit*80/100 {
+		t.Errorf("only %d of %d used in burst one", n, hotLimit)
+	}
+
+	calmCodes := answersOf(t, calm)
+	t.Logf("calm: %d sent, answers %v", len(calm), calmCodes)
+	if calmCodes[200] != len(calm) {
+		t.Errorf("the calm tenants, within their limits, got %v", calmCodes)
+	}
+	for _, tn := range tenants[1:] {
+		if w, _ := clMaxSliding(clReceived(c.records(tn.Name)), window-clJitter); w > calmRPM {
+			t.Errorf("%s: %d in a window, limit %d", tn.Name, w, calmRPM)
+		}
+	}
+}

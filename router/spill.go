@@ -1,0 +1,662 @@
+package router
+
+import (
+	"context"
+	"encoding/json"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/valyala/fasthttp"
+
+	"github.com/ringgate/ringgate/lease"
+	"github.com/ringgate/ringgate/limiter"
+)
+
+// Hot-tenant spillover. A tenant whose requests arrive at its owner faster
+// than limits.spillover_rps is served by every node itself, on blocks of
+// its limits leased from Redis (package lease), instead of every request
+// taking a hop to its owner:
+//
+//   - On. The owner seals its limiter (it decides nothing more there, so no
+//     admission slips in after its state was read), starts the tenant's
+//     budget in Redis from that state — the window's buckets and the slots
+//     of the calls still running — and, once Redis holds it, serves the
+//     tenant on the budget and tells every member so (a signed POST,
+//     renewed every spillTick, that answers with the member's arrivals).
+//   - Meanwhile every admission, on any node, is recorded in the fallback
+//     ledger (fallback.go) and reported to the owner within milliseconds,
+//     so the owner's sealed limiter keeps counting everything: it is the
+//     tenant's state for a handoff, a snapshot, or the way back.
+//   - Off (the cluster-wide rate stays below half the threshold, Redis
+//     stops answering, the owner loses the tenant or drains). The owner
+//     tells every member; each stops, reports what its ledger still holds
+//     and answers; then the owner reports its own, unseals and decides
+//     alone again. A member that does not answer stops by itself
+//     spillLease after the owner's last word: the owner waits that out and
+//     counts, on top, what Redis says the budget's window holds.
+//
+// An edge whose ring names another owner, or whose owner has gone silent,
+// drops the spill and forwards as usual; its ledger goes to whoever owns
+// the tenant then.
+
+// spillPath receives an owner's word that a tenant spills (or no more).
+const spillPath = "/_ringgate/spill"
+
+const (
+	// spillTick is how often the rates are measured and a spill renewed.
+	spillTick = 250 * time.Millisecond
+	// spillHot and spillCool are ticks in a row above the threshold (at
+	// the owner) before a tenant spills, and below half of it
+	// (cluster-wide) before it goes back.
+	spillHot, spillCool = 2, 4
+	// spillLease is how long an edge serves a spill after the owner's last
+	// word.
+	spillLease = 2 * time.Second
+	// spillSeedWait bounds the owner's wait for Redis to hold the seed.
+	spillSeedWait = 250 * time.Millisecond
+	// spillCallTimeout bounds one announcement to a member.
+	spillCallTimeout = 250 * time.Millisecond
+)
+
+// spill is a tenant's spillover as one node serves it.
+type spill struct {
+	owner  string
+	epoch  int64 // the owner's clock when it started: names the budget
+	key    string
+	budget *lease.Budget
+	// mirror is a limiter with no limits: it names each admission's
+	// buckets for the ledger.
+	mirror *limiter.Tenant
+	since  time.Time
+
+	// Owner: ready is closed once the budget holds the seed, or the
+	// switch failed (failed).
+	ready  chan struct{}
+	failed atomic.Bool
+	// Owner: the members that took the spill, when they last did (the
+	// owner's loop writes it; spillOff reads it once the loop is done
+	// with it, or at a handover under toldMu).
+	toldMu sync.Mutex
+	told   map[string]time.Time
+	ending atomic.Bool   // spillOff started
+	done   chan struct{} // closed when spillOff is over
+
+	// Admissions hold mu shared; ending the spill takes it, so none is
+	// half done (on the budget, not yet in the ledger) when the ledger
+	// is flushed.
+	mu     sync.RWMutex
+	closed bool
+
+	until    atomic.Int64 // edge: serves until (router clock) unless renewed
+	arrivals atomic.Int64 // edge: requests since the owner last asked
+}
+
+func spillKey(tenant string, epoch int64) string {
+	return "tenant:" + tenant + "@" + strconv.FormatInt(epoch, 10)
+}
+
+// spillMsg is an owner's announcement.
+type spillMsg struct {
+	Tenant string `json:"tenant"`
+	Owner  string `json:"owner"`
+	Epoch  int64  `json:"epoch"`
+	On     bool   `json:"on"`
+}
+
+// spillReply is a member's answer: the tenant's requests it took since the
+// owner last asked.
+type spillReply struct {
+	Arrivals int64 `json:"arrivals"`
+}
+
+// newSpill makes the node's part of a spill; its budget is the leaser's.
+func (r *Router) newSpill(t *tenant, owner string, epoch int64) *spill {
+	cfg := r.state.Load().cfg
+	sp := &spill{owner: owner, epoch: epoch, key: spillKey(t.name, epoch), since: time.Now(),
+		mirror: limiter.NewTenant(limiter.Limits{}, cfg.Limits.Window, cfg.Limits.SlotTTL)}
+	sp.budget = r.leaser.Budget(lease.Config{Key: sp.key, Limits: t.limits, Window: cfg.Limits.Window,
+		Settles: true, OnStoreDown: lease.Share}, func() int { return r.view.Load().liveMembers() })
+	return sp
+}
+
+// spillKeys are the budget keys of the spills this node serves (a reload
+// keeps them).
+func (st *state) spillKeys(keep map[string]bool) {
+	for _, t := range st.byName {
+		if sp := t.spill.Load(); sp != nil {
+			keep[sp.key] = true
+		}
+	}
+}
+
+// canSpill reports whether this node can spill a tenant it owns: the
+// budget needs Redis, the announcements signatures, and a second node.
+func (r *Router) canSpill() bool {
+	v := r.view.Load()
+	return r.state.Load().cfg.Limits.SpilloverRPS > 0 && r.leaser.HasStore() && r.hops.enabled() &&
+		r.clustered && !r.draining.Load() && v != nil && len(v.members) > 1
+}
+
+// ownerSpill is the spill this node, the tenant's owner, serves it on, once
+// the budget is ready; nil when there is none (or it failed to start).
+func (t *tenant) ownerSpill(self string) *spill {
+	sp := t.spill.Load()
+	if sp == nil || sp.owner != self {
+		return nil
+	}
+	select {
+	case <-sp.ready:
+	default:
+		// Starting: wait for Redis to hold the seed (or the switch to fail).
+		timer := time.NewTimer(spillSeedWait + 50*time.Millisecond)
+		select {
+		case <-sp.ready:
+		case <-timer.C:
+		}
+		timer.Stop()
+	}
+	if sp.failed.Load() || !isClosed(sp.ready) {
+		return nil
+	}
+	return sp
+}
+
+func isClosed(c chan struct{}) bool {
+	select {
+	case <-c:
+		return true
+	default:
+		return false
+	}
+}
+
+// edgeSpill is the spill this node serves the tenant on instead of
+// forwarding to owner; nil when there is none.
+func (r *Router) edgeSpill(t *tenant, owner string) *spill {
+	sp := t.spill.Load()
+	if sp == nil || sp.owner != owner || r.clock() > sp.until.Load() {
+		return nil
+	}
+	sp.arrivals.Add(1)
+	return sp
+}
+
+// takeSpill takes the call from the spill's budget (sp.mu held shared).
+func (r *Router) takeSpill(sp *spill, c *call) lease.Decision {
+	tk, d := sp.budget.Take(r.clock(), int64(c.res.Total))
+	if !d.Allowed && d.Renewal != nil {
+		timer := time.NewTimer(maxRenewalWait)
+		select {
+		case <-d.Renewal:
+			tk, d = sp.budget.Take(r.clock(), int64(c.res.Total))
+		case <-timer.C:
+		}
+		timer.Stop()
+	}
+	if d.Allowed {
+		c.spill = budgetTake{sp.budget, tk}
+	}
+	return d
+}
+
+// spillDecision is what the rate-limit headers say of a spilled tenant:
+// its limits, and what the shared window held at the last grant (every
+// node's blocks counted whole: remaining errs low).
+func spillDecision(t *tenant, d *lease.Decision, window time.Duration) limiter.Decision {
+	out := limiter.Decision{Allowed: d.Allowed, Limited: d.Limited, RetryAfter: d.RetryAfter,
+		LimitRequests: t.limits.Requests, LimitTokens: t.limits.Tokens, LimitConcurrency: t.limits.Concurrency,
+		ResetRequests: window, ResetTokens: window}
+	out.RemainingRequests = max(0, t.limits.Requests-d.Used.Requests)
+	out.RemainingTokens = max(0, t.limits.Tokens-d.Used.Tokens)
+	if t.limits.Requests <= 0 {
+		out.RemainingRequests = -1
+	}
+	if t.limits.Tokens <= 0 {
+		out.RemainingTokens = -1
+	}
+	return out
+}
+
+// RunSpillover measures the tenants' rates and switches them to and from
+// spillover until ctx ends.
+func (r *Router) RunSpillover(ctx context.Context) {
+	tick := time.NewTicker(spillTick)
+	defer tick.Stop()
+	hot := make(map[string]int)
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		st := r.state.Load()
+		v := r.view.Load()
+		threshold := float64(st.cfg.Limits.SpilloverRPS)
+		can := r.canSpill()
+		for name, t := range st.byName {
+			sp := t.spill.Load()
+			if sp != nil && sp.owner != r.node {
+				if r.clock() > sp.until.Load() {
+					go r.leaveSpill(t, sp, "owner_silent")
+				} else if v.owner(name) != sp.owner {
+					go r.leaveSpill(t, sp, "owner_changed")
+				}
+				continue
+			}
+			if sp != nil {
+				continue // the owner's spill loop measures it
+			}
+			n := t.arrivals.Swap(0)
+			if !can || t.ownedUntil.Load() != ownedNow {
+				delete(hot, name)
+				continue
+			}
+			if float64(n)/spillTick.Seconds() < threshold {
+				delete(hot, name)
+				continue
+			}
+			if hot[name]++; hot[name] >= spillHot {
+				delete(hot, name)
+				go r.spillOn(ctx, name, float64(n)/spillTick.Seconds())
+			}
+		}
+	}
+}
+
+// spillOn switches a tenant this node owns to spillover.
+func (r *Router) spillOn(ctx context.Context, name string, rate float64) {
+	r.reloadMu.Lock()
+	t := r.state.Load().byName[name]
+	if t == nil || t.spill.Load() != nil {
+		r.reloadMu.Unlock()
+		return
+	}
+	sp := r.newSpill(t, r.node, r.clock())
+	sp.ready, sp.done, sp.told = make(chan struct{}), make(chan struct{}), make(map[string]time.Time)
+	t.spill.Store(sp)
+	r.reloadMu.Unlock()
+
+	s := t.lim.Seal(r.clock())
+	sp.budget.Seed(spillSeed(s), slotsOf(s))
+	select {
+	case <-sp.budget.Seeded():
+	case <-time.After(spillSeedWait):
+		sp.failed.Store(true)
+	}
+	if sp.failed.Load() {
+		r.reloadMu.Lock()
+		t = r.state.Load().byName[name]
+		t.lim.Unseal()
+		t.spill.CompareAndSwap(sp, nil)
+		r.reloadMu.Unlock()
+		close(sp.ready)
+		r.leaser.Drop(sp.key)
+		r.metrics.spillover.WithLabelValues("refused").Inc()
+		r.log.Warn("spillover", "phase", "refused", "tenant", name, "rate", round1(rate), "reason", "store_unreachable")
+		return
+	}
+	close(sp.ready)
+	r.metrics.spillover.WithLabelValues("on").Inc()
+	r.log.Info("spillover", "phase", "on", "tenant", name, "rate", round1(rate),
+		"threshold", r.state.Load().cfg.Limits.SpilloverRPS, "budget", sp.key)
+	r.runOwnerSpill(ctx, name, sp)
+}
+
+// spillSeed is a limiter state's requests and tokens as budget uses.
+func spillSeed(s limiter.State) []lease.Use {
+	var uses []lease.Use
+	add := func(b limiter.Bucket, tokens bool) {
+		i := len(uses) - 1
+		for i >= 0 && uses[i].Bucket > b.Index {
+			i--
+		}
+		if i < 0 || uses[i].Bucket != b.Index {
+			uses = append(uses, lease.Use{})
+			copy(uses[i+2:], uses[i+1:])
+			i++
+			uses[i] = lease.Use{Bucket: b.Index}
+		}
+		if tokens {
+			uses[i].Tokens += b.Value
+		} else {
+			uses[i].Requests += b.Value
+		}
+	}
+	for _, b := range s.Requests.Buckets {
+		add(b, false)
+	}
+	for _, b := range s.Tokens.Buckets {
+		add(b, true)
+	}
+	return uses
+}
+
+// slotsOf counts the slots a state holds, this node's and other nodes'.
+func slotsOf(s limiter.State) int64 {
+	var n int64
+	for _, b := range s.Slots.Buckets {
+		n += b.Value
+	}
+	for _, a := range s.Away {
+		for _, b := range a.Slots.Buckets {
+			n += b.Value
+		}
+	}
+	return n
+}
+
+func round1(f float64) float64 { return float64(int64(f*10+0.5)) / 10 }
+
+// runOwnerSpill renews the owner's announcement every tick, sums the
+// cluster's arrivals, and ends the spill when the tenant cools, Redis stops
+// answering, or this node stops owning it.
+func (r *Router) runOwnerSpill(ctx context.Context, name string, sp *spill) {
+	cool := 0
+	tick := time.NewTicker(spillTick)
+	defer tick.Stop()
+	for {
+		st := r.state.Load()
+		t := st.byName[name]
+		if t == nil || t.spill.Load() != sp {
+			return // ended elsewhere (a handover)
+		}
+		reason := ""
+		switch {
+		case ctx.Err() != nil:
+			reason = "stopping"
+		case r.draining.Load():
+			reason = "drain"
+		case t.ownedUntil.Load() != ownedNow:
+			reason = "owner_changed"
+		case sp.budget.Stats(r.clock()).Degraded:
+			reason = "store_unreachable"
+		}
+		if reason == "" {
+			arrivals := t.arrivals.Swap(0) + r.announceSpill(name, sp, true)
+			rate := float64(arrivals) / spillTick.Seconds()
+			if rate < float64(st.cfg.Limits.SpilloverRPS)/2 {
+				cool++
+			} else {
+				cool = 0
+			}
+			if cool >= spillCool {
+				reason = "cooled"
+			}
+		}
+		if reason != "" {
+			r.spillOff(name, sp, reason)
+			return
+		}
+		select {
+		case <-tick.C:
+		case <-ctx.Done():
+		}
+	}
+}
+
+// announceSpill tells every other member of the spill (on) or its end
+// (off), in parallel, and returns the arrivals they report; sp.told records
+// who took an "on", and loses who acknowledged an "off".
+func (r *Router) announceSpill(name string, sp *spill, on bool) int64 {
+	v := r.view.Load()
+	if v == nil {
+		return 0
+	}
+	msg := spillMsg{Tenant: name, Owner: sp.owner, Epoch: sp.epoch, On: on}
+	type answer struct {
+		node     string
+		ok       bool
+		arrivals int64
+		sent     time.Time
+	}
+	var wg sync.WaitGroup
+	answers := make(chan answer, len(v.members))
+	targets := make(map[string]string)
+	for _, m := range v.members {
+		if m.Name != r.node && m.Addr != "" {
+			targets[m.Name] = m.Addr
+		}
+	}
+	sp.toldMu.Lock()
+	defer sp.toldMu.Unlock()
+	told := sp.told
+	if !on {
+		// Whoever took the spill and left the view since must hear it too
+		// if it still answers.
+		for node := range told {
+			if _, ok := targets[node]; !ok {
+				if addr := v.addrs[node]; addr != "" {
+					targets[node] = addr
+				}
+			}
+		}
+	}
+	for node, addr := range targets {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			sent := time.Now()
+			status, body, err := r.peerCall(v, addr, node, spillPath, msg, 1, spillCallTimeout)
+			a := answer{node: node, sent: sent, ok: err == nil && status == fasthttp.StatusOK}
+			if a.ok {
+				var rep spillReply
+				if json.Unmarshal(body, &rep) == nil {
+					a.arrivals = rep.Arrivals
+				}
+			}
+			answers <- a
+		}()
+	}
+	wg.Wait()
+	close(answers)
+	var sum int64
+	for a := range answers {
+		sum += a.arrivals
+		switch {
+		case on && a.ok:
+			told[a.node] = a.sent
+		case !on && a.ok:
+			delete(told, a.node)
+		}
+	}
+	return sum
+}
+
+// spillOff ends a spill this node owns: the members stop and report, the
+// owner reports its own, then decides alone again on its limiter.
+//
+// At a handover it does not wait for members that did not confirm: the
+// state must leave now, and what they admit goes to the new owner through
+// their ledgers.
+func (r *Router) spillOff(name string, sp *spill, reason string) {
+	if !sp.ending.CompareAndSwap(false, true) {
+		<-sp.done
+		return
+	}
+	defer close(sp.done)
+	r.announceSpill(name, sp, false)
+	sp.toldMu.Lock()
+	unconfirmed := len(sp.told)
+	var last time.Time
+	for _, at := range sp.told {
+		if at.After(last) {
+			last = at
+		}
+	}
+	sp.toldMu.Unlock()
+	if unconfirmed > 0 && reason != "handover" {
+		// Members that took the spill and did not confirm its end stop by
+		// themselves spillLease after the last word they had.
+		time.Sleep(time.Until(last.Add(spillLease + spillTick)))
+	}
+	sp.mu.Lock()
+	sp.closed = true
+	t := r.state.Load().byName[name]
+	if t != nil {
+		r.reportFallback(t) // what this node admitted on the spill, into its limiter
+		if unconfirmed > 0 {
+			r.chargeUnreported(t, sp)
+		}
+		r.reloadMu.Lock()
+		t = r.state.Load().byName[name]
+		t.spill.CompareAndSwap(sp, nil)
+		t.lim.Unseal()
+		r.reloadMu.Unlock()
+	}
+	sp.mu.Unlock()
+	r.leaser.Drop(sp.key)
+	r.metrics.spillover.WithLabelValues("off").Inc()
+	r.log.Info("spillover", "phase", "off", "tenant", name, "reason", reason,
+		"spilled_ms", time.Since(sp.since).Milliseconds(), "unconfirmed", unconfirmed)
+}
+
+// chargeUnreported makes the limiter count at least what the spill's
+// window in Redis holds: members that did not confirm the spill's end may
+// not have reported all they admitted. Without an answer from Redis, the
+// rest of the window is charged: the limits reopen as it passes.
+func (r *Router) chargeUnreported(t *tenant, sp *spill) {
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	now := r.clock()
+	u := t.lim.Usage(now)
+	used, err := r.leaser.StoreUsed(ctx, sp.budget)
+	if err != nil {
+		used = lease.Amount{Requests: max(0, t.limits.Requests), Tokens: max(0, t.limits.Tokens)}
+	}
+	reqs, toks := max(0, used.Requests-u.Requests), max(0, used.Tokens-u.Tokens)
+	if reqs > 0 || toks > 0 {
+		t.lim.ChargeAt(now, now, reqs, toks)
+	}
+	r.log.Warn("spillover", "phase", "unconfirmed", "tenant", t.name, "charged_requests", reqs, "charged_tokens", toks,
+		"store_error", errString(err))
+}
+
+// endOwnedSpill ends, before its state is handed over, a spill of a tenant
+// this node owns (a handoff asks for it).
+func (r *Router) endOwnedSpill(name string) {
+	t := r.state.Load().byName[name]
+	if t == nil {
+		return
+	}
+	sp := t.spill.Load()
+	if sp == nil || sp.owner != r.node {
+		return
+	}
+	if t.ownerSpill(r.node) != sp {
+		return // failed to start
+	}
+	// The owner's loop sees the spill gone and stops.
+	r.spillOff(name, sp, "handover")
+}
+
+// serveSpill takes an owner's announcement.
+func (r *Router) serveSpill(ctx *fasthttp.RequestCtx) {
+	info, ok := r.peerPost(ctx)
+	if !ok {
+		return
+	}
+	var m spillMsg
+	if err := json.Unmarshal(ctx.PostBody(), &m); err != nil || m.Tenant == "" || m.Owner != info.from {
+		fail(ctx, fasthttp.StatusBadRequest, "invalid_request_error", "invalid_json", "Malformed spillover announcement.")
+		return
+	}
+	t := r.state.Load().byName[m.Tenant]
+	if t == nil {
+		fail(ctx, fasthttp.StatusNotFound, "invalid_request_error", "unknown_tenant", "No tenant named "+m.Tenant+".")
+		return
+	}
+	cur := t.spill.Load()
+	if !m.On {
+		var arrivals int64
+		if cur != nil && cur.owner == m.Owner && cur.epoch == m.Epoch {
+			arrivals = cur.arrivals.Load()
+			if !r.leaveSpill(t, cur, "owner_ended") {
+				fail(ctx, fasthttp.StatusServiceUnavailable, "server_error", "ledger_undelivered", "This node could not report what it admitted.")
+				return
+			}
+		}
+		writeJSON(ctx, fasthttp.StatusOK, spillReply{Arrivals: arrivals})
+		return
+	}
+	if r.view.Load().owner(m.Tenant) != m.Owner || m.Owner == r.node {
+		// This node's ring names another owner: it forwards there.
+		fail(ctx, fasthttp.StatusConflict, "invalid_request_error", "not_owner", "This node's ring names another owner.")
+		return
+	}
+	if cur == nil || cur.owner != m.Owner || cur.epoch != m.Epoch {
+		if cur != nil {
+			r.leaveSpill(t, cur, "replaced")
+		}
+		r.reloadMu.Lock()
+		t = r.state.Load().byName[m.Tenant]
+		sp := r.newSpill(t, m.Owner, m.Epoch)
+		sp.until.Store(r.clock() + int64(spillLease))
+		if !t.spill.CompareAndSwap(cur, sp) && !t.spill.CompareAndSwap(nil, sp) {
+			r.reloadMu.Unlock()
+			fail(ctx, fasthttp.StatusConflict, "invalid_request_error", "busy", "Another spillover change is in progress.")
+			return
+		}
+		r.reloadMu.Unlock()
+		cur = sp
+	}
+	cur.until.Store(r.clock() + int64(spillLease))
+	writeJSON(ctx, fasthttp.StatusOK, spillReply{Arrivals: cur.arrivals.Swap(0)})
+}
+
+// leaveSpill stops serving a spill this node does not own: from now on the
+// tenant's requests go to its owner; what this node admitted on the spill
+// is reported, and its blocks given back. It reports whether the report
+// reached the node counting the tenant.
+func (r *Router) leaveSpill(t *tenant, sp *spill, reason string) bool {
+	sp.mu.Lock()
+	was := sp.closed
+	sp.closed = true
+	sp.mu.Unlock()
+	r.reloadMu.Lock()
+	if cur := r.state.Load().byName[t.name]; cur != nil {
+		t = cur
+	}
+	t.spill.CompareAndSwap(sp, nil)
+	r.reloadMu.Unlock()
+	r.reportFallback(t)
+	delivered := t.fb.delivered()
+	if !was {
+		r.leaser.Drop(sp.key)
+		if reason != "owner_ended" {
+			r.metrics.spillover.WithLabelValues("left").Inc()
+			r.log.Info("spillover", "phase", "left", "tenant", t.name, "owner", sp.owner, "reason", reason)
+		}
+	}
+	return delivered
+}
+
+// spillView is a tenant's spillover as /tenants/{name} shows it.
+type spillView struct {
+	Mode    string `json:"mode"` // "owner": its owner decides; "spill": every node, on the leased budget
+	Owner   string `json:"owner,omitempty"`
+	Budget  string `json:"budget,omitempty"`
+	SinceMs int64  `json:"since_ms,omitempty"`
+	// This node's part of the budget.
+	Blocks    int   `json:"blocks,omitempty"`
+	LeftReq   int64 `json:"left_requests,omitempty"`
+	LeftTok   int64 `json:"left_tokens,omitempty"`
+	SlotsHeld int64 `json:"slots_held,omitempty"`
+	SlotsUsed int64 `json:"slots_used,omitempty"`
+	// The store's window after this node's last grant (every node's).
+	WindowReq int64 `json:"window_requests,omitempty"`
+	WindowTok int64 `json:"window_tokens,omitempty"`
+	Degraded  bool  `json:"degraded,omitempty"`
+}
+
+func (r *Router) spillView(t *tenant) spillView {
+	sp := t.spill.Load()
+	if sp == nil || sp.failed.Load() {
+		return spillView{Mode: "owner"}
+	}
+	s := sp.budget.Stats(r.clock())
+	return spillView{Mode: "spill", Owner: sp.owner, Budget: sp.key, SinceMs: time.Since(sp.since).Milliseconds(),
+		Blocks: s.Blocks, LeftReq: s.Left.Requests, LeftTok: s.Left.Tokens, SlotsHeld: s.SlotsHeld, SlotsUsed: s.SlotsUsed,
+		WindowReq: s.Used.Requests, WindowTok: s.Used.Tokens, Degraded: s.Degraded}
+}
