@@ -146,3 +146,65 @@ func TestClusterHotTenantSpills(t *testing.T) {
 		}
 	}
 }
+
+// The owner of a spilled tenant crashes in the middle of a burst: the
+// other nodes go on serving on the leased budget until the spill lapses
+// (2 s without the owner's word), then on their fallback share until
+// their ring drops the owner, then the new owner takes the tenant from its
+// last snapshot and what the edges' ledgers report (and spills it again).
+// At the provider the tenant stays within its limit in every window, and
+// no client gets a 5xx. Regression: a fallback share seeded from the dead
+// owner's snapshot alone, without what the edge had admitted on the spill
+// since, let 403-413 through in a window of 400.
+func TestClusterSpilledOwnerCrashes(t *testing.T) {
+	if testing.Short() {
+		t.Skip("cluster test")
+	}
+	const (
+		window   = 4 * time.Second
+		hotLimit = 400
+	)
+	srv := redistest.Start(t)
+	c := startClusterWith(t, 3, window, clOptions{Redis: srv.Addr(), SpilloverRPS: 60, SnapshotInterval: 200 * time.Millisecond},
+		clTenant("hot", hotLimit))
+	owner := c.byName(c.owner("hot"))
+	var edges []*clNode
+	for _, nd := range c.live() {
+		if nd != owner {
+			edges = append(edges, nd)
+		}
+	}
+	start := time.Now().Add(50 * time.Millisecond)
+	done := make(chan []clResult)
+	go func() { done <- c.clLoad("hot", edges, 0, start, 4*time.Millisecond, 6*time.Second, 64) }()
+	deadline := time.Now().Add(3 * time.Second)
+	for len(owner.log.find(map[string]any{"msg": "spillover", "phase": "on", "tenant": "hot"})) == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("the hot tenant never spilled")
+		}
+		time.Sleep(clPollEvery)
+	}
+	time.Sleep(500 * time.Millisecond) // the load runs meanwhile: pacing
+	crashAt := time.Now()
+	_ = owner.Close()
+	owner.gone = true
+	res := <-done
+	codes := map[int]int{}
+	for _, r := range res {
+		if r.err != nil {
+			t.Errorf("%s via %s: %v", r.tenant, r.via, r.err)
+			continue
+		}
+		codes[r.rep.status]++
+		if r.rep.status >= 500 {
+			t.Errorf("via %s at %v after the crash: %v", r.via, r.sent.Sub(crashAt).Round(time.Millisecond), r.rep)
+		}
+	}
+	got := clReceived(c.records("hot"))
+	worst, at := clMaxSliding(got, window-clJitter)
+	t.Logf("owner %s crashed %v after the start; answers %v; at the provider %d, fullest window %d (ending %v after the start), limit %d",
+		owner.Name(), crashAt.Sub(start).Round(time.Millisecond), codes, len(got), worst, at.Sub(start).Round(time.Millisecond), hotLimit)
+	if worst > hotLimit {
+		t.Errorf("%d requests reached the provider within %v, limit %d", worst, window-clJitter, hotLimit)
+	}
+}

@@ -362,10 +362,13 @@ func (r *Router) runOwnerSpill(ctx context.Context, name string, sp *spill) {
 		if t == nil || t.spill.Load() != sp {
 			return // ended elsewhere (a handover)
 		}
+		if ctx.Err() != nil {
+			// Stopped without a drain (a crash, to the cluster): the
+			// members' spill lapses by itself.
+			return
+		}
 		reason := ""
 		switch {
-		case ctx.Err() != nil:
-			reason = "stopping"
 		case r.draining.Load():
 			reason = "drain"
 		case t.ownedUntil.Load() != ownedNow:
@@ -622,6 +625,12 @@ func (r *Router) leaveSpill(t *tenant, sp *spill, reason string) bool {
 	r.reloadMu.Unlock()
 	r.reportFallback(t)
 	delivered := t.fb.delivered()
+	if !delivered || reason == "owner_silent" {
+		// The owner may be gone: the snapshot a fallback share would be
+		// seeded with does not hold what this node admitted on the spill
+		// lately. The share counts it itself.
+		chargeMirror(t.fallback, sp.mirror, r.clock())
+	}
 	if !was {
 		r.leaser.Drop(sp.key)
 		if reason != "owner_ended" {
@@ -630,6 +639,28 @@ func (r *Router) leaveSpill(t *tenant, sp *spill, reason string) bool {
 		}
 	}
 	return delivered
+}
+
+// chargeMirror charges lim with the requests and tokens a spill's mirror
+// holds, in their buckets.
+func chargeMirror(lim, mirror *limiter.Tenant, now int64) {
+	s := mirror.Export(now)
+	by := make(map[int64]*limiter.Delta)
+	at := func(b int64) *limiter.Delta {
+		if by[b] == nil {
+			by[b] = &limiter.Delta{Bucket: b}
+		}
+		return by[b]
+	}
+	for _, b := range s.Requests.Buckets {
+		at(b.Index).Requests += b.Value
+	}
+	for _, b := range s.Tokens.Buckets {
+		at(b.Index).Tokens += b.Value
+	}
+	for _, d := range by {
+		lim.Apply(now, *d)
+	}
 }
 
 // spillView is a tenant's spillover as /tenants/{name} shows it.
