@@ -4,6 +4,7 @@ import (
 	"context"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/ringgate/ringgate/limiter"
@@ -85,6 +86,7 @@ type Budget struct {
 	// local window used then; shareUses what it admitted, reported once
 	// the store answers.
 	downSince int64
+	down      atomic.Bool // downSince != 0, read without the lock
 	share     *limiter.Tenant
 	shareN    int64
 	shareUses []Use
@@ -619,11 +621,26 @@ func (b *Budget) ReleaseCarried() {
 	b.mu.Unlock()
 }
 
+// Degraded reports whether the store is down for this budget. It takes no
+// lock.
+func (b *Budget) Degraded() bool { return b.down.Load() }
+
+// Charge charges the store's window with a use made elsewhere (a call
+// carried into a seeded budget that settled above what it reserved), with
+// the next round.
+func (b *Budget) Charge(u Use) {
+	b.mu.Lock()
+	b.late = append(b.late, u)
+	b.hist = appendUse(b.hist, u.Bucket, u.Amount)
+	b.mu.Unlock()
+}
+
 // storeFailed notes a failed store call.
 func (b *Budget) storeFailed(now int64) {
 	b.stats.StoreErrors++
 	if b.downSince == 0 {
 		b.downSince = now
+		b.down.Store(true)
 	}
 }
 
@@ -638,6 +655,7 @@ func (b *Budget) maintain(ctx context.Context, st Store, node string, now int64)
 		b.storeless = true
 		if b.downSince == 0 {
 			b.downSince = now
+			b.down.Store(true)
 		}
 		b.dropExpired(now)
 		b.mu.Unlock()
@@ -692,6 +710,7 @@ func (b *Budget) maintain(ctx context.Context, st Store, node string, now int64)
 		// the next round (the store answers again: the share is over).
 		b.late = append(b.late, b.shareUses...)
 		b.downSince, b.share, b.shareUses = 0, nil, nil
+		b.down.Store(false)
 		b.mu.Unlock()
 	}
 

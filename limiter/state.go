@@ -245,6 +245,10 @@ type Delta struct {
 	// report sent again after its answer was lost); 0: unnamed. The
 	// limiter ignores it.
 	ID uint64 `json:",omitempty"`
+	// Epoch names a spell of decisions made elsewhere (Seal) that the
+	// call was admitted in, for the caller; 0: none. The limiter ignores
+	// it.
+	Epoch int64 `json:",omitempty"`
 }
 
 // DeltaOf describes a ticket's effect so far (an admission), for reporting

@@ -208,3 +208,67 @@ func TestClusterSpilledOwnerCrashes(t *testing.T) {
 		t.Errorf("%d requests reached the provider within %v, limit %d", worst, window-clJitter, hotLimit)
 	}
 }
+
+// Redis stops answering while a tenant is spilled — stopped, or hung
+// (SIGSTOP) — and comes back: the owner takes the tenant back with what
+// every node admitted on the spill (their ledgers need no Redis), no
+// client gets a 5xx, and the tenant stays within its limit in every
+// window.
+func TestClusterSpillRedisDown(t *testing.T) {
+	if testing.Short() {
+		t.Skip("cluster test")
+	}
+	const (
+		window   = 4 * time.Second
+		hotLimit = 400
+	)
+	for _, how := range []string{"stopped", "hung"} {
+		t.Run(how, func(t *testing.T) {
+			srv := redistest.Start(t)
+			c := startClusterWith(t, 3, window, clOptions{Redis: srv.Addr(), SpilloverRPS: 60}, clTenant("hot", hotLimit))
+			owner := c.byName(c.owner("hot"))
+			start := time.Now().Add(50 * time.Millisecond)
+			done := make(chan []clResult)
+			go func() { done <- c.clLoad("hot", c.live(), 0, start, 4*time.Millisecond, 5*time.Second, 64) }()
+			deadline := time.Now().Add(3 * time.Second)
+			for len(owner.log.find(map[string]any{"msg": "spillover", "phase": "on", "tenant": "hot"})) == 0 {
+				if time.Now().After(deadline) {
+					t.Fatal("the hot tenant never spilled")
+				}
+				time.Sleep(clPollEvery)
+			}
+			time.Sleep(300 * time.Millisecond) // the load runs meanwhile: pacing
+			downAt := time.Now()
+			if how == "stopped" {
+				srv.Stop()
+			} else {
+				srv.Pause(2 * time.Second)
+			}
+			backAt := time.Time{}
+			deadline = time.Now().Add(2 * time.Second)
+			for backAt.IsZero() && time.Now().Before(deadline) {
+				if len(owner.log.find(map[string]any{"msg": "spillover", "phase": "off", "reason": "store_unreachable"})) > 0 {
+					backAt = time.Now()
+				}
+				time.Sleep(clPollEvery)
+			}
+			if backAt.IsZero() {
+				t.Error("the owner did not take the tenant back with Redis down")
+			}
+			if how == "stopped" {
+				time.Sleep(time.Until(downAt.Add(2 * time.Second))) // pacing: Redis down for 2 s
+				srv.Restart()
+			}
+			res := <-done
+			codes := answersOf(t, res)
+			got := clReceived(c.records("hot"))
+			worst, at := clMaxSliding(got, window-clJitter)
+			t.Logf("Redis %s %v after the start, the owner had the tenant back %v later; answers %v; at the provider %d, fullest window %d (ending %v after the start), limit %d",
+				how, downAt.Sub(start).Round(time.Millisecond), backAt.Sub(downAt).Round(time.Millisecond), codes, len(got), worst,
+				at.Sub(start).Round(time.Millisecond), hotLimit)
+			if worst > hotLimit {
+				t.Errorf("%d requests reached the provider within %v, limit %d", worst, window-clJitter, hotLimit)
+			}
+		})
+	}
+}

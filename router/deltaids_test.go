@@ -88,7 +88,7 @@ func TestFallbackReportSentTwiceCountsOnce(t *testing.T) {
 		if !d.Allowed {
 			t.Fatalf("fallback share refused: %+v", d)
 		}
-		return tk, p.edge.fallbackAdmitted(te, &tk)
+		return tk, p.edge.fallbackAdmitted(te, &tk, 0)
 	}
 	const n = 3
 	var tks [n]limiter.Ticket

@@ -51,9 +51,13 @@ type fallbackEntry struct {
 
 // admitted records a call admitted under the fallback share and schedules
 // a report.
-func (r *Router) fallbackAdmitted(t *tenant, tk *limiter.Ticket) *fallbackEntry {
+//
+// epoch names the spillover the call was admitted on (0: a fallback share).
+func (r *Router) fallbackAdmitted(t *tenant, tk *limiter.Ticket, epoch int64) *fallbackEntry {
 	l := t.fb
-	e := &fallbackEntry{d: r.ids.name(limiter.DeltaOf(tk))}
+	d := limiter.DeltaOf(tk)
+	d.Epoch = epoch
+	e := &fallbackEntry{d: r.ids.name(d)}
 	l.mu.Lock()
 	l.owner = r.view.Load().owner(t.name)
 	l.add(e)

@@ -274,6 +274,7 @@ func (r *Router) applyOnce(t *tenant, now int64, from string, ds []limiter.Delta
 		for _, d := range ds {
 			t.lim.ApplyFrom(now, from, d)
 		}
+		r.spillCarriedEnded(t, ds)
 	}
 	return len(ds)
 }

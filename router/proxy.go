@@ -13,6 +13,7 @@ import (
 
 	"github.com/valyala/fasthttp"
 
+	"github.com/ringgate/ringgate/lease"
 	"github.com/ringgate/ringgate/limiter"
 	"github.com/ringgate/ringgate/reserve"
 	"github.com/ringgate/ringgate/upstream"
@@ -161,6 +162,12 @@ func (r *Router) hopLimiter(t *tenant) (*limiter.Tenant, bool) {
 // serveLocal enforces the tenant's limits on lim and serves the request; hops
 // is how many nodes it came through (0: from a client).
 func (r *Router) serveLocal(ctx *fasthttp.RequestCtx, ep upstream.Endpoint, st *state, t *tenant, lim *limiter.Tenant, hops int) bool {
+	return r.serveLocalOnce(ctx, ep, st, t, lim, hops, false)
+}
+
+// serveLocalOnce is serveLocal; retried: the request met a spillover
+// starting or ending once already, and is not tried again.
+func (r *Router) serveLocalOnce(ctx *fasthttp.RequestCtx, ep upstream.Endpoint, st *state, t *tenant, lim *limiter.Tenant, hops int, retried bool) bool {
 	ctx.Response.Header.Set("x-ringgate-node", r.node)
 	req, err := upstream.ParseRequest(ep, ctx.PostBody())
 	if err != nil {
@@ -188,7 +195,7 @@ func (r *Router) serveLocal(ctx *fasthttp.RequestCtx, ep upstream.Endpoint, st *
 	}
 
 	owned := lim == t.lim
-	if owned {
+	if owned && !retried {
 		t.arrivals.Add(1)
 	}
 	var sp *spill
@@ -229,9 +236,11 @@ func (r *Router) serveLocal(ctx *fasthttp.RequestCtx, ep upstream.Endpoint, st *
 	c.tk, d = lim.Admit(r.clock(), int64(c.res.Total))
 	if d.Moved {
 		r.cancelBudgets(c)
-		if owned && lim.MovedTo() == "" && t.ownerSpill(r.node) != nil {
-			// Sealed for a spill that started meanwhile: once more, on it.
-			return r.serveLocal(ctx, ep, st, t, lim, hops)
+		if owned && lim.MovedTo() == "" && !retried && t.spill.Load() != nil {
+			// Sealed for a spill starting meanwhile: once more, on it
+			// (or on the limiter again, if the switch failed).
+			t.ownerSpill(r.node) // waits for it to start
+			return r.serveLocalOnce(ctx, ep, st, t, lim, hops, true)
 		}
 		return r.movedOn(ctx, t, lim, hops)
 	}
@@ -252,7 +261,7 @@ func (r *Router) serveLocal(ctx *fasthttp.RequestCtx, ep upstream.Endpoint, st *
 	t.counts.allowed.Inc()
 	t.counts.reserved.Add(float64(c.res.Total))
 	if lim == t.fallback {
-		c.fb = r.fallbackAdmitted(t, &c.tk)
+		c.fb = r.fallbackAdmitted(t, &c.tk, 0)
 	}
 	return r.forward(ctx, c)
 }
@@ -262,12 +271,13 @@ func (r *Router) serveLocal(ctx *fasthttp.RequestCtx, ep upstream.Endpoint, st *
 func (r *Router) admitSpilled(ctx *fasthttp.RequestCtx, ep upstream.Endpoint, st *state, c *call, hops int) bool {
 	t, sp := c.t, c.sp
 	sp.mu.RLock()
-	if sp.closed {
-		// Ended meanwhile: decided the usual way.
+	if sp.closed.Load() {
+		// Ended meanwhile: decided the usual way (ownerSpill and
+		// edgeSpill skip a closed spill, so this does not come back).
 		sp.mu.RUnlock()
 		r.cancelBudgets(c)
 		if sp.owner == r.node {
-			return r.serveLocal(ctx, ep, st, t, t.lim, hops)
+			return r.serveLocalOnce(ctx, ep, st, t, t.lim, hops, true)
 		}
 		return r.serveAPI(ctx, ep)
 	}
@@ -289,7 +299,7 @@ func (r *Router) admitSpilled(ctx *fasthttp.RequestCtx, ep upstream.Endpoint, st
 		return false
 	}
 	c.tk, _ = c.lim.Admit(r.clock(), int64(c.res.Total)) // the mirror: no limits
-	c.fb = r.fallbackAdmitted(t, &c.tk)
+	c.fb = r.fallbackAdmitted(t, &c.tk, sp.epoch)
 	sp.mu.RUnlock()
 	t.counts.allowed.Inc()
 	t.counts.reserved.Add(float64(c.res.Total))
@@ -515,18 +525,25 @@ func (r *Router) finish(c *call, u upstream.Usage, ok bool, countedCompletion in
 	if c.lim == c.t.lim {
 		// If the tenant was handed over since this call was admitted, its
 		// owner holds the slot and the reservation now.
+		fd := limiter.FinishDelta(&c.tk, int64(actual))
 		if d, handed := c.lim.FinishOrHand(r.clock(), &c.tk, int64(actual)); handed {
 			r.reportDelta(c.t, d)
 		}
 		if sp := c.t.spill.Load(); sp != nil && sp.owner == r.node {
 			// Admitted before the tenant spilled: its slot was carried
-			// into the budget.
+			// into the budget, its tokens seeded at its reservation.
 			sp.budget.ReleaseCarried()
+			if fd.Tokens > 0 {
+				sp.budget.Charge(lease.Use{Bucket: fd.Bucket, Amount: lease.Amount{Tokens: fd.Tokens}})
+			}
 		}
 	} else {
 		var d limiter.Delta
 		if c.fb != nil {
 			d = limiter.FinishDelta(&c.tk, int64(actual))
+			if c.sp != nil {
+				d.Epoch = c.sp.epoch
+			}
 		}
 		c.lim.Finish(r.clock(), &c.tk, int64(actual))
 		if c.fb != nil {

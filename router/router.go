@@ -49,9 +49,10 @@ type Router struct {
 	// fallbackSeed loads a tenant's last snapshot (nil without Redis).
 	fallbackSeed atomic.Pointer[func(tenant string) (limiter.State, bool)]
 	peers        *peers
-	held         heldDeltas // deltas for tenants not taken over yet (handoff.go)
-	ids          *deltaIDs  // names this node's deltas, skips ones applied twice (deltaids.go)
-	hopCalls     hopWatches // hop calls waiting for their upstream, for an edge's cancel (hopcancel.go)
+	held         heldDeltas   // deltas for tenants not taken over yet (handoff.go)
+	ids          *deltaIDs    // names this node's deltas, skips ones applied twice (deltaids.go)
+	hopCalls     hopWatches   // hop calls waiting for their upstream, for an edge's cancel (hopcancel.go)
+	spillRetryAt atomic.Int64 // no spillover switch before (spill.go)
 	leaser       *lease.Leaser
 	// handOver answers a peer asking for tenants' state (peerstate.go).
 	handOver atomic.Pointer[func(asker string, tenants []string) []handoff.Reply]
@@ -157,14 +158,13 @@ func (r *Router) Reload(cfg *config.Config) error {
 	st.budgets = r.buildBudgets(cfg, st.providers)
 	for name, t := range st.byName {
 		if old := prev.byName[name]; old != nil {
-			// A handoff in progress holds on: the gate moves along, and
-			// so does a spillover.
+			// A handoff in progress holds on: the gate moves along.
 			t.gate.Store(old.gate.Load())
-			t.spill.Store(old.spill.Load())
 		}
 	}
 	r.state.Store(st)
 	r.trackOwnership(r.view.Load())
+	r.reloadSpills(st)
 	r.log.Info("reload", "tenants", len(cfg.Tenants), "upstreams", len(cfg.Upstreams))
 	return nil
 }

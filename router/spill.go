@@ -58,7 +58,30 @@ const (
 	spillSeedWait = 250 * time.Millisecond
 	// spillCallTimeout bounds one announcement to a member.
 	spillCallTimeout = 250 * time.Millisecond
+	// spillBackoff is how long after a switch refused (Redis did not take
+	// the seed) no tenant is switched: each try holds the tenant's
+	// requests for up to spillSeedWait.
+	spillBackoff = 5 * time.Second
 )
+
+// spillHolder is a tenant's spillover on this node, shared by the
+// tenant's structs across reloads.
+type spillHolder struct {
+	atomic.Pointer[spill]
+	// ended is the newest epoch this node stopped serving: an
+	// announcement of it arriving late (after its end) is refused.
+	ended atomic.Int64
+}
+
+// endEpoch records that the spill of epoch e ended here.
+func (h *spillHolder) endEpoch(e int64) {
+	for {
+		cur := h.ended.Load()
+		if e <= cur || h.ended.CompareAndSwap(cur, e) {
+			return
+		}
+	}
+}
 
 // spill is a tenant's spillover as one node serves it.
 type spill struct {
@@ -85,9 +108,9 @@ type spill struct {
 
 	// Admissions hold mu shared; ending the spill takes it, so none is
 	// half done (on the budget, not yet in the ledger) when the ledger
-	// is flushed.
+	// is flushed. closed is set with mu held.
 	mu     sync.RWMutex
-	closed bool
+	closed atomic.Bool
 
 	until    atomic.Int64 // edge: serves until (router clock) unless renewed
 	arrivals atomic.Int64 // edge: requests since the owner last asked
@@ -97,12 +120,15 @@ func spillKey(tenant string, epoch int64) string {
 	return "tenant:" + tenant + "@" + strconv.FormatInt(epoch, 10)
 }
 
-// spillMsg is an owner's announcement.
+// spillMsg is an owner's announcement. The owner's limits and window are
+// the budget's (a rolling reload: every node leases on the owner's).
 type spillMsg struct {
-	Tenant string `json:"tenant"`
-	Owner  string `json:"owner"`
-	Epoch  int64  `json:"epoch"`
-	On     bool   `json:"on"`
+	Tenant string         `json:"tenant"`
+	Owner  string         `json:"owner"`
+	Epoch  int64          `json:"epoch"`
+	On     bool           `json:"on"`
+	Limits limiter.Limits `json:"limits"`
+	Window time.Duration  `json:"window"`
 }
 
 // spillReply is a member's answer: the tenant's requests it took since the
@@ -112,13 +138,23 @@ type spillReply struct {
 }
 
 // newSpill makes the node's part of a spill; its budget is the leaser's.
-func (r *Router) newSpill(t *tenant, owner string, epoch int64) *spill {
+func (r *Router) newSpill(t *tenant, owner string, epoch int64, limits limiter.Limits) *spill {
 	cfg := r.state.Load().cfg
 	sp := &spill{owner: owner, epoch: epoch, key: spillKey(t.name, epoch), since: time.Now(),
 		mirror: limiter.NewTenant(limiter.Limits{}, cfg.Limits.Window, cfg.Limits.SlotTTL)}
-	sp.budget = r.leaser.Budget(lease.Config{Key: sp.key, Limits: t.limits, Window: cfg.Limits.Window,
+	sp.budget = r.leaser.Budget(lease.Config{Key: sp.key, Limits: limits, Window: cfg.Limits.Window,
 		Settles: true, OnStoreDown: lease.Share}, func() int { return r.view.Load().liveMembers() })
 	return sp
+}
+
+// reloadSpills gives the spills this node owns the tenants' new limits (a
+// reload); the members take them with the next announcement.
+func (r *Router) reloadSpills(st *state) {
+	for _, t := range st.byName {
+		if sp := t.spill.Load(); sp != nil && sp.owner == r.node {
+			sp.budget.SetLimits(t.limits, lease.Share)
+		}
+	}
 }
 
 // spillKeys are the budget keys of the spills this node serves (a reload
@@ -136,14 +172,14 @@ func (st *state) spillKeys(keep map[string]bool) {
 func (r *Router) canSpill() bool {
 	v := r.view.Load()
 	return r.state.Load().cfg.Limits.SpilloverRPS > 0 && r.leaser.HasStore() && r.hops.enabled() &&
-		r.clustered && !r.draining.Load() && v != nil && len(v.members) > 1
+		r.clustered && !r.draining.Load() && v != nil && len(v.members) > 1 && r.clock() >= r.spillRetryAt.Load()
 }
 
 // ownerSpill is the spill this node, the tenant's owner, serves it on, once
 // the budget is ready; nil when there is none (or it failed to start).
 func (t *tenant) ownerSpill(self string) *spill {
 	sp := t.spill.Load()
-	if sp == nil || sp.owner != self {
+	if sp == nil || sp.owner != self || sp.closed.Load() {
 		return nil
 	}
 	select {
@@ -157,7 +193,7 @@ func (t *tenant) ownerSpill(self string) *spill {
 		}
 		timer.Stop()
 	}
-	if sp.failed.Load() || !isClosed(sp.ready) {
+	if sp.failed.Load() || !isClosed(sp.ready) || sp.closed.Load() {
 		return nil
 	}
 	return sp
@@ -173,10 +209,12 @@ func isClosed(c chan struct{}) bool {
 }
 
 // edgeSpill is the spill this node serves the tenant on instead of
-// forwarding to owner; nil when there is none.
+// forwarding to owner; nil when there is none, or while Redis does not
+// answer this node (its share would start as if the window were spent:
+// the owner serves better).
 func (r *Router) edgeSpill(t *tenant, owner string) *spill {
 	sp := t.spill.Load()
-	if sp == nil || sp.owner != owner || r.clock() > sp.until.Load() {
+	if sp == nil || sp.owner != owner || sp.closed.Load() || r.clock() > sp.until.Load() || sp.budget.Degraded() {
 		return nil
 	}
 	sp.arrivals.Add(1)
@@ -273,7 +311,7 @@ func (r *Router) spillOn(ctx context.Context, name string, rate float64) {
 		r.reloadMu.Unlock()
 		return
 	}
-	sp := r.newSpill(t, r.node, r.clock())
+	sp := r.newSpill(t, r.node, r.clock(), t.limits)
 	sp.ready, sp.done, sp.told = make(chan struct{}), make(chan struct{}), make(map[string]time.Time)
 	t.spill.Store(sp)
 	r.reloadMu.Unlock()
@@ -286,13 +324,15 @@ func (r *Router) spillOn(ctx context.Context, name string, rate float64) {
 		sp.failed.Store(true)
 	}
 	if sp.failed.Load() {
-		r.reloadMu.Lock()
-		t = r.state.Load().byName[name]
+		// Unsealed first: a request that sees no spill finds the limiter
+		// deciding again. (The limiter and the holder are the same for
+		// every struct of the tenant: a reload meanwhile changes nothing.)
 		t.lim.Unseal()
 		t.spill.CompareAndSwap(sp, nil)
-		r.reloadMu.Unlock()
+		t.spill.endEpoch(sp.epoch)
 		close(sp.ready)
 		r.leaser.Drop(sp.key)
+		r.spillRetryAt.Store(r.clock() + int64(spillBackoff))
 		r.metrics.spillover.WithLabelValues("refused").Inc()
 		r.log.Warn("spillover", "phase", "refused", "tenant", name, "rate", round1(rate), "reason", "store_unreachable")
 		return
@@ -359,8 +399,8 @@ func (r *Router) runOwnerSpill(ctx context.Context, name string, sp *spill) {
 	for {
 		st := r.state.Load()
 		t := st.byName[name]
-		if t == nil || t.spill.Load() != sp {
-			return // ended elsewhere (a handover)
+		if t == nil || t.spill.Load() != sp || sp.ending.Load() {
+			return // ended elsewhere (a handover), or the tenant is gone
 		}
 		if ctx.Err() != nil {
 			// Stopped without a drain (a crash, to the cluster): the
@@ -371,13 +411,15 @@ func (r *Router) runOwnerSpill(ctx context.Context, name string, sp *spill) {
 		switch {
 		case r.draining.Load():
 			reason = "drain"
+		case st.cfg.Limits.SpilloverRPS <= 0:
+			reason = "disabled"
 		case t.ownedUntil.Load() != ownedNow:
 			reason = "owner_changed"
 		case sp.budget.Stats(r.clock()).Degraded:
 			reason = "store_unreachable"
 		}
 		if reason == "" {
-			arrivals := t.arrivals.Swap(0) + r.announceSpill(name, sp, true)
+			arrivals := t.arrivals.Swap(0) + r.announceSpill(t, sp, true)
 			rate := float64(arrivals) / spillTick.Seconds()
 			if rate < float64(st.cfg.Limits.SpilloverRPS)/2 {
 				cool++
@@ -402,12 +444,12 @@ func (r *Router) runOwnerSpill(ctx context.Context, name string, sp *spill) {
 // announceSpill tells every other member of the spill (on) or its end
 // (off), in parallel, and returns the arrivals they report; sp.told records
 // who took an "on", and loses who acknowledged an "off".
-func (r *Router) announceSpill(name string, sp *spill, on bool) int64 {
+func (r *Router) announceSpill(t *tenant, sp *spill, on bool) int64 {
 	v := r.view.Load()
 	if v == nil {
 		return 0
 	}
-	msg := spillMsg{Tenant: name, Owner: sp.owner, Epoch: sp.epoch, On: on}
+	msg := spillMsg{Tenant: t.name, Owner: sp.owner, Epoch: sp.epoch, On: on, Limits: t.limits, Window: r.state.Load().cfg.Limits.Window}
 	type answer struct {
 		node     string
 		ok       bool
@@ -424,6 +466,9 @@ func (r *Router) announceSpill(name string, sp *spill, on bool) int64 {
 	}
 	sp.toldMu.Lock()
 	defer sp.toldMu.Unlock()
+	if on && sp.ending.Load() {
+		return 0 // ending: no more "on" after the "off"
+	}
 	told := sp.told
 	if !on {
 		// Whoever took the spill and left the view since must hear it too
@@ -458,9 +503,11 @@ func (r *Router) announceSpill(name string, sp *spill, on bool) int64 {
 	for a := range answers {
 		sum += a.arrivals
 		switch {
-		case on && a.ok:
+		case on:
+			// Tried is enough: a member may have taken it and lost the
+			// answer.
 			told[a.node] = a.sent
-		case !on && a.ok:
+		case a.ok:
 			delete(told, a.node)
 		}
 	}
@@ -479,7 +526,11 @@ func (r *Router) spillOff(name string, sp *spill, reason string) {
 		return
 	}
 	defer close(sp.done)
-	r.announceSpill(name, sp, false)
+	t := r.state.Load().byName[name]
+	if t == nil {
+		return // removed by a reload, with its limiter
+	}
+	r.announceSpill(t, sp, false)
 	sp.toldMu.Lock()
 	unconfirmed := len(sp.told)
 	var last time.Time
@@ -495,19 +546,16 @@ func (r *Router) spillOff(name string, sp *spill, reason string) {
 		time.Sleep(time.Until(last.Add(spillLease + spillTick)))
 	}
 	sp.mu.Lock()
-	sp.closed = true
-	t := r.state.Load().byName[name]
-	if t != nil {
-		r.reportFallback(t) // what this node admitted on the spill, into its limiter
-		if unconfirmed > 0 {
-			r.chargeUnreported(t, sp)
-		}
-		r.reloadMu.Lock()
-		t = r.state.Load().byName[name]
-		t.spill.CompareAndSwap(sp, nil)
-		t.lim.Unseal()
-		r.reloadMu.Unlock()
+	sp.closed.Store(true)
+	r.reportFallback(t) // what this node admitted on the spill, into its limiter
+	if unconfirmed > 0 {
+		r.chargeUnreported(t, sp)
 	}
+	// Unsealed first: a request that sees no spill finds the limiter
+	// deciding again.
+	t.lim.Unseal()
+	t.spill.CompareAndSwap(sp, nil)
+	t.spill.endEpoch(sp.epoch)
 	sp.mu.Unlock()
 	r.leaser.Drop(sp.key)
 	r.metrics.spillover.WithLabelValues("off").Inc()
@@ -583,26 +631,40 @@ func (r *Router) serveSpill(ctx *fasthttp.RequestCtx) {
 		writeJSON(ctx, fasthttp.StatusOK, spillReply{Arrivals: arrivals})
 		return
 	}
-	if r.view.Load().owner(m.Tenant) != m.Owner || m.Owner == r.node {
+	refuse := func(code, msg string) {
+		fail(ctx, fasthttp.StatusConflict, "invalid_request_error", code, msg)
+	}
+	switch {
+	case r.view.Load().owner(m.Tenant) != m.Owner || m.Owner == r.node:
 		// This node's ring names another owner: it forwards there.
-		fail(ctx, fasthttp.StatusConflict, "invalid_request_error", "not_owner", "This node's ring names another owner.")
+		refuse("not_owner", "This node's ring names another owner.")
+		return
+	case m.Epoch <= t.spill.ended.Load():
+		// Ended here already (this node left it, or its "off" came
+		// first): a late or repeated "on" must not start it again; the
+		// requests go to the owner.
+		refuse("spill_ended", "This node left that spillover.")
+		return
+	case m.Window != r.state.Load().cfg.Limits.Window:
+		refuse("window_differs", "This node's limits.window differs from the owner's.")
+		return
+	case cur != nil && cur.owner == r.node:
+		refuse("busy", "This node's own spillover of the tenant is still ending.")
 		return
 	}
 	if cur == nil || cur.owner != m.Owner || cur.epoch != m.Epoch {
 		if cur != nil {
 			r.leaveSpill(t, cur, "replaced")
 		}
-		r.reloadMu.Lock()
-		t = r.state.Load().byName[m.Tenant]
-		sp := r.newSpill(t, m.Owner, m.Epoch)
+		sp := r.newSpill(t, m.Owner, m.Epoch, m.Limits)
 		sp.until.Store(r.clock() + int64(spillLease))
-		if !t.spill.CompareAndSwap(cur, sp) && !t.spill.CompareAndSwap(nil, sp) {
-			r.reloadMu.Unlock()
-			fail(ctx, fasthttp.StatusConflict, "invalid_request_error", "busy", "Another spillover change is in progress.")
+		if !t.spill.CompareAndSwap(nil, sp) {
+			refuse("busy", "Another spillover change is in progress.")
 			return
 		}
-		r.reloadMu.Unlock()
 		cur = sp
+	} else if cur.budget.Stats(r.clock()).Limits != m.Limits {
+		cur.budget.SetLimits(m.Limits, lease.Share) // the owner reloaded
 	}
 	cur.until.Store(r.clock() + int64(spillLease))
 	writeJSON(ctx, fasthttp.StatusOK, spillReply{Arrivals: cur.arrivals.Swap(0)})
@@ -614,15 +676,10 @@ func (r *Router) serveSpill(ctx *fasthttp.RequestCtx) {
 // reached the node counting the tenant.
 func (r *Router) leaveSpill(t *tenant, sp *spill, reason string) bool {
 	sp.mu.Lock()
-	was := sp.closed
-	sp.closed = true
-	sp.mu.Unlock()
-	r.reloadMu.Lock()
-	if cur := r.state.Load().byName[t.name]; cur != nil {
-		t = cur
-	}
+	was := sp.closed.Swap(true)
+	t.spill.endEpoch(sp.epoch)
 	t.spill.CompareAndSwap(sp, nil)
-	r.reloadMu.Unlock()
+	sp.mu.Unlock()
 	r.reportFallback(t)
 	delivered := t.fb.delivered()
 	if !delivered || reason == "owner_silent" {
@@ -639,6 +696,29 @@ func (r *Router) leaveSpill(t *tenant, sp *spill, reason string) bool {
 		}
 	}
 	return delivered
+}
+
+// spillCarriedEnded frees, in a spill this node owns, the slots carried
+// over from before the seal whose calls ds report ended (a call on another
+// node: an old spill's, or a fallback share's), and charges the budget
+// with what they settled above their reservation. A call admitted in this
+// spill carries its epoch.
+func (r *Router) spillCarriedEnded(t *tenant, ds []limiter.Delta) {
+	sp := t.spill.Load()
+	if sp == nil || sp.owner != r.node {
+		return
+	}
+	for _, d := range ds {
+		if d.Epoch == sp.epoch || d.Requests != 0 {
+			continue
+		}
+		if d.Slots < 0 {
+			sp.budget.ReleaseCarried()
+		}
+		if d.Tokens > 0 {
+			sp.budget.Charge(lease.Use{Bucket: d.Bucket, Amount: lease.Amount{Tokens: d.Tokens}})
+		}
+	}
 }
 
 // chargeMirror charges lim with the requests and tokens a spill's mirror
@@ -683,7 +763,7 @@ type spillView struct {
 
 func (r *Router) spillView(t *tenant) spillView {
 	sp := t.spill.Load()
-	if sp == nil || sp.failed.Load() {
+	if sp == nil || sp.failed.Load() || sp.closed.Load() {
 		return spillView{Mode: "owner"}
 	}
 	s := sp.budget.Stats(r.clock())

@@ -39,9 +39,11 @@ type tenant struct {
 	// ownedNow while it owns it, 0 if it never did.
 	ownedUntil atomic.Int64
 
-	// spill is the tenant's spillover as this node serves it (spill.go);
-	// arrivals count its requests at its owner, for the rate.
-	spill    atomic.Pointer[spill]
+	// spill is the tenant's spillover as this node serves it (spill.go),
+	// shared by the tenant's structs across reloads (a request holding an
+	// older one sees the same); arrivals count its requests at its owner,
+	// for the rate.
+	spill    *spillHolder
 	arrivals atomic.Int64
 }
 
@@ -111,11 +113,12 @@ func buildState(cfg *config.Config, prev *state, m *metrics, now int64) (*state,
 			lim = limiter.NewTenant(limits, cfg.Limits.Window, cfg.Limits.SlotTTL)
 			fallback = limiter.NewTenant(limits, cfg.Limits.Window, cfg.Limits.SlotTTL)
 		}
-		t := &tenant{name: tc.Name, priority: tc.Priority, limits: limits, lim: lim, fallback: fallback, counts: m.tenant(tc.Name), fb: &fallbackLedger{}}
+		t := &tenant{name: tc.Name, priority: tc.Priority, limits: limits, lim: lim, fallback: fallback, counts: m.tenant(tc.Name),
+			fb: &fallbackLedger{}, spill: &spillHolder{}}
 		if prev != nil {
 			if old := prev.byName[tc.Name]; old != nil {
 				t.ownedUntil.Store(old.ownedUntil.Load())
-				t.fb = old.fb
+				t.fb, t.spill = old.fb, old.spill
 			}
 		}
 		st.byName[tc.Name] = t

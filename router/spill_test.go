@@ -1,0 +1,150 @@
+package router
+
+import (
+	"context"
+	"net"
+	"testing"
+	"time"
+
+	"github.com/ringgate/ringgate/config"
+	"github.com/ringgate/ringgate/lease"
+	"github.com/ringgate/ringgate/limiter"
+	"github.com/ringgate/ringgate/ring"
+)
+
+// spillPair is an owner and an edge router on loopback, both serving,
+// signed with one secret, leasing from one in-memory store.
+type spillPair struct {
+	owner, edge *Router
+	store       *lease.InmemStore
+}
+
+func newSpillPair(t *testing.T) *spillPair {
+	t.Helper()
+	p := &spillPair{store: lease.NewInmemStore()}
+	secret := make([]byte, 32)
+	for i := range secret {
+		secret[i] = byte(i + 7)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	addrs := map[string]string{}
+	routers := map[string]*Router{}
+	for _, name := range []string{"owner", "edge"} {
+		cfg := config.Default()
+		cfg.Node.Name = name
+		cfg.Node.Listen = "127.0.0.1:0"
+		cfg.Node.Gossip = "127.0.0.1:0"
+		cfg.Cluster.Secret = secret
+		cfg.Limits.Window = 4 * time.Second
+		cfg.Limits.SpilloverRPS = 1000
+		cfg.Upstreams = []config.Upstream{{Name: "up", Kind: config.KindOpenAI, BaseURL: "http://127.0.0.1:9", Models: []string{"m"},
+			Timeout: time.Second, StreamIdleTimeout: time.Second, ConnectTimeout: time.Second}}
+		cfg.Tenants = []config.Tenant{{Name: "acme", Keys: []string{"key-acme"}, RPM: 100, Concurrency: 10, Priority: "interactive"}}
+		if err := cfg.Validate(); err != nil {
+			t.Fatalf("config: %v", err)
+		}
+		l := lease.NewLeaser(lease.LeaserConfig{Store: p.store, Node: name})
+		go l.Run(ctx)
+		r, err := New(Options{Config: cfg, Leaser: l})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		srv := r.Server()
+		go func() { _ = srv.Serve(ln) }()
+		t.Cleanup(func() { _ = srv.Shutdown() })
+		addrs[name], routers[name] = ln.Addr().String(), r
+	}
+	v := View{Ring: ring.New(1, []string{"owner"}), Members: []Member{
+		{Name: "edge", Addr: addrs["edge"], State: "active"},
+		{Name: "owner", Addr: addrs["owner"], State: "active"},
+	}}
+	p.owner, p.edge = routers["owner"], routers["edge"]
+	p.owner.SetView(v)
+	p.edge.SetView(v)
+	return p
+}
+
+// start switches acme to spillover on the owner and waits until the edge
+// serves it.
+func (p *spillPair) start(t *testing.T) *spill {
+	t.Helper()
+	go p.owner.spillOn(t.Context(), "acme", 2000)
+	te := p.edge.state.Load().byName["acme"]
+	if !poll(2*time.Second, func() bool { return p.edge.edgeSpill(te, "owner") != nil }) {
+		t.Fatal("the edge never took the spill")
+	}
+	return p.owner.state.Load().byName["acme"].spill.Load()
+}
+
+// A reload while a tenant is spilled keeps one spill for every struct of
+// the tenant (a request holding the old one sees the spill end, and does
+// not find it again: the recursion that overflowed the stack) and gives
+// the spill's budget the new limits.
+func TestSpillSurvivesReload(t *testing.T) {
+	p := newSpillPair(t)
+	sp := p.start(t)
+	old := p.owner.state.Load().byName["acme"]
+	cfg := *p.owner.state.Load().cfg
+	cfg.Tenants = []config.Tenant{{Name: "acme", Keys: []string{"key-acme"}, RPM: 10, Concurrency: 10, Priority: "interactive"}}
+	if err := p.owner.Reload(&cfg); err != nil {
+		t.Fatal(err)
+	}
+	now := p.owner.state.Load().byName["acme"]
+	if now.spill != old.spill || now.spill.Load() != sp {
+		t.Fatal("the reloaded tenant does not share the spill")
+	}
+	if got := sp.budget.Stats(p.owner.clock()).Limits.Requests; got != 10 {
+		t.Errorf("the spill's budget enforces %d requests after a reload to 10", got)
+	}
+	p.owner.spillOff("acme", sp, "test")
+	if old.spill.Load() != nil || old.ownerSpill("owner") != nil {
+		t.Error("the old struct still finds the ended spill")
+	}
+	if old.lim.Sealed() {
+		t.Error("the limiter is still sealed after the spill ended")
+	}
+}
+
+// An edge that left a spill (its owner's "off", or a lapse) does not take
+// the same spill again from a late or repeated "on": the owner decides
+// alone already.
+func TestSpillLateOnRefused(t *testing.T) {
+	p := newSpillPair(t)
+	sp := p.start(t)
+	p.owner.spillOff("acme", sp, "test")
+	te := p.edge.state.Load().byName["acme"]
+	if p.edge.edgeSpill(te, "owner") != nil {
+		t.Fatal("the edge serves the spill after its off")
+	}
+	sp.ending.Store(false) // as if an "on" had been in flight
+	sp.told = map[string]time.Time{}
+	p.owner.announceSpill(p.owner.state.Load().byName["acme"], sp, true)
+	if p.edge.edgeSpill(te, "owner") != nil {
+		t.Error("a late on restarted an ended spill on the edge")
+	}
+}
+
+// A slot carried into the spill's budget at the seal, of a call running on
+// another node, is freed when that node reports the call's end: otherwise
+// every such slot stays taken for the whole spill, and a tenant whose
+// streams outlive one burst is locked out of its concurrency in the next.
+func TestSpillCarriedAwaySlotFreed(t *testing.T) {
+	p := newSpillPair(t)
+	to := p.owner.state.Load().byName["acme"]
+	mirror := limiter.NewTenant(limiter.Limits{}, 4*time.Second, 10*time.Minute)
+	tk, _ := mirror.Admit(p.owner.clock(), 10)
+	to.lim.ApplyFrom(p.owner.clock(), "edge", limiter.DeltaOf(&tk)) // a call running on the edge
+	sp := p.start(t)
+	if got := sp.budget.Stats(p.owner.clock()).SlotsUsed; got != 1 {
+		t.Fatalf("the budget carries %d slots, want the edge's 1", got)
+	}
+	p.owner.applyOnce(to, p.owner.clock(), "edge", []limiter.Delta{limiter.FinishDelta(&tk, 10)})
+	if got := sp.budget.Stats(p.owner.clock()).SlotsUsed; got != 0 {
+		t.Errorf("the budget still carries %d slots after the call ended", got)
+	}
+}
