@@ -87,6 +87,7 @@ type Budget struct {
 	// the store answers.
 	downSince int64
 	down      atomic.Bool // downSince != 0, read without the lock
+	fenced    atomic.Bool // the store's window grants nothing any more (Fence)
 	share     *limiter.Tenant
 	shareN    int64
 	shareUses []Use
@@ -115,6 +116,9 @@ type Budget struct {
 	seeding bool
 	seeded  chan struct{}
 	carried int64 // slots of calls admitted before the seed, still running
+	// retired: taken from no more (Leaser.Retire): its blocks go back,
+	// none is asked for, its slots are held for the calls still running.
+	retired bool
 }
 
 // Stats are a budget's counters and state, for /upstreams and /metrics.
@@ -565,7 +569,7 @@ func (b *Budget) want(now int64) Amount {
 // needsBlock reports whether a new block should be asked for now.
 func (b *Budget) needsBlock(now int64) bool {
 	b.roll(now)
-	if !b.rateLimited() || b.renewing || now < b.retryAt || b.asked.Requests+b.askedPrev.Requests == 0 {
+	if !b.rateLimited() || b.retired || b.renewing || now < b.retryAt || b.asked.Requests+b.askedPrev.Requests == 0 {
 		return false
 	}
 	var newest *block
@@ -719,7 +723,7 @@ func (b *Budget) maintain(ctx context.Context, st Store, node string, now int64)
 	var back []*block
 	keep := b.blocks[:0]
 	for _, blk := range b.blocks {
-		if now > blk.expires || b.spent(blk) {
+		if now > blk.expires || b.spent(blk) || b.retired {
 			blk.returned = true
 			back = append(back, blk)
 		} else {
@@ -810,6 +814,9 @@ func (b *Budget) maintain(ctx context.Context, st Store, node string, now int64)
 		}
 		b.stats.Grants++
 		b.stats.Used = reply.Used
+		if reply.Fenced {
+			b.fenced.Store(true)
+		}
 		b.external = Amount{} // the window holds what was sent of it now
 		g := reply.Granted
 		fresh := b.newGenLocked(now, reply.Gen)
@@ -1059,19 +1066,24 @@ func (b *Budget) giveBack(ctx context.Context, st Store, node string, now int64)
 	return nil
 }
 
-// storeUsed asks the store what the budget's window holds now, granting
-// nothing.
-func (b *Budget) storeUsed(ctx context.Context, st Store, now int64) (Amount, error) {
+// fence closes the budget's window in the store to grants, for every node,
+// and reports what it holds then.
+func (b *Budget) fence(ctx context.Context, st Store, now int64) (Amount, error) {
 	b.mu.Lock()
 	el := b.limitsLocked()
 	b.mu.Unlock()
 	reply, err := st.Grant(ctx, b.windowKey, GrantRequest{Now: now / b.width, Expires: now / b.width,
-		Limit: Amount{el.Requests, el.Tokens}, KeyTTL: 2*b.cfg.Window + b.cfg.LeaseFor})
+		Limit: Amount{el.Requests, el.Tokens}, KeyTTL: 2*b.cfg.Window + b.cfg.LeaseFor, Fence: true})
 	if err != nil {
 		return Amount{}, err
 	}
+	b.fenced.Store(true)
 	return reply.Used, nil
 }
+
+// Fenced reports whether the budget's window was closed to grants (by
+// this node or, as its last grant said, another). It takes no lock.
+func (b *Budget) Fenced() bool { return b.fenced.Load() }
 
 // Stats reports the budget's counters and state at now.
 func (b *Budget) Stats(now int64) Stats {

@@ -375,7 +375,7 @@ func TestBudgetSeed(t *testing.T) {
 			default:
 				t.Fatal("not seeded after a round with the store up")
 			}
-			used, err := owner.l.StoreUsed(context.Background(), owner.b)
+			used, err := storeUsed(st, owner.b, s.now)
 			if err != nil || used.Requests != 60 {
 				t.Fatalf("store holds %+v (%v), want the seed's 60 requests", used, err)
 			}
@@ -426,6 +426,63 @@ func TestBudgetSeed(t *testing.T) {
 				t.Errorf("only %d admitted of the 40 the seed leaves", admitted)
 			}
 			t.Logf("%d admitted beside the seed's 60", admitted)
+		})
+	}
+}
+
+// storeUsed reads what b's window holds in st, granting nothing.
+func storeUsed(st Store, b *Budget, now int64) (Amount, error) {
+	r, err := st.Grant(context.Background(), b.windowKey, GrantRequest{Now: now / b.width, Expires: now / b.width,
+		Limit: Amount{b.cfg.Limits.Requests, b.cfg.Limits.Tokens}, KeyTTL: time.Minute})
+	return r.Used, err
+}
+
+// A fenced window grants nothing more to any node, even after it emptied
+// (the script drops an empty window's hash at once), and what the fence
+// reported bounds everything admitted on it afterwards: the blocks
+// outstanding were counted whole.
+func TestBudgetFence(t *testing.T) {
+	const window = time.Second
+	for stName, st := range stores(t) {
+		t.Run(stName, func(t *testing.T) {
+			cfg := Config{Key: t.Name(), Limits: limiter.Limits{Requests: 100}, Window: window}
+			s := newSim(t, st, 2, cfg)
+			a, b := s.nodes[0], s.nodes[1]
+			took := 0
+			for range 20 {
+				a.l.Maintain(context.Background())
+				if _, d := a.b.Take(s.now, 0); d.Allowed {
+					took++
+				}
+				s.now += int64(time.Millisecond)
+			}
+			if took == 0 {
+				t.Fatal("nothing admitted before the fence")
+			}
+			used, err := b.l.Fence(context.Background(), b.b)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if used.Requests < int64(took) {
+				t.Fatalf("the fence reports %d requests, %d were admitted", used.Requests, took)
+			}
+			after := 0
+			for range int(2 * window / time.Millisecond) {
+				for _, n := range []simNode{a, b} {
+					n.l.Maintain(context.Background())
+					if _, d := n.b.Take(s.now, 0); d.Allowed {
+						after++
+					}
+				}
+				s.now += int64(time.Millisecond)
+			}
+			if int64(took+after) > used.Requests {
+				t.Errorf("%d admitted in all, the fence reported %d", took+after, used.Requests)
+			}
+			if !a.b.Fenced() || !b.b.Fenced() {
+				t.Errorf("fenced: a %v, b %v", a.b.Fenced(), b.b.Fenced())
+			}
+			t.Logf("%d before the fence (it reported %d), %d after", took, used.Requests, after)
 		})
 	}
 }

@@ -20,7 +20,10 @@ type Leaser struct {
 
 	mu      sync.Mutex
 	budgets map[string]*Budget
-	wake    chan struct{}
+	// retiring are budgets no longer taken from whose calls still run:
+	// kept (their slots held) until the last one ends.
+	retiring map[string]*Budget
+	wake     chan struct{}
 }
 
 // LeaserConfig configures a Leaser.
@@ -45,7 +48,7 @@ func NewLeaser(c LeaserConfig) *Leaser {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
 	return &Leaser{store: c.Store, node: c.Node, clock: c.Clock, log: c.Logger, tick: c.Tick,
-		budgets: make(map[string]*Budget), wake: make(chan struct{}, 1)}
+		budgets: make(map[string]*Budget), retiring: make(map[string]*Budget), wake: make(chan struct{}, 1)}
 }
 
 // Budget returns the node's budget for cfg.Key, made on first use; a
@@ -115,17 +118,35 @@ func (l *Leaser) Drop(key string) {
 	}()
 }
 
+// Retire gives back the budget for key once no call taken from it runs any
+// more, and forgets it; until then its slots stay held in the store, so
+// other nodes do not take the slots of calls still running here.
+func (l *Leaser) Retire(key string) {
+	l.mu.Lock()
+	if b := l.budgets[key]; b != nil {
+		delete(l.budgets, key)
+		l.retiring[key] = b
+		b.mu.Lock()
+		b.retired = true
+		b.mu.Unlock()
+	}
+	l.mu.Unlock()
+	l.kick()
+}
+
 // HasStore reports whether budgets are shared through a store (without
 // one, every budget is this node's share).
 func (l *Leaser) HasStore() bool { return l.store != nil }
 
-// StoreUsed asks the store what b's window holds now, every node's blocks
-// and uses together.
-func (l *Leaser) StoreUsed(ctx context.Context, b *Budget) (Amount, error) {
+// Fence closes b's window in the store to grants, for every node: no block
+// is granted on it any more, so what it holds now — every node's uses, and
+// its blocks outstanding counted whole — bounds all that can still be
+// admitted on it. It reports that.
+func (l *Leaser) Fence(ctx context.Context, b *Budget) (Amount, error) {
 	if l.store == nil {
 		return Amount{}, ErrStoreDown
 	}
-	return b.storeUsed(ctx, l.store, l.clock())
+	return b.fence(ctx, l.store, l.clock())
 }
 
 func (l *Leaser) kick() {
@@ -138,8 +159,23 @@ func (l *Leaser) kick() {
 func (l *Leaser) all() []*Budget {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	out := make([]*Budget, 0, len(l.budgets))
+	out := make([]*Budget, 0, len(l.budgets)+len(l.retiring))
 	for _, b := range l.budgets {
+		out = append(out, b)
+	}
+	for k, b := range l.retiring {
+		b.mu.Lock()
+		idle := b.slotsUsed-b.carried <= 0
+		b.mu.Unlock()
+		if idle {
+			delete(l.retiring, k)
+			go func() {
+				ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+				defer cancel()
+				_ = b.giveBack(ctx, l.store, l.node, l.clock())
+			}()
+			continue
+		}
 		out = append(out, b)
 	}
 	return out

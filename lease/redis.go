@@ -23,15 +23,15 @@ const advanceLua = `
 local k = KEYS[1]
 local now = tonumber(ARGV[1])
 local cut = now - SPAN - 1
-local v = redis.call('HMGET', k, 'lo', 'hi', 'sr', 'st', 'gen')
+local v = redis.call('HMGET', k, 'lo', 'hi', 'sr', 'st', 'gen', 'fence')
 local lo, hi = tonumber(v[1]), tonumber(v[2])
 local sr, st = tonumber(v[3]) or 0, tonumber(v[4]) or 0
-local gen = v[5]
+local gen, fence = v[5], v[6]
 if lo == nil then
   -- No window (first use, the key expired, or Redis lost it): a new
   -- generation.
   lo, hi, sr, st = cut + 1, cut, 0, 0
-  gen = ARGV[GENARG]
+  gen, fence = ARGV[GENARG], false
 elseif hi <= cut then
   -- Everything left the window: the same one, emptied at once.
   redis.call('DEL', k)
@@ -55,6 +55,7 @@ local function add(b, r, t)
 end
 local function save(ttl)
   redis.call('HSET', k, 'lo', lo, 'hi', hi, 'sr', sr, 'st', st, 'gen', gen)
+  if fence then redis.call('HSET', k, 'fence', 1) end
   redis.call('PEXPIRE', k, ttl)
 end
 `
@@ -67,9 +68,10 @@ func advance(genArg int) string {
 }
 
 // grantScript: ARGV now, expires, limit r, limit t, want r, want t, ttl ms,
-// min r, min t, gen.
+// min r, min t, gen, fence ("1": grant nothing now or ever again).
 var grantScript = redis.NewScript(advance(10) + `
 local exp = tonumber(ARGV[2])
+if ARGV[11] == '1' then fence = '1' end
 local function grant(limit, want, least, used)
   if limit <= 0 then return 0 end
   local g = limit - used
@@ -77,11 +79,15 @@ local function grant(limit, want, least, used)
   if g < least or g < 0 then g = 0 end
   return g
 end
-local gr = grant(tonumber(ARGV[3]), tonumber(ARGV[5]), tonumber(ARGV[8]), sr)
-local gt = grant(tonumber(ARGV[4]), tonumber(ARGV[6]), tonumber(ARGV[9]), st)
+local gr, gt, fenced = 0, 0, 1
+if not fence then
+  gr = grant(tonumber(ARGV[3]), tonumber(ARGV[5]), tonumber(ARGV[8]), sr)
+  gt = grant(tonumber(ARGV[4]), tonumber(ARGV[6]), tonumber(ARGV[9]), st)
+  fenced = 0
+end
 add(exp, gr, gt)
 save(ARGV[7])
-return {gr, gt, sr, st, lo, tonumber(gen)}
+return {gr, gt, sr, st, lo, tonumber(gen), fenced}
 `)
 
 // returnScript: ARGV now, expires, granted r, granted t, ttl ms, gen (for a
@@ -160,16 +166,23 @@ func (s *RedisStore) Grant(ctx context.Context, key string, g GrantRequest) (Gra
 	err := s.conn.Call(ctx, 0, func(ctx context.Context) (err error) {
 		vals, err = grantScript.Run(ctx, s.conn.Client(), []string{s.key(key)},
 			g.Now, g.Expires, g.Limit.Requests, g.Limit.Tokens, g.Want.Requests, g.Want.Tokens, ms(g.KeyTTL),
-			g.Min.Requests, g.Min.Tokens, newGen()).Int64Slice()
+			g.Min.Requests, g.Min.Tokens, newGen(), fenceArg(g.Fence)).Int64Slice()
 		return err
 	})
 	if err != nil {
 		return GrantReply{}, fmt.Errorf("lease %s: %w", key, err)
 	}
-	if len(vals) != 6 {
+	if len(vals) != 7 {
 		return GrantReply{}, fmt.Errorf("lease %s: script answered %d values", key, len(vals))
 	}
-	return GrantReply{Granted: Amount{vals[0], vals[1]}, Used: Amount{vals[2], vals[3]}, Oldest: vals[4], Gen: vals[5]}, nil
+	return GrantReply{Granted: Amount{vals[0], vals[1]}, Used: Amount{vals[2], vals[3]}, Oldest: vals[4], Gen: vals[5], Fenced: vals[6] == 1}, nil
+}
+
+func fenceArg(f bool) string {
+	if f {
+		return "1"
+	}
+	return "0"
 }
 
 func (s *RedisStore) Return(ctx context.Context, key string, r ReturnRequest) (int64, error) {

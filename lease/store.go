@@ -32,6 +32,10 @@ type GrantRequest struct {
 	// the node that could.
 	Min    Amount
 	KeyTTL time.Duration
+	// Fence closes the window to grants, this one and every later one:
+	// what it holds then (blocks outstanding counted whole) is all it
+	// will ever hold beyond what is given back (a spill's end).
+	Fence bool
 }
 
 // GrantReply is what a store granted, and what its window holds after it.
@@ -44,6 +48,8 @@ type GrantReply struct {
 	// Gen names the window: a new one means the store made it anew
 	// (first use, an idle spell, or a Redis that lost its data).
 	Gen int64
+	// Fenced: the window grants nothing any more (GrantRequest.Fence).
+	Fenced bool
 }
 
 // ReturnRequest gives a block back: Granted comes off bucket Expires, the
@@ -92,6 +98,7 @@ type inmemWindow struct {
 	lo, hi int64
 	sum    Amount
 	b      map[int64]Amount
+	fenced bool
 }
 
 type inmemHold struct{ held, until int64 }
@@ -120,7 +127,7 @@ func (s *InmemStore) window(key string, now int64) (*inmemWindow, bool) {
 		return w, true
 	}
 	if w.hi <= cut { // everything left: the same window, emptied at once
-		*w = inmemWindow{gen: w.gen, lo: cut + 1, hi: cut, b: make(map[int64]Amount)}
+		*w = inmemWindow{gen: w.gen, lo: cut + 1, hi: cut, b: make(map[int64]Amount), fenced: w.fenced}
 		return w, false
 	}
 	for ; w.lo <= cut; w.lo++ {
@@ -164,12 +171,16 @@ func (s *InmemStore) Grant(_ context.Context, key string, g GrantRequest) (Grant
 	}
 	s.Calls++
 	w, _ := s.window(key, g.Now)
-	got := Amount{Requests: grantOf(g.Limit.Requests, g.Want.Requests, g.Min.Requests, w.sum.Requests),
-		Tokens: grantOf(g.Limit.Tokens, g.Want.Tokens, g.Min.Tokens, w.sum.Tokens)}
+	w.fenced = w.fenced || g.Fence
+	var got Amount
+	if !w.fenced {
+		got = Amount{Requests: grantOf(g.Limit.Requests, g.Want.Requests, g.Min.Requests, w.sum.Requests),
+			Tokens: grantOf(g.Limit.Tokens, g.Want.Tokens, g.Min.Tokens, w.sum.Tokens)}
+	}
 	if got.Requests > 0 || got.Tokens > 0 {
 		w.add(g.Expires, got)
 	}
-	return GrantReply{Granted: got, Used: w.sum, Oldest: w.lo, Gen: w.gen}, nil
+	return GrantReply{Granted: got, Used: w.sum, Oldest: w.lo, Gen: w.gen, Fenced: w.fenced}, nil
 }
 
 func (s *InmemStore) Return(_ context.Context, key string, r ReturnRequest) (int64, error) {

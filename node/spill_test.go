@@ -8,7 +8,9 @@ import (
 	"time"
 
 	"github.com/ringgate/ringgate/config"
+	"github.com/ringgate/ringgate/fakeupstream"
 	"github.com/ringgate/ringgate/internal/redistest"
+	"github.com/ringgate/ringgate/reserve"
 )
 
 // A hot tenant, sending ten times what the others do and more than its
@@ -270,5 +272,123 @@ func TestClusterSpillRedisDown(t *testing.T) {
 				t.Errorf("%d requests reached the provider within %v, limit %d", worst, window-clJitter, hotLimit)
 			}
 		})
+	}
+}
+
+// The ring changes under a spilled tenant: a new node takes it over (a
+// join), or its owner drains. The owner ends the spill before its state
+// leaves — fenced in Redis, the members stopped and their reports in —
+// and the new owner continues from that state. At the provider the tenant
+// stays within its limit in every window, and no client gets a 5xx.
+func TestClusterSpilledTenantMoves(t *testing.T) {
+	if testing.Short() {
+		t.Skip("cluster test")
+	}
+	const (
+		window   = 4 * time.Second
+		hotLimit = 400
+	)
+	for _, change := range []string{"join", "drain"} {
+		t.Run(change, func(t *testing.T) {
+			name := "hot"
+			if change == "join" {
+				_, moved := hoPick(t, "hot", []string{"n1", "n2", "n3"}, []string{"n1", "n2", "n3", "n4"}, 1, 0)
+				name = moved[0]
+			}
+			srv := redistest.Start(t)
+			c := startClusterWith(t, 3, window, clOptions{Redis: srv.Addr(), SpilloverRPS: 60}, clTenant(name, hotLimit))
+			owner := c.byName(c.owner(name))
+			vias := c.live()
+			if change == "drain" {
+				vias = nil
+				for _, nd := range c.live() {
+					if nd != owner {
+						vias = append(vias, nd)
+					}
+				}
+			}
+			start := time.Now().Add(50 * time.Millisecond)
+			done := make(chan []clResult)
+			go func() { done <- c.clLoad(name, vias, 0, start, 4*time.Millisecond, 5*time.Second, 64) }()
+			deadline := time.Now().Add(3 * time.Second)
+			for len(owner.log.find(map[string]any{"msg": "spillover", "phase": "on", "tenant": name})) == 0 {
+				if time.Now().After(deadline) {
+					t.Fatal("the tenant never spilled")
+				}
+				time.Sleep(clPollEvery)
+			}
+			time.Sleep(500 * time.Millisecond) // the load runs meanwhile: pacing
+			changeAt := time.Now()
+			drained := make(chan bool, 1)
+			if change == "join" {
+				c.addNode()
+			} else {
+				go func() { drained <- owner.Drain() }()
+				owner.gone = true
+			}
+			res := <-done
+			if change == "drain" {
+				select {
+				case <-drained:
+				case <-time.After(10 * time.Second):
+					t.Error("the drain did not end")
+				}
+			}
+			codes := answersOf(t, res)
+			got := clReceived(c.records(name))
+			worst, at := clMaxSliding(got, window-clJitter)
+			offs := owner.log.find(map[string]any{"msg": "spillover", "phase": "off", "tenant": name})
+			t.Logf("%s %v after the start, now owned by %s; the spill ended %v; answers %v; at the provider %d, fullest window %d (ending %v after the start), limit %d",
+				change, changeAt.Sub(start).Round(time.Millisecond), c.owner(name), offs, codes, len(got), worst,
+				at.Sub(start).Round(time.Millisecond), hotLimit)
+			if len(offs) == 0 {
+				t.Error("the old owner never ended the spill")
+			}
+			if worst > hotLimit {
+				t.Errorf("%d requests reached the provider within %v, limit %d", worst, window-clJitter, hotLimit)
+			}
+		})
+	}
+}
+
+// A hot tenant limited in concurrency, its calls long enough to pile up:
+// the calls in flight when it spills are carried into the budget, and
+// the spill's calls in flight are counted by the owner when it takes the
+// tenant back. At the provider there are never more at once than the
+// limit, before, during and after the spill.
+func TestClusterSpillConcurrency(t *testing.T) {
+	if testing.Short() {
+		t.Skip("cluster test")
+	}
+	const limit = 8
+	srv := redistest.Start(t)
+	tn := clTenant("hot", 1<<20)
+	tn.Concurrency = limit
+	c := startClusterWith(t, 3, 4*time.Second, clOptions{Redis: srv.Addr(), SpilloverRPS: 60}, tn)
+	tok, _ := reserve.NewTokenizer()
+	c.fake.SetOptions(fakeupstream.Options{CountTokens: tok.Count, CompletionMin: 20, CompletionMax: 40, Latency: 60 * time.Millisecond})
+	c.fake.Reset()
+	owner := c.byName(c.owner("hot"))
+	start := time.Now().Add(50 * time.Millisecond)
+	// 2.5 s at 250/s (15 calls' worth at once), quiet, then again.
+	res := c.clLoad("hot", c.live(), 0, start, 4*time.Millisecond, 2500*time.Millisecond, 64)
+	spilled := len(owner.log.find(map[string]any{"msg": "spillover", "phase": "on", "tenant": "hot"})) > 0
+	deadline := time.Now().Add(3 * time.Second)
+	for len(owner.log.find(map[string]any{"msg": "spillover", "phase": "off", "tenant": "hot"})) == 0 && time.Now().Before(deadline) {
+		time.Sleep(clPollEvery)
+	}
+	res = append(res, c.clLoad("hot", c.live(), 1, time.Now(), 4*time.Millisecond, time.Second, 64)...)
+	codes := answersOf(t, res)
+	st := c.fake.Stats()
+	t.Logf("spilled %v; answers %v; the provider ran %d calls, at most %d at once, limit %d", spilled, codes, st.Admitted, st.MaxConcurrent, limit)
+	if !spilled {
+		t.Error("the tenant never spilled")
+	}
+	if st.MaxConcurrent > limit {
+		t.Errorf("%d calls at once at the provider, limit %d", st.MaxConcurrent, limit)
+	}
+	// 8 slots of 60 ms calls for 3.5 s: about 470 calls at best.
+	if st.Admitted < 200 {
+		t.Errorf("only %d calls in 3.5 s on 8 slots of 60 ms", st.Admitted)
 	}
 }

@@ -101,10 +101,11 @@ type spill struct {
 	// Owner: the members that took the spill, when they last did (the
 	// owner's loop writes it; spillOff reads it once the loop is done
 	// with it, or at a handover under toldMu).
-	toldMu sync.Mutex
-	told   map[string]time.Time
-	ending atomic.Bool   // spillOff started
-	done   chan struct{} // closed when spillOff is over
+	toldMu  sync.Mutex
+	told    map[string]time.Time
+	ending  atomic.Bool   // spillOff started
+	settled chan struct{} // closed once spillOff counted the fence (the state may leave)
+	done    chan struct{} // closed when spillOff is over
 
 	// Admissions hold mu shared; ending the spill takes it, so none is
 	// half done (on the budget, not yet in the ledger) when the ledger
@@ -214,7 +215,7 @@ func isClosed(c chan struct{}) bool {
 // the owner serves better).
 func (r *Router) edgeSpill(t *tenant, owner string) *spill {
 	sp := t.spill.Load()
-	if sp == nil || sp.owner != owner || sp.closed.Load() || r.clock() > sp.until.Load() || sp.budget.Degraded() {
+	if sp == nil || sp.owner != owner || sp.closed.Load() || r.clock() > sp.until.Load() || sp.budget.Degraded() || sp.budget.Fenced() {
 		return nil
 	}
 	sp.arrivals.Add(1)
@@ -312,7 +313,8 @@ func (r *Router) spillOn(ctx context.Context, name string, rate float64) {
 		return
 	}
 	sp := r.newSpill(t, r.node, r.clock(), t.limits)
-	sp.ready, sp.done, sp.told = make(chan struct{}), make(chan struct{}), make(map[string]time.Time)
+	sp.ready, sp.settled, sp.done = make(chan struct{}), make(chan struct{}), make(chan struct{})
+	sp.told = make(map[string]time.Time)
 	t.spill.Store(sp)
 	r.reloadMu.Unlock()
 
@@ -419,7 +421,7 @@ func (r *Router) runOwnerSpill(ctx context.Context, name string, sp *spill) {
 			reason = "store_unreachable"
 		}
 		if reason == "" {
-			arrivals := t.arrivals.Swap(0) + r.announceSpill(t, sp, true)
+			arrivals := t.arrivals.Swap(0) + r.announceSpill(t, sp, true, spillCallTimeout)
 			rate := float64(arrivals) / spillTick.Seconds()
 			if rate < float64(st.cfg.Limits.SpilloverRPS)/2 {
 				cool++
@@ -444,7 +446,7 @@ func (r *Router) runOwnerSpill(ctx context.Context, name string, sp *spill) {
 // announceSpill tells every other member of the spill (on) or its end
 // (off), in parallel, and returns the arrivals they report; sp.told records
 // who took an "on", and loses who acknowledged an "off".
-func (r *Router) announceSpill(t *tenant, sp *spill, on bool) int64 {
+func (r *Router) announceSpill(t *tenant, sp *spill, on bool, timeout time.Duration) int64 {
 	v := r.view.Load()
 	if v == nil {
 		return 0
@@ -486,7 +488,7 @@ func (r *Router) announceSpill(t *tenant, sp *spill, on bool) int64 {
 		go func() {
 			defer wg.Done()
 			sent := time.Now()
-			status, body, err := r.peerCall(v, addr, node, spillPath, msg, 1, spillCallTimeout)
+			status, body, err := r.peerCall(v, addr, node, spillPath, msg, 1, timeout)
 			a := answer{node: node, sent: sent, ok: err == nil && status == fasthttp.StatusOK}
 			if a.ok {
 				var rep spillReply
@@ -514,23 +516,41 @@ func (r *Router) announceSpill(t *tenant, sp *spill, on bool) int64 {
 	return sum
 }
 
-// spillOff ends a spill this node owns: the members stop and report, the
-// owner reports its own, then decides alone again on its limiter.
-//
-// At a handover it does not wait for members that did not confirm: the
-// state must leave now, and what they admit goes to the new owner through
-// their ledgers.
+// spillOff ends a spill this node owns. First the spill's window in Redis
+// is fenced: no node is granted a block on it any more, so what it holds
+// then (every node's uses, their blocks counted whole) bounds whatever is
+// still admitted on it. Then the members stop and report (announceSpill),
+// and the owner reports its own, unseals and decides alone again. For a
+// member that did not confirm, the owner counts at least what the fence
+// reported, and, but at a handover (the state must leave now), waits until
+// that member's spill has lapsed (its calls in flight end on their own
+// budget's slots until then).
 func (r *Router) spillOff(name string, sp *spill, reason string) {
 	if !sp.ending.CompareAndSwap(false, true) {
+		if reason == "handover" {
+			// Ending already (cooled, drained): the state may leave once
+			// the fence is counted; the rest reaches the new owner as
+			// deltas.
+			waitClosed(sp.settled, spillSeedWait)
+			return
+		}
 		<-sp.done
 		return
 	}
 	defer close(sp.done)
 	t := r.state.Load().byName[name]
 	if t == nil {
+		close(sp.settled)
 		return // removed by a reload, with its limiter
 	}
-	r.announceSpill(t, sp, false)
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	used, fenceErr := r.leaser.Fence(ctx, sp.budget)
+	cancel()
+	timeout := spillCallTimeout
+	if reason == "handover" {
+		timeout = 100 * time.Millisecond // within the new owner's handoff_timeout
+	}
+	r.announceSpill(t, sp, false, timeout)
 	sp.toldMu.Lock()
 	unconfirmed := len(sp.told)
 	var last time.Time
@@ -540,6 +560,10 @@ func (r *Router) spillOff(name string, sp *spill, reason string) {
 		}
 	}
 	sp.toldMu.Unlock()
+	if unconfirmed > 0 {
+		r.chargeUnreported(t, used, fenceErr)
+	}
+	close(sp.settled)
 	if unconfirmed > 0 && reason != "handover" {
 		// Members that took the spill and did not confirm its end stop by
 		// themselves spillLease after the last word they had.
@@ -548,32 +572,36 @@ func (r *Router) spillOff(name string, sp *spill, reason string) {
 	sp.mu.Lock()
 	sp.closed.Store(true)
 	r.reportFallback(t) // what this node admitted on the spill, into its limiter
-	if unconfirmed > 0 {
-		r.chargeUnreported(t, sp)
-	}
 	// Unsealed first: a request that sees no spill finds the limiter
 	// deciding again.
 	t.lim.Unseal()
 	t.spill.CompareAndSwap(sp, nil)
 	t.spill.endEpoch(sp.epoch)
 	sp.mu.Unlock()
-	r.leaser.Drop(sp.key)
+	r.leaser.Retire(sp.key)
 	r.metrics.spillover.WithLabelValues("off").Inc()
 	r.log.Info("spillover", "phase", "off", "tenant", name, "reason", reason,
 		"spilled_ms", time.Since(sp.since).Milliseconds(), "unconfirmed", unconfirmed)
 }
 
-// chargeUnreported makes the limiter count at least what the spill's
-// window in Redis holds: members that did not confirm the spill's end may
-// not have reported all they admitted. Without an answer from Redis, the
-// rest of the window is charged: the limits reopen as it passes.
-func (r *Router) chargeUnreported(t *tenant, sp *spill) {
-	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
-	defer cancel()
+func waitClosed(c chan struct{}, d time.Duration) {
+	timer := time.NewTimer(d)
+	defer timer.Stop()
+	select {
+	case <-c:
+	case <-timer.C:
+	}
+}
+
+// chargeUnreported makes the limiter count at least what the fenced
+// window held: members that did not confirm the spill's end may not have
+// reported all they admitted, and can admit no more than that. Without an
+// answer from Redis, the rest of the window is charged: the limits reopen
+// as it passes.
+func (r *Router) chargeUnreported(t *tenant, used lease.Amount, fenceErr error) {
 	now := r.clock()
 	u := t.lim.Usage(now)
-	used, err := r.leaser.StoreUsed(ctx, sp.budget)
-	if err != nil {
+	if fenceErr != nil {
 		used = lease.Amount{Requests: max(0, t.limits.Requests), Tokens: max(0, t.limits.Tokens)}
 	}
 	reqs, toks := max(0, used.Requests-u.Requests), max(0, used.Tokens-u.Tokens)
@@ -581,7 +609,7 @@ func (r *Router) chargeUnreported(t *tenant, sp *spill) {
 		t.lim.ChargeAt(now, now, reqs, toks)
 	}
 	r.log.Warn("spillover", "phase", "unconfirmed", "tenant", t.name, "charged_requests", reqs, "charged_tokens", toks,
-		"store_error", errString(err))
+		"store_error", errString(fenceErr))
 }
 
 // endOwnedSpill ends, before its state is handed over, a spill of a tenant
@@ -689,7 +717,7 @@ func (r *Router) leaveSpill(t *tenant, sp *spill, reason string) bool {
 		chargeMirror(t.fallback, sp.mirror, r.clock())
 	}
 	if !was {
-		r.leaser.Drop(sp.key)
+		r.leaser.Retire(sp.key) // its slots held while its calls run
 		if reason != "owner_ended" {
 			r.metrics.spillover.WithLabelValues("left").Inc()
 			r.log.Info("spillover", "phase", "left", "tenant", t.name, "owner", sp.owner, "reason", reason)

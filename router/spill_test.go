@@ -123,7 +123,7 @@ func TestSpillLateOnRefused(t *testing.T) {
 	}
 	sp.ending.Store(false) // as if an "on" had been in flight
 	sp.told = map[string]time.Time{}
-	p.owner.announceSpill(p.owner.state.Load().byName["acme"], sp, true)
+	p.owner.announceSpill(p.owner.state.Load().byName["acme"], sp, true, spillCallTimeout)
 	if p.edge.edgeSpill(te, "owner") != nil {
 		t.Error("a late on restarted an ended spill on the edge")
 	}
