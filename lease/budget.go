@@ -1068,12 +1068,12 @@ func (b *Budget) giveBack(ctx context.Context, st Store, node string, now int64)
 
 // fence closes the budget's window in the store to grants, for every node,
 // and reports what it holds then.
-func (b *Budget) fence(ctx context.Context, st Store, now int64) (Amount, error) {
+func (b *Budget) fence(ctx context.Context, st Store, now int64, keep time.Duration) (Amount, error) {
 	b.mu.Lock()
 	el := b.limitsLocked()
 	b.mu.Unlock()
 	reply, err := st.Grant(ctx, b.windowKey, GrantRequest{Now: now / b.width, Expires: now / b.width,
-		Limit: Amount{el.Requests, el.Tokens}, KeyTTL: 2*b.cfg.Window + b.cfg.LeaseFor, Fence: true})
+		Limit: Amount{el.Requests, el.Tokens}, KeyTTL: max(2*b.cfg.Window+b.cfg.LeaseFor, keep), Fence: true})
 	if err != nil {
 		return Amount{}, err
 	}

@@ -459,7 +459,7 @@ func TestBudgetFence(t *testing.T) {
 			if took == 0 {
 				t.Fatal("nothing admitted before the fence")
 			}
-			used, err := b.l.Fence(context.Background(), b.b)
+			used, err := b.l.Fence(context.Background(), b.b, time.Second)
 			if err != nil {
 				t.Fatal(err)
 			}

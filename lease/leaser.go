@@ -142,11 +142,13 @@ func (l *Leaser) HasStore() bool { return l.store != nil }
 // is granted on it any more, so what it holds now — every node's uses, and
 // its blocks outstanding counted whole — bounds all that can still be
 // admitted on it. It reports that.
-func (l *Leaser) Fence(ctx context.Context, b *Budget) (Amount, error) {
+//
+// The fence lasts at least keep, however short the window.
+func (l *Leaser) Fence(ctx context.Context, b *Budget, keep time.Duration) (Amount, error) {
 	if l.store == nil {
 		return Amount{}, ErrStoreDown
 	}
-	return b.fence(ctx, l.store, l.clock())
+	return b.fence(ctx, l.store, l.clock(), keep)
 }
 
 func (l *Leaser) kick() {

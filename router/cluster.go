@@ -36,6 +36,12 @@ func (r *Router) SetView(v View) {
 	if nv.live == 0 {
 		nv.live = 1
 	}
+	if r.ownerSpills.Load() > 0 {
+		// A spilled tenant this ring gives another owner: its spill ends
+		// while this node still counts it, so the members' last reports
+		// are in the state it hands over.
+		r.endSpillsMovedBy(nv)
+	}
 	r.reloadMu.Lock()
 	r.view.Store(nv)
 	r.trackOwnership(nv)

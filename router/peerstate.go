@@ -51,9 +51,7 @@ func (r *Router) serveHandoff(ctx *fasthttp.RequestCtx) {
 		fail(ctx, fasthttp.StatusServiceUnavailable, "server_error", "not_ready", "This node does not hand state over yet.")
 		return
 	}
-	for _, name := range m.Tenants {
-		r.endOwnedSpill(name) // the members stop before the state leaves
-	}
+	r.endOwnedSpills(m.Tenants) // the members stop before the state leaves
 	replies := (*f)(info.from, m.Tenants)
 	ctx.SetContentType("application/octet-stream")
 	ctx.SetBody(handoff.EncodeReplies(nil, r.node, r.clock(), replies))

@@ -162,12 +162,22 @@ func (r *Router) hopLimiter(t *tenant) (*limiter.Tenant, bool) {
 // serveLocal enforces the tenant's limits on lim and serves the request; hops
 // is how many nodes it came through (0: from a client).
 func (r *Router) serveLocal(ctx *fasthttp.RequestCtx, ep upstream.Endpoint, st *state, t *tenant, lim *limiter.Tenant, hops int) bool {
-	return r.serveLocalOnce(ctx, ep, st, t, lim, hops, false)
+	return r.serveLocalOnce(ctx, ep, st, t, lim, hops, firstTry)
 }
 
-// serveLocalOnce is serveLocal; retried: the request met a spillover
-// starting or ending once already, and is not tried again.
-func (r *Router) serveLocalOnce(ctx *fasthttp.RequestCtx, ep upstream.Endpoint, st *state, t *tenant, lim *limiter.Tenant, hops int, retried bool) bool {
+// A request that met a spillover starting or ending is decided again, once:
+// on the spill (it found the limiter sealed), or on the limiter (it found
+// the spill closed or fenced).
+type retry uint8
+
+const (
+	firstTry retry = iota
+	retrySpill
+	retryLimiter
+)
+
+// serveLocalOnce is serveLocal for a request tried again (retry).
+func (r *Router) serveLocalOnce(ctx *fasthttp.RequestCtx, ep upstream.Endpoint, st *state, t *tenant, lim *limiter.Tenant, hops int, again retry) bool {
 	ctx.Response.Header.Set("x-ringgate-node", r.node)
 	req, err := upstream.ParseRequest(ep, ctx.PostBody())
 	if err != nil {
@@ -195,15 +205,17 @@ func (r *Router) serveLocalOnce(ctx *fasthttp.RequestCtx, ep upstream.Endpoint, 
 	}
 
 	owned := lim == t.lim
-	if owned && !retried {
+	if owned && again == firstTry {
 		t.arrivals.Add(1)
 	}
 	var sp *spill
 	if s := t.spill.Load(); s != nil {
 		if owned && s.owner == r.node {
 			// Spilled: the owner serves it on the budget like every node.
-			if sp = t.ownerSpill(r.node); sp != nil {
-				lim, owned = sp.mirror, false
+			if again != retryLimiter {
+				if sp = t.ownerSpill(r.node); sp != nil {
+					lim, owned = sp.mirror, false
+				}
 			}
 		} else if lim == s.mirror {
 			sp = s
@@ -236,11 +248,11 @@ func (r *Router) serveLocalOnce(ctx *fasthttp.RequestCtx, ep upstream.Endpoint, 
 	c.tk, d = lim.Admit(r.clock(), int64(c.res.Total))
 	if d.Moved {
 		r.cancelBudgets(c)
-		if owned && lim.MovedTo() == "" && !retried && t.spill.Load() != nil {
+		if owned && lim.MovedTo() == "" && again == firstTry && t.spill.Load() != nil {
 			// Sealed for a spill starting meanwhile: once more, on it
 			// (or on the limiter again, if the switch failed).
 			t.ownerSpill(r.node) // waits for it to start
-			return r.serveLocalOnce(ctx, ep, st, t, lim, hops, true)
+			return r.serveLocalOnce(ctx, ep, st, t, lim, hops, retrySpill)
 		}
 		return r.movedOn(ctx, t, lim, hops)
 	}
@@ -277,11 +289,22 @@ func (r *Router) admitSpilled(ctx *fasthttp.RequestCtx, ep upstream.Endpoint, st
 		sp.mu.RUnlock()
 		r.cancelBudgets(c)
 		if sp.owner == r.node {
-			return r.serveLocalOnce(ctx, ep, st, t, t.lim, hops, true)
+			return r.serveLocalOnce(ctx, ep, st, t, t.lim, hops, retryLimiter)
 		}
 		return r.serveAPI(ctx, ep)
 	}
 	bd := r.takeSpill(sp, c)
+	if !bd.Allowed && sp.budget.Fenced() {
+		// The owner is ending the spill: decided the usual way, once it
+		// has (an edge hands the request to the owner).
+		sp.mu.RUnlock()
+		r.cancelBudgets(c)
+		if sp.owner == r.node {
+			waitClosed(sp.done, 400*time.Millisecond)
+			return r.serveLocalOnce(ctx, ep, st, t, t.lim, hops, retryLimiter)
+		}
+		return r.serveAPI(ctx, ep)
+	}
 	d := spillDecision(t, &bd, st.cfg.Limits.Window)
 	setRateHeaders(&ctx.Response.Header, &d)
 	if !bd.Allowed {

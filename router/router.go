@@ -53,6 +53,7 @@ type Router struct {
 	ids          *deltaIDs    // names this node's deltas, skips ones applied twice (deltaids.go)
 	hopCalls     hopWatches   // hop calls waiting for their upstream, for an edge's cancel (hopcancel.go)
 	spillRetryAt atomic.Int64 // no spillover switch before (spill.go)
+	ownerSpills  atomic.Int32 // spills this node owns (spill.go)
 	leaser       *lease.Leaser
 	// handOver answers a peer asking for tenants' state (peerstate.go).
 	handOver atomic.Pointer[func(asker string, tenants []string) []handoff.Reply]

@@ -92,6 +92,7 @@ type spill struct {
 	// mirror is a limiter with no limits: it names each admission's
 	// buckets for the ledger.
 	mirror *limiter.Tenant
+	window time.Duration // the budget's
 	since  time.Time
 
 	// Owner: ready is closed once the budget holds the seed, or the
@@ -101,11 +102,10 @@ type spill struct {
 	// Owner: the members that took the spill, when they last did (the
 	// owner's loop writes it; spillOff reads it once the loop is done
 	// with it, or at a handover under toldMu).
-	toldMu  sync.Mutex
-	told    map[string]time.Time
-	ending  atomic.Bool   // spillOff started
-	settled chan struct{} // closed once spillOff counted the fence (the state may leave)
-	done    chan struct{} // closed when spillOff is over
+	toldMu sync.Mutex
+	told   map[string]time.Time
+	ending atomic.Bool   // spillOff started
+	done   chan struct{} // closed when spillOff is over
 
 	// Admissions hold mu shared; ending the spill takes it, so none is
 	// half done (on the budget, not yet in the ledger) when the ledger
@@ -141,7 +141,7 @@ type spillReply struct {
 // newSpill makes the node's part of a spill; its budget is the leaser's.
 func (r *Router) newSpill(t *tenant, owner string, epoch int64, limits limiter.Limits) *spill {
 	cfg := r.state.Load().cfg
-	sp := &spill{owner: owner, epoch: epoch, key: spillKey(t.name, epoch), since: time.Now(),
+	sp := &spill{owner: owner, epoch: epoch, key: spillKey(t.name, epoch), since: time.Now(), window: cfg.Limits.Window,
 		mirror: limiter.NewTenant(limiter.Limits{}, cfg.Limits.Window, cfg.Limits.SlotTTL)}
 	sp.budget = r.leaser.Budget(lease.Config{Key: sp.key, Limits: limits, Window: cfg.Limits.Window,
 		Settles: true, OnStoreDown: lease.Share}, func() int { return r.view.Load().liveMembers() })
@@ -313,7 +313,7 @@ func (r *Router) spillOn(ctx context.Context, name string, rate float64) {
 		return
 	}
 	sp := r.newSpill(t, r.node, r.clock(), t.limits)
-	sp.ready, sp.settled, sp.done = make(chan struct{}), make(chan struct{}), make(chan struct{})
+	sp.ready, sp.done = make(chan struct{}), make(chan struct{})
 	sp.told = make(map[string]time.Time)
 	t.spill.Store(sp)
 	r.reloadMu.Unlock()
@@ -340,6 +340,7 @@ func (r *Router) spillOn(ctx context.Context, name string, rate float64) {
 		return
 	}
 	close(sp.ready)
+	r.ownerSpills.Add(1)
 	r.metrics.spillover.WithLabelValues("on").Inc()
 	r.log.Info("spillover", "phase", "on", "tenant", name, "rate", round1(rate),
 		"threshold", r.state.Load().cfg.Limits.SpilloverRPS, "budget", sp.key)
@@ -451,7 +452,7 @@ func (r *Router) announceSpill(t *tenant, sp *spill, on bool, timeout time.Durat
 	if v == nil {
 		return 0
 	}
-	msg := spillMsg{Tenant: t.name, Owner: sp.owner, Epoch: sp.epoch, On: on, Limits: t.limits, Window: r.state.Load().cfg.Limits.Window}
+	msg := spillMsg{Tenant: t.name, Owner: sp.owner, Epoch: sp.epoch, On: on, Limits: t.limits, Window: sp.window}
 	type answer struct {
 		node     string
 		ok       bool
@@ -516,36 +517,28 @@ func (r *Router) announceSpill(t *tenant, sp *spill, on bool, timeout time.Durat
 	return sum
 }
 
-// spillOff ends a spill this node owns. First the spill's window in Redis
-// is fenced: no node is granted a block on it any more, so what it holds
-// then (every node's uses, their blocks counted whole) bounds whatever is
-// still admitted on it. Then the members stop and report (announceSpill),
-// and the owner reports its own, unseals and decides alone again. For a
-// member that did not confirm, the owner counts at least what the fence
-// reported, and, but at a handover (the state must leave now), waits until
-// that member's spill has lapsed (its calls in flight end on their own
-// budget's slots until then).
+// spillOff ends a spill this node owns. The members stop, report what
+// they admitted and confirm (announceSpill); then the owner reports its
+// own, unseals and decides alone again. A member that did not confirm may
+// still admit on its spill until it lapses (spillLease after the last word
+// it had): the spill's window in Redis is fenced first — no node is granted
+// a block on it any more, so what it held then (every node's uses, its
+// blocks outstanding counted whole) bounds the requests and tokens — and
+// the owner's limiter counts at least that, and, for the member's calls in
+// flight, every slot it does not know of until the lapse.
 func (r *Router) spillOff(name string, sp *spill, reason string) {
 	if !sp.ending.CompareAndSwap(false, true) {
-		if reason == "handover" {
-			// Ending already (cooled, drained): the state may leave once
-			// the fence is counted; the rest reaches the new owner as
-			// deltas.
-			waitClosed(sp.settled, spillSeedWait)
-			return
-		}
-		<-sp.done
+		// Ending already (cooled, drained): at most an announcement, a
+		// fence and a report away.
+		waitClosed(sp.done, 400*time.Millisecond)
 		return
 	}
 	defer close(sp.done)
 	t := r.state.Load().byName[name]
 	if t == nil {
-		close(sp.settled)
+		r.ownerSpills.Add(-1)
 		return // removed by a reload, with its limiter
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
-	used, fenceErr := r.leaser.Fence(ctx, sp.budget)
-	cancel()
 	timeout := spillCallTimeout
 	if reason == "handover" {
 		timeout = 100 * time.Millisecond // within the new owner's handoff_timeout
@@ -553,25 +546,20 @@ func (r *Router) spillOff(name string, sp *spill, reason string) {
 	r.announceSpill(t, sp, false, timeout)
 	sp.toldMu.Lock()
 	unconfirmed := len(sp.told)
-	var last time.Time
-	for _, at := range sp.told {
-		if at.After(last) {
-			last = at
-		}
-	}
 	sp.toldMu.Unlock()
+	var used lease.Amount
+	var fenceErr error
 	if unconfirmed > 0 {
-		r.chargeUnreported(t, used, fenceErr)
-	}
-	close(sp.settled)
-	if unconfirmed > 0 && reason != "handover" {
-		// Members that took the spill and did not confirm its end stop by
-		// themselves spillLease after the last word they had.
-		time.Sleep(time.Until(last.Add(spillLease + spillTick)))
+		ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+		used, fenceErr = r.leaser.Fence(ctx, sp.budget, spillLease+spillTick)
+		cancel()
 	}
 	sp.mu.Lock()
 	sp.closed.Store(true)
 	r.reportFallback(t) // what this node admitted on the spill, into its limiter
+	if unconfirmed > 0 {
+		r.chargeUnreported(t, used, fenceErr)
+	}
 	// Unsealed first: a request that sees no spill finds the limiter
 	// deciding again.
 	t.lim.Unseal()
@@ -579,6 +567,7 @@ func (r *Router) spillOff(name string, sp *spill, reason string) {
 	t.spill.endEpoch(sp.epoch)
 	sp.mu.Unlock()
 	r.leaser.Retire(sp.key)
+	r.ownerSpills.Add(-1)
 	r.metrics.spillover.WithLabelValues("off").Inc()
 	r.log.Info("spillover", "phase", "off", "tenant", name, "reason", reason,
 		"spilled_ms", time.Since(sp.since).Milliseconds(), "unconfirmed", unconfirmed)
@@ -593,23 +582,67 @@ func waitClosed(c chan struct{}, d time.Duration) {
 	}
 }
 
-// chargeUnreported makes the limiter count at least what the fenced
-// window held: members that did not confirm the spill's end may not have
-// reported all they admitted, and can admit no more than that. Without an
-// answer from Redis, the rest of the window is charged: the limits reopen
-// as it passes.
+// chargeUnreported makes the limiter count what members that did not
+// confirm the spill's end may have admitted and not reported: up to what
+// the fenced window held (without an answer from Redis, the rest of the
+// window: the limits reopen as it passes), and every free slot until their
+// spill has lapsed. A limiter handed over meanwhile gets it as a delta.
 func (r *Router) chargeUnreported(t *tenant, used lease.Amount, fenceErr error) {
 	now := r.clock()
+	cfg := r.state.Load().cfg
 	u := t.lim.Usage(now)
 	if fenceErr != nil {
 		used = lease.Amount{Requests: max(0, t.limits.Requests), Tokens: max(0, t.limits.Tokens)}
 	}
-	reqs, toks := max(0, used.Requests-u.Requests), max(0, used.Tokens-u.Tokens)
-	if reqs > 0 || toks > 0 {
-		t.lim.ChargeAt(now, now, reqs, toks)
+	d := limiter.Delta{Bucket: now / max(1, int64(cfg.Limits.Window)/limiter.Buckets),
+		SlotBucket: now / max(1, int64(cfg.Limits.SlotTTL)/limiter.Buckets),
+		Requests:   max(0, used.Requests-u.Requests), Tokens: max(0, used.Tokens-u.Tokens)}
+	if c := t.limits.Concurrency; c > 0 {
+		d.Slots = max(0, c-u.InFlight)
 	}
-	r.log.Warn("spillover", "phase", "unconfirmed", "tenant", t.name, "charged_requests", reqs, "charged_tokens", toks,
-		"store_error", errString(fenceErr))
+	if d.Requests > 0 || d.Tokens > 0 || d.Slots > 0 {
+		r.sendDeltas(t, "", []limiter.Delta{r.ids.name(d)}, 0)
+		if d.Slots > 0 {
+			release := limiter.Delta{Bucket: d.Bucket, SlotBucket: d.SlotBucket, Slots: -d.Slots}
+			time.AfterFunc(spillLease+spillTick, func() { r.sendDeltas(t, "", []limiter.Delta{r.ids.name(release)}, 0) })
+		}
+	}
+	r.log.Warn("spillover", "phase", "unconfirmed", "tenant", t.name, "charged_requests", d.Requests, "charged_tokens", d.Tokens,
+		"held_slots", d.Slots, "store_error", errString(fenceErr))
+}
+
+// endSpillsMovedBy ends the spills this node owns of tenants the view v
+// gives another owner, before v is in force.
+func (r *Router) endSpillsMovedBy(v *view) {
+	var names []string
+	for name, t := range r.state.Load().byName {
+		if sp := t.spill.Load(); sp != nil && sp.owner == r.node {
+			if o := v.owner(name); o != "" && o != r.node {
+				names = append(names, name)
+			}
+		}
+	}
+	r.endOwnedSpills(names)
+}
+
+// endOwnedSpills ends the spills this node owns of the tenants named, all
+// at once.
+func (r *Router) endOwnedSpills(names []string) {
+	if r.ownerSpills.Load() == 0 {
+		return
+	}
+	var wg sync.WaitGroup
+	for _, name := range names {
+		if t := r.state.Load().byName[name]; t == nil || t.spill.Load() == nil {
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			r.endOwnedSpill(name)
+		}()
+	}
+	wg.Wait()
 }
 
 // endOwnedSpill ends, before its state is handed over, a spill of a tenant
@@ -684,12 +717,18 @@ func (r *Router) serveSpill(ctx *fasthttp.RequestCtx) {
 		if cur != nil {
 			r.leaveSpill(t, cur, "replaced")
 		}
+		// Under reloadMu: a reload keeps the budgets of the spills it
+		// sees, and must see this one.
+		r.reloadMu.Lock()
 		sp := r.newSpill(t, m.Owner, m.Epoch, m.Limits)
 		sp.until.Store(r.clock() + int64(spillLease))
 		if !t.spill.CompareAndSwap(nil, sp) {
+			r.reloadMu.Unlock()
+			r.leaser.Drop(sp.key)
 			refuse("busy", "Another spillover change is in progress.")
 			return
 		}
+		r.reloadMu.Unlock()
 		cur = sp
 	} else if cur.budget.Stats(r.clock()).Limits != m.Limits {
 		cur.budget.SetLimits(m.Limits, lease.Share) // the owner reloaded

@@ -148,3 +148,51 @@ func TestSpillCarriedAwaySlotFreed(t *testing.T) {
 		t.Errorf("the budget still carries %d slots after the call ended", got)
 	}
 }
+
+// A member that does not confirm the spill's end (here: one that never
+// answers) does not hold the tenant up: the owner fences the spill's
+// window, counts what it held and, until the member's spill has lapsed,
+// every free slot, and decides alone at once — before, it went on
+// serving on the fenced budget for 2.25 s, refusing everything.
+func TestSpillEndWithSilentMember(t *testing.T) {
+	p := newSpillPair(t)
+	ghost := View{Ring: ring.New(1, []string{"owner"}), Members: []Member{
+		{Name: "edge", Addr: p.owner.view.Load().addrs["edge"], State: "active"},
+		{Name: "ghost", Addr: deadAddr(t), State: "active"},
+		{Name: "owner", Addr: p.owner.view.Load().addrs["owner"], State: "active"},
+	}}
+	p.owner.SetView(ghost)
+	sp := p.start(t)
+	to := p.owner.state.Load().byName["acme"]
+	if !poll(2*time.Second, func() bool { sp.toldMu.Lock(); defer sp.toldMu.Unlock(); return !sp.told["ghost"].IsZero() }) {
+		t.Fatal("the owner never tried the silent member")
+	}
+	start := time.Now()
+	p.owner.spillOff("acme", sp, "cooled")
+	took := time.Since(start)
+	u := to.lim.Usage(p.owner.clock())
+	t.Logf("ended in %v; the limiter holds %+v", took, u)
+	if took > time.Second {
+		t.Errorf("the end took %v: it waited for the silent member's lapse", took)
+	}
+	if to.lim.Sealed() || !sp.budget.Fenced() {
+		t.Errorf("after the end: sealed %v, fenced %v", to.lim.Sealed(), sp.budget.Fenced())
+	}
+	if u.InFlight != 10 {
+		t.Errorf("%d slots counted for the silent member's calls, want all 10 until its lapse", u.InFlight)
+	}
+	if !poll(4*time.Second, func() bool { return to.lim.Usage(p.owner.clock()).InFlight == 0 }) {
+		t.Error("the silent member's slots were not freed after its lapse")
+	}
+}
+
+// deadAddr is a loopback address nothing listens on.
+func deadAddr(t *testing.T) string {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	return addr
+}

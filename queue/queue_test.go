@@ -1,0 +1,139 @@
+package queue
+
+import (
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// slots is a capacity of n calls in flight for the tests' Try.
+type slots struct {
+	mu        sync.Mutex
+	free      int
+	order     []string
+	retryWhen time.Duration
+}
+
+func (s *slots) try(name string) Try {
+	return func() (bool, time.Duration) {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		if s.free == 0 {
+			return false, s.retryWhen
+		}
+		s.free--
+		s.order = append(s.order, name)
+		return true, 0
+	}
+}
+
+func (s *slots) release(q *Queue) {
+	s.mu.Lock()
+	s.free++
+	s.mu.Unlock()
+	q.Kick()
+}
+
+// waitUntil polls cond with a deadline.
+func waitUntil(t *testing.T, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(2 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatal("condition not met in time")
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// Waiters are admitted as capacity frees: interactive first, in arrival
+// order, with one in BatchShare going to batch while both wait.
+func TestOrder(t *testing.T) {
+	var q Queue
+	s := &slots{}
+	var wg sync.WaitGroup
+	depth := map[Class]int{}
+	enqueue := func(name string, c Class) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if _, err := q.Wait(c, 100, time.Now().Add(5*time.Second), nil, s.try(name)); err != nil {
+				t.Errorf("%s: %v", name, err)
+			}
+		}()
+		depth[c]++
+		want := depth[c]
+		waitUntil(t, func() bool { return q.Depth(c) == want }) // queued in this order
+	}
+	for _, n := range []string{"b1", "b2"} {
+		enqueue(n, Batch)
+	}
+	for _, n := range []string{"i1", "i2", "i3", "i4", "i5", "i6"} {
+		enqueue(n, Interactive)
+	}
+	for range 8 {
+		n := len(s.order)
+		s.release(&q)
+		waitUntil(t, func() bool { s.mu.Lock(); defer s.mu.Unlock(); return len(s.order) == n+1 })
+	}
+	wg.Wait()
+	want := []string{"i1", "i2", "i3", "b1", "i4", "i5", "i6", "b2"}
+	for i := range want {
+		if s.order[i] != want[i] {
+			t.Fatalf("admitted %v, want %v", s.order, want)
+		}
+	}
+}
+
+// The head tries again when its refusal said room would be there, with no
+// Kick; a full line refuses at once; a wait ends at its budget or when
+// canceled, and the next waiter moves up.
+func TestRetryFullTimeoutCancel(t *testing.T) {
+	var q Queue
+	s := &slots{retryWhen: 30 * time.Millisecond}
+	got := make(chan error, 3)
+	var waited atomic.Int64
+	go func() {
+		d, err := q.Wait(Interactive, 2, time.Now().Add(2*time.Second), nil, s.try("a"))
+		waited.Store(int64(d))
+		got <- err
+	}()
+	waitUntil(t, func() bool { return q.Waiting() == 1 })
+	cancel := make(chan struct{})
+	go func() {
+		_, err := q.Wait(Interactive, 2, time.Now().Add(2*time.Second), cancel, s.try("b"))
+		got <- err
+	}()
+	waitUntil(t, func() bool { return q.Waiting() == 2 })
+	if _, err := q.Wait(Interactive, 2, time.Now().Add(time.Second), nil, s.try("c")); err != ErrFull {
+		t.Fatalf("a third waiter on a line of 2: %v, want ErrFull", err)
+	}
+	close(cancel)
+	if err := <-got; err != ErrCanceled {
+		t.Fatalf("canceled waiter: %v", err)
+	}
+	time.Sleep(10 * time.Millisecond) // pacing: the head's tries after the cancel are over
+	s.mu.Lock()
+	s.free = 1 // no Kick: the retry timer must find it
+	s.mu.Unlock()
+	if err := <-got; err != nil {
+		t.Fatalf("head after a retry: %v", err)
+	}
+	t.Logf("admitted after %v", time.Duration(waited.Load()))
+	start := time.Now()
+	if _, err := q.Wait(Batch, 2, time.Now().Add(50*time.Millisecond), nil, s.try("d")); err != ErrTimeout {
+		t.Fatalf("no room within the budget: %v", err)
+	}
+	if time.Since(start) < 50*time.Millisecond || q.Waiting() != 0 {
+		t.Errorf("timed out after %v with %d waiting", time.Since(start), q.Waiting())
+	}
+}
+
+// An empty line costs a Kick one atomic load.
+func BenchmarkKickEmpty(b *testing.B) {
+	var q Queue
+	for b.Loop() {
+		q.Kick()
+	}
+}
