@@ -51,6 +51,7 @@ type Config struct {
 	Admin     Admin
 	Redis     Redis
 	Limits    Limits
+	Queue     Queue
 	Upstreams []Upstream
 	Tenants   []Tenant
 
@@ -131,6 +132,14 @@ type Limits struct {
 	SpilloverRPS int
 }
 
+// Queue is the [queue] table: how long a request refused by its tenant's
+// limits may wait for room, by class, and how many may wait.
+type Queue struct {
+	InteractiveWait time.Duration // interactive_wait, default 2s; 0: refuse at once
+	BatchWait       time.Duration // batch_wait, default 60s; 0: refuse at once
+	MaxDepth        int           // max_depth, default 1000: waiting per tenant and class
+}
+
 // Upstream is one [[upstreams]] entry: an LLM provider endpoint.
 type Upstream struct {
 	Name    string   // name, unique, required
@@ -185,6 +194,21 @@ type Tenant struct {
 	Keys                  []string
 	RPM, TPM, Concurrency int    // 0 = no limit on that dimension
 	Priority              string // "interactive" (default) or "batch"
+	// InteractiveWait and BatchWait (interactive_wait, batch_wait)
+	// override [queue]'s for this tenant; 0: not set.
+	InteractiveWait, BatchWait time.Duration
+}
+
+// Waits are the tenant's wait budgets: its own, else q's.
+func (t *Tenant) Waits(q Queue) (interactive, batch time.Duration) {
+	interactive, batch = q.InteractiveWait, q.BatchWait
+	if t.InteractiveWait > 0 {
+		interactive = t.InteractiveWait
+	}
+	if t.BatchWait > 0 {
+		batch = t.BatchWait
+	}
+	return interactive, batch
 }
 
 // Upstream kinds, upstream on_redis_down values and tenant priorities.
@@ -242,6 +266,7 @@ func Default() *Config {
 			MaxBodyBytes:      DefaultMaxBodyBytes,
 			DefaultCompletion: 256,
 		},
+		Queue: Queue{InteractiveWait: 2 * time.Second, BatchWait: 60 * time.Second, MaxDepth: 1000},
 	}
 }
 

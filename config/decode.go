@@ -386,6 +386,11 @@ func (d *decoder) rootFields() map[string]field {
 			"timeout":           fDur(&c.Redis.Timeout),
 			"handoff_wait":      fDur(&c.Redis.HandoffWait),
 		}),
+		"queue": fTable(map[string]field{
+			"interactive_wait": fDur(&c.Queue.InteractiveWait),
+			"batch_wait":       fDur(&c.Queue.BatchWait),
+			"max_depth":        fInt(&c.Queue.MaxDepth),
+		}),
 		"limits": fTable(map[string]field{
 			"window":             fDur(&c.Limits.Window),
 			"slot_ttl":           fDur(&c.Limits.SlotTTL),
@@ -417,12 +422,14 @@ func (d *decoder) rootFields() map[string]field {
 		"tenants": fTables(func(d *decoder, path string, v any) {
 			t := defaultTenant()
 			d.table(path, v, map[string]field{
-				"name":        fStr(&t.Name),
-				"keys":        fStrs(&t.Keys),
-				"rpm":         fInt(&t.RPM),
-				"tpm":         fInt(&t.TPM),
-				"concurrency": fInt(&t.Concurrency),
-				"priority":    fStr(&t.Priority),
+				"name":             fStr(&t.Name),
+				"keys":             fStrs(&t.Keys),
+				"rpm":              fInt(&t.RPM),
+				"tpm":              fInt(&t.TPM),
+				"concurrency":      fInt(&t.Concurrency),
+				"priority":         fStr(&t.Priority),
+				"interactive_wait": fDur(&t.InteractiveWait),
+				"batch_wait":       fDur(&t.BatchWait),
 			})
 			c.Tenants = append(c.Tenants, t)
 		}),

@@ -47,6 +47,12 @@ max_body_bytes = 8388608    # larger request bodies get 413
 default_completion = 256    # completion tokens assumed when a tenant/model has no history
 spillover_rps = 0           # a tenant above this many requests/s is served by every node on a leased budget; 0 = never
 
+# Requests a tenant's limits refuse wait on its owner for room, by class.
+[queue]
+interactive_wait = "2s"     # longest an interactive request waits; 0 = refuse at once
+batch_wait = "60s"          # longest a batch request waits
+max_depth = 1000            # requests waiting per tenant and class; past it, 429
+
 # Upstreams: requests whose "model" is listed go to that upstream; the first
 # upstream takes all other models.
 [[upstreams]]
@@ -101,4 +107,5 @@ rpm = 60
 tpm = 1000000
 concurrency = 2
 priority = "batch"
+batch_wait = "5m"           # this tenant's own wait budget (interactive_wait too)
 `

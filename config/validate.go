@@ -20,6 +20,9 @@ func (c *Config) Validate() error {
 	v.cluster()
 	v.redis()
 	v.limits()
+	v.nonNegative("queue.interactive_wait", v.c.Queue.InteractiveWait)
+	v.nonNegative("queue.batch_wait", v.c.Queue.BatchWait)
+	v.limit("queue.max_depth", v.c.Queue.MaxDepth)
 	v.upstreams()
 	v.tenants()
 	return firstError(v.errs)
@@ -293,6 +296,8 @@ func (v *validator) tenants() {
 		v.limit(p+".rpm", t.RPM)
 		v.limit(p+".tpm", t.TPM)
 		v.limit(p+".concurrency", t.Concurrency)
+		v.nonNegative(p+".interactive_wait", t.InteractiveWait)
+		v.nonNegative(p+".batch_wait", t.BatchWait)
 		switch t.Priority {
 		case PriorityInteractive, PriorityBatch:
 		default:

@@ -448,6 +448,11 @@ token = ""
 [limits]
 window = %q
 
+# These tests count the limits under churn: refusals answer at once.
+[queue]
+interactive_wait = "0s"
+batch_wait = "0s"
+
 [[upstreams]]
 name = "fake"
 kind = "openai"

@@ -629,14 +629,26 @@ func (b *Budget) ReleaseCarried() {
 // lock.
 func (b *Budget) Degraded() bool { return b.down.Load() }
 
-// Charge charges the store's window with a use made elsewhere (a call
-// carried into a seeded budget that settled above what it reserved), with
-// the next round.
-func (b *Budget) Charge(u Use) {
+// Charge counts a use made elsewhere that the budget must hold too (a
+// call admitted outside it, reported late; a carried call that settled
+// above what it reserved): on a live block with room for it, as if it had
+// been admitted there, else in the store's window with the next round.
+// slot: the call is still running, its slot carried until ReleaseCarried.
+func (b *Budget) Charge(now int64, u Use, slot bool) {
 	b.mu.Lock()
-	b.late = append(b.late, u)
+	defer b.mu.Unlock()
+	if blk := b.usable(now, u.Amount); blk != nil {
+		blk.left.Requests -= u.Requests
+		blk.left.Tokens -= u.Tokens
+		blk.uses = append(blk.uses, u)
+	} else {
+		b.late = append(b.late, u)
+	}
 	b.hist = appendUse(b.hist, u.Bucket, u.Amount)
-	b.mu.Unlock()
+	if slot && b.cfg.Limits.Concurrency > 0 {
+		b.carried++
+		b.slotsUsed++
+	}
 }
 
 // storeFailed notes a failed store call.

@@ -143,6 +143,9 @@ type clOptions struct {
 	Upstream func(*config.Upstream)
 	// SpilloverRPS is limits.spillover_rps (0: never).
 	SpilloverRPS int
+	// Queue, if set, is the [queue] table; without it refusals answer at
+	// once (the tests of the limits count them).
+	Queue *config.Queue
 }
 
 // clTenant is a tenant with the given requests per window and token and
@@ -253,6 +256,10 @@ func (c *clCluster) addNode() *clNode {
 	cfg.Cluster.HopSkew = 5 * time.Second
 	cfg.Limits.Window = c.window
 	cfg.Limits.SpilloverRPS = c.opts.SpilloverRPS
+	cfg.Queue.InteractiveWait, cfg.Queue.BatchWait = 0, 0
+	if c.opts.Queue != nil {
+		cfg.Queue = *c.opts.Queue
+	}
 	cfg.Upstreams = []config.Upstream{{
 		Name: "openai", Kind: config.KindOpenAI, BaseURL: "http://" + c.upAddr,
 		Models:  []string{clModel},

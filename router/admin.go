@@ -137,6 +137,7 @@ func (r *Router) serveTenant(ctx *fasthttp.RequestCtx, name string) {
 		Requests:  dimension{Used: u.Requests, Limit: max(u.Limits.Requests, 0)},
 		Tokens:    dimension{Used: u.Tokens, Limit: max(u.Limits.Tokens, 0)},
 		InFlight:  dimension{Used: u.InFlight, Limit: max(u.Limits.Concurrency, 0)},
+		Queued:    int64(t.queue.Waiting()),
 		Spillover: r.spillView(t),
 	})
 }

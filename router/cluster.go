@@ -66,8 +66,8 @@ func (r *Router) trackOwnership(v *view) {
 	for name, t := range r.state.Load().byName {
 		if o := v.owner(name); o == "" || o == r.node {
 			t.ownedUntil.Store(ownedNow)
-		} else {
-			t.ownedUntil.CompareAndSwap(ownedNow, now)
+		} else if t.ownedUntil.CompareAndSwap(ownedNow, now) {
+			t.queue.Kick() // those waiting here are decided by the new owner
 		}
 	}
 }

@@ -57,6 +57,9 @@ type envConfig struct {
 	// openAIBaseURL, if set, replaces the OpenAI upstream's base URL (the
 	// fake's address otherwise).
 	openAIBaseURL string
+	// queue, if set, is the [queue] table; without it refusals answer at
+	// once (the tests of the limits count them).
+	queue *config.Queue
 }
 
 // env is a running fake upstream and a ringgate node in front of it.
@@ -112,6 +115,10 @@ func newEnv(t testing.TB, ec envConfig) *env {
 		cfg.Limits.DefaultCompletion = ec.defaultCompletion
 	}
 	cfg.Admin.Token = ec.adminToken
+	cfg.Queue.InteractiveWait, cfg.Queue.BatchWait = 0, 0
+	if ec.queue != nil {
+		cfg.Queue = *ec.queue
+	}
 	openAIURL := "http://" + fakeAddr
 	if ec.openAIBaseURL != "" {
 		openAIURL = ec.openAIBaseURL

@@ -74,6 +74,7 @@ func (r *Router) Release(name string) {
 	if g != nil {
 		g.release()
 	}
+	t.queue.Kick()
 }
 
 // dropGoneSlots frees the tenant's slots of calls that ran on nodes no
@@ -275,6 +276,7 @@ func (r *Router) applyOnce(t *tenant, now int64, from string, ds []limiter.Delta
 			t.lim.ApplyFrom(now, from, d)
 		}
 		r.spillCarriedEnded(t, ds)
+		t.queue.Kick()
 	}
 	return len(ds)
 }

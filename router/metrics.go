@@ -26,6 +26,8 @@ type metrics struct {
 	clientGone prometheus.Counter
 	// spillover counts tenants switched to and from spillover, by phase.
 	spillover *prometheus.CounterVec
+	// queueWaited is how long requests waited in a tenant's line.
+	queueWaited *prometheus.HistogramVec
 
 	mu      sync.Mutex
 	tenants map[string]*tenantCounters
@@ -36,6 +38,7 @@ type metrics struct {
 type tenantCounters struct {
 	allowed, requests, tokens, concurrency prometheus.Counter
 	upstream                               prometheus.Counter // refused for the provider's limit
+	queue                                  prometheus.Counter // refused after waiting (full line, wait budget spent)
 	reserved, settled                      prometheus.Counter
 }
 
@@ -82,9 +85,14 @@ func newMetrics() *metrics {
 			Name: "ringgate_spillover_total",
 			Help: "Hot tenants switched to spillover (on) and back (off) by their owner, refused a switch (refused), or left by this node as an edge (left).",
 		}, []string{"phase"}),
+		queueWaited: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "ringgate_queue_wait_seconds",
+			Help:    "How long requests refused by their tenant's limits waited in its line, by class (admitted or not).",
+			Buckets: []float64{.001, .005, .025, .1, .25, .5, 1, 2, 5, 15, 60},
+		}, []string{"class"}),
 		tenants: make(map[string]*tenantCounters),
 	}
-	m.reg.MustRegister(m.decisions, m.tokens, m.upstream, m.inflight, m.hopsRefused, m.deltasSent, m.deltasApplied, m.fallbackReported, m.clientGone, m.spillover,
+	m.reg.MustRegister(m.decisions, m.tokens, m.upstream, m.inflight, m.hopsRefused, m.deltasSent, m.deltasApplied, m.fallbackReported, m.clientGone, m.spillover, m.queueWaited,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
@@ -101,6 +109,7 @@ func (m *metrics) tenant(name string) *tenantCounters {
 		tokens:      m.decisions.WithLabelValues(name, "tokens"),
 		concurrency: m.decisions.WithLabelValues(name, "concurrency"),
 		upstream:    m.decisions.WithLabelValues(name, "upstream"),
+		queue:       m.decisions.WithLabelValues(name, "queue"),
 		reserved:    m.tokens.WithLabelValues(name, "reserved"),
 		settled:     m.tokens.WithLabelValues(name, "settled"),
 	}

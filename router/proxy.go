@@ -244,6 +244,12 @@ func (r *Router) serveLocalOnce(ctx *fasthttp.RequestCtx, ep upstream.Endpoint, 
 	if sp != nil {
 		return r.admitSpilled(ctx, ep, st, c, hops)
 	}
+	class := classOf(t, &ctx.Request.Header)
+	queued := owned && t.queueWait(class) > 0
+	if queued && t.queue.Waiting() > 0 {
+		// Others wait already: behind them, in order.
+		return r.admitQueued(ctx, ep, st, c, hops, class, nil)
+	}
 	var d limiter.Decision
 	c.tk, d = lim.Admit(r.clock(), int64(c.res.Total))
 	if d.Moved {
@@ -255,6 +261,10 @@ func (r *Router) serveLocalOnce(ctx *fasthttp.RequestCtx, ep upstream.Endpoint, 
 			return r.serveLocalOnce(ctx, ep, st, t, lim, hops, retrySpill)
 		}
 		return r.movedOn(ctx, t, lim, hops)
+	}
+	if !d.Allowed && queued && !d.TooLarge && (d.Limited == limiter.Concurrency || d.RetryAfter < t.queueWait(class)) {
+		r.cancelBudgets(c)
+		return r.admitQueued(ctx, ep, st, c, hops, class, &d)
 	}
 	setRateHeaders(&ctx.Response.Header, &d)
 	if !d.Allowed {
@@ -552,12 +562,13 @@ func (r *Router) finish(c *call, u upstream.Usage, ok bool, countedCompletion in
 		if d, handed := c.lim.FinishOrHand(r.clock(), &c.tk, int64(actual)); handed {
 			r.reportDelta(c.t, d)
 		}
+		c.t.queue.Kick() // a slot freed, tokens settled
 		if sp := c.t.spill.Load(); sp != nil && sp.owner == r.node {
 			// Admitted before the tenant spilled: its slot was carried
 			// into the budget, its tokens seeded at its reservation.
 			sp.budget.ReleaseCarried()
 			if fd.Tokens > 0 {
-				sp.budget.Charge(lease.Use{Bucket: fd.Bucket, Amount: lease.Amount{Tokens: fd.Tokens}})
+				sp.budget.Charge(r.clock(), lease.Use{Bucket: fd.Bucket, Amount: lease.Amount{Tokens: fd.Tokens}}, false)
 			}
 		}
 	} else {

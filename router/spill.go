@@ -340,6 +340,7 @@ func (r *Router) spillOn(ctx context.Context, name string, rate float64) {
 		return
 	}
 	close(sp.ready)
+	t.queue.Kick() // those waiting are decided on the spill
 	r.ownerSpills.Add(1)
 	r.metrics.spillover.WithLabelValues("on").Inc()
 	r.log.Info("spillover", "phase", "on", "tenant", name, "rate", round1(rate),
@@ -566,6 +567,7 @@ func (r *Router) spillOff(name string, sp *spill, reason string) {
 	t.spill.CompareAndSwap(sp, nil)
 	t.spill.endEpoch(sp.epoch)
 	sp.mu.Unlock()
+	t.queue.Kick()
 	r.leaser.Retire(sp.key)
 	r.ownerSpills.Add(-1)
 	r.metrics.spillover.WithLabelValues("off").Inc()
@@ -765,25 +767,27 @@ func (r *Router) leaveSpill(t *tenant, sp *spill, reason string) bool {
 	return delivered
 }
 
-// spillCarriedEnded frees, in a spill this node owns, the slots carried
-// over from before the seal whose calls ds report ended (a call on another
-// node: an old spill's, or a fallback share's), and charges the budget
-// with what they settled above their reservation. A call admitted in this
-// spill carries its epoch.
+// spillCarriedEnded brings into a spill this node owns what ds report of
+// calls admitted outside it (a call carries its spill's epoch; these have
+// another, or none): one a fallback share admitted and reported only after
+// the seal is charged to the budget, its slot carried; the end of a carried
+// call frees its slot, and what it settled above its reservation is
+// charged.
 func (r *Router) spillCarriedEnded(t *tenant, ds []limiter.Delta) {
 	sp := t.spill.Load()
 	if sp == nil || sp.owner != r.node {
 		return
 	}
+	now := r.clock()
 	for _, d := range ds {
-		if d.Epoch == sp.epoch || d.Requests != 0 {
+		if d.Epoch == sp.epoch && d.Epoch != 0 {
 			continue
 		}
 		if d.Slots < 0 {
 			sp.budget.ReleaseCarried()
 		}
-		if d.Tokens > 0 {
-			sp.budget.Charge(lease.Use{Bucket: d.Bucket, Amount: lease.Amount{Tokens: d.Tokens}})
+		if a := (lease.Amount{Requests: max(0, d.Requests), Tokens: max(0, d.Tokens)}); a.Requests > 0 || a.Tokens > 0 {
+			sp.budget.Charge(now, lease.Use{Bucket: d.Bucket, Amount: a}, d.Slots > 0)
 		}
 	}
 }

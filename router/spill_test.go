@@ -196,3 +196,32 @@ func deadAddr(t *testing.T) string {
 	ln.Close()
 	return addr
 }
+
+// A fallback share's admission that reaches the owner only after the seal
+// (an edge that could not reach the owner for a moment) is counted by the
+// budget too, its slot carried until its end: before, the owner's limiter
+// counted it and the budget did not, one request over the limit (seen in
+// CI under load).
+func TestSpillLateFallbackAdmissionCounted(t *testing.T) {
+	p := newSpillPair(t)
+	sp := p.start(t)
+	to := p.owner.state.Load().byName["acme"]
+	before := sp.budget.Stats(p.owner.clock())
+	mirror := limiter.NewTenant(limiter.Limits{}, 4*time.Second, 10*time.Minute)
+	tk, _ := mirror.Admit(p.owner.clock(), 10)
+	p.owner.applyOnce(to, p.owner.clock(), "edge", []limiter.Delta{limiter.DeltaOf(&tk)})
+	after := sp.budget.Stats(p.owner.clock())
+	if after.SlotsUsed != before.SlotsUsed+1 {
+		t.Errorf("slots %d → %d, want one more for the reported call", before.SlotsUsed, after.SlotsUsed)
+	}
+	if !poll(2*time.Second, func() bool {
+		used, err := p.owner.leaser.Fence(context.Background(), sp.budget, time.Second)
+		return err == nil && used.Requests >= 1
+	}) {
+		t.Error("the store's window never counted the late admission")
+	}
+	p.owner.applyOnce(to, p.owner.clock(), "edge", []limiter.Delta{limiter.FinishDelta(&tk, 10)})
+	if got := sp.budget.Stats(p.owner.clock()).SlotsUsed; got != before.SlotsUsed {
+		t.Errorf("slots %d after the call ended, want %d", got, before.SlotsUsed)
+	}
+}

@@ -4,9 +4,11 @@ import (
 	"fmt"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/ringgate/ringgate/config"
 	"github.com/ringgate/ringgate/limiter"
+	"github.com/ringgate/ringgate/queue"
 	"github.com/ringgate/ringgate/upstream"
 )
 
@@ -45,6 +47,12 @@ type tenant struct {
 	// for the rate.
 	spill    *spillHolder
 	arrivals atomic.Int64
+
+	// queue is the line of requests waiting for room in the tenant's
+	// limits on its owner (queue.go), shared across reloads; waits the
+	// wait budgets by class.
+	queue *queue.Queue
+	waits [2]time.Duration
 }
 
 // state is everything a reload replaces at once; requests read it through an
@@ -114,11 +122,12 @@ func buildState(cfg *config.Config, prev *state, m *metrics, now int64) (*state,
 			fallback = limiter.NewTenant(limits, cfg.Limits.Window, cfg.Limits.SlotTTL)
 		}
 		t := &tenant{name: tc.Name, priority: tc.Priority, limits: limits, lim: lim, fallback: fallback, counts: m.tenant(tc.Name),
-			fb: &fallbackLedger{}, spill: &spillHolder{}}
+			fb: &fallbackLedger{}, spill: &spillHolder{}, queue: &queue.Queue{}}
+		t.waits[queue.Interactive], t.waits[queue.Batch] = tc.Waits(cfg.Queue)
 		if prev != nil {
 			if old := prev.byName[tc.Name]; old != nil {
 				t.ownedUntil.Store(old.ownedUntil.Load())
-				t.fb, t.spill = old.fb, old.spill
+				t.fb, t.spill, t.queue = old.fb, old.spill, old.queue
 			}
 		}
 		st.byName[tc.Name] = t

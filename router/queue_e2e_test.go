@@ -1,0 +1,200 @@
+package router_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"net/http"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/ringgate/ringgate/config"
+	"github.com/ringgate/ringgate/fakeupstream"
+)
+
+// A tenant with 4 slots and 8 clients streaming back to back: the requests
+// its slots have no room for wait in its line and go in as each stream
+// ends, instead of a 429 each. The same load without the queue is the
+// baseline, in the same run.
+func TestQueueConcurrencyStreams(t *testing.T) {
+	const slots, clients = 4, 8
+	const dur = 3 * time.Second
+	run := func(q *config.Queue) (codes map[int]int, refused, used float64, maxAtOnce int, queuedMs []string) {
+		e := newEnv(t, envConfig{
+			tenants: []config.Tenant{tenantCfg("acme", 1_000_000, 1_000_000_000, slots)},
+			fake:    fakeupstream.Options{Latency: 20 * time.Millisecond, ChunkInterval: 4 * time.Millisecond, CompletionMin: 40, CompletionMax: 60},
+			queue:   q,
+		})
+		var mu sync.Mutex
+		codes = map[int]int{}
+		var wg sync.WaitGroup
+		end := time.Now().Add(dur)
+		for range clients {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for time.Now().Before(end) {
+					r, err := e.sendStream("/v1/chat/completions", keyOf("acme"), chatBody(openAIModel, 50, true, false))
+					if err != nil {
+						t.Error(err)
+						return
+					}
+					mu.Lock()
+					codes[r.status]++
+					if q := r.header.Get("x-ringgate-queued-ms"); q != "" && len(queuedMs) < 5 {
+						queuedMs = append(queuedMs, q)
+					}
+					mu.Unlock()
+					if r.status == http.StatusTooManyRequests {
+						time.Sleep(retryAfterMs(r.header)) // a polite client
+					}
+				}
+			}()
+		}
+		wg.Wait()
+		var busy time.Duration
+		var first, last time.Time
+		for _, rec := range e.fake.Records() {
+			if rec.Finished.IsZero() {
+				continue
+			}
+			busy += rec.Finished.Sub(rec.Received)
+			if first.IsZero() || rec.Received.Before(first) {
+				first = rec.Received
+			}
+			if rec.Finished.After(last) {
+				last = rec.Finished
+			}
+		}
+		total := codes[200] + codes[429]
+		refused = float64(codes[429]) / float64(max(1, total))
+		used = float64(busy) / float64(time.Duration(slots)*last.Sub(first))
+		return codes, refused, used, e.fake.Stats().MaxConcurrent, queuedMs
+	}
+	bCodes, bRefused, bUsed, _, _ := run(nil)
+	codes, refused, used, atOnce, queuedMs := run(&config.Queue{InteractiveWait: 2 * time.Second, BatchWait: 60 * time.Second, MaxDepth: 1000})
+	t.Logf("without the queue: answers %v (%.1f %% refused), slots busy %.0f %%", bCodes, 100*bRefused, 100*bUsed)
+	t.Logf("with the queue: answers %v (%.1f %% refused), slots busy %.0f %%, at most %d at once; some x-ringgate-queued-ms: %v",
+		codes, 100*refused, 100*used, atOnce, queuedMs)
+	if refused > 0.10 {
+		t.Errorf("%.1f %% of the requests refused, want <= 10 %%", 100*refused)
+	}
+	if used < 0.75 {
+		t.Errorf("the slots were busy %.0f %% of the time, want >= 75 %%", 100*used)
+	}
+	if atOnce > slots {
+		t.Errorf("%d calls at once at the provider, limit %d", atOnce, slots)
+	}
+	if len(codes) > 2 || codes[200] == 0 {
+		t.Errorf("unexpected answers: %v", codes)
+	}
+}
+
+// With one slot held, the line fills: a batch request (by header) waits
+// behind interactive ones that came after it; a client that hangs up while
+// it waits leaves the line at once and is never sent; a wait budget spent
+// is a 429 with Retry-After.
+func TestQueueOrderHangupAndBudget(t *testing.T) {
+	e := newEnv(t, envConfig{
+		tenants: []config.Tenant{tenantCfg("acme", 1_000_000, 1_000_000_000, 1)},
+		fake:    fakeupstream.Options{Latency: 400 * time.Millisecond, CompletionMin: 5, CompletionMax: 5},
+		queue:   &config.Queue{InteractiveWait: 3 * time.Second, BatchWait: 5 * time.Second, MaxDepth: 10},
+	})
+	body := func(user string) []byte {
+		b, _ := json.Marshal(map[string]any{"model": openAIModel, "user": user, "max_tokens": 5,
+			"messages": []map[string]string{{"role": "user", "content": "hi"}}})
+		return b
+	}
+	send := func(user string, hdr map[string]string, got chan<- reply) {
+		go func() {
+			r, err := e.do(http.MethodPost, "/v1/chat/completions", keyOf("acme"), body(user), hdr)
+			if err != nil {
+				t.Errorf("%s: %v", user, err)
+			}
+			got <- r
+		}()
+	}
+	queued := func(n int64) {
+		t.Helper()
+		if !poll(settleWait, func() bool { v, err := e.tenant("acme"); return err == nil && v.Queued == n }) {
+			v, _ := e.tenant("acme")
+			t.Fatalf("%d queued, want %d", v.Queued, n)
+		}
+	}
+	got := make(chan reply, 8)
+	send("holder", nil, got) // takes the slot for 400 ms
+	if !poll(settleWait, func() bool { v, err := e.tenant("acme"); return err == nil && v.InFlight.Used == 1 }) {
+		t.Fatal("the first call never took the slot")
+	}
+	send("batch", map[string]string{"x-ringgate-priority": "batch"}, got)
+	queued(1)
+	// A client that gives up while it waits.
+	ctx, cancel := context.WithCancel(context.Background())
+	req := e.request(ctx, http.MethodPost, "/v1/chat/completions", keyOf("acme"), body("quitter"), nil)
+	quit := make(chan struct{})
+	go func() {
+		defer close(quit)
+		if resp, err := e.client.Do(req); err == nil {
+			resp.Body.Close()
+		}
+	}()
+	queued(2)
+	cancel()
+	<-quit
+	queued(1)
+	send("inter-1", nil, got)
+	queued(2)
+	send("inter-2", nil, got)
+	queued(3)
+	for range 4 {
+		if r := <-got; r.status != http.StatusOK {
+			t.Errorf("answer %v", r)
+		}
+	}
+	var order []string
+	for _, rec := range e.fake.Records() {
+		order = append(order, rec.User)
+		if rec.User == "quitter" {
+			t.Error("the request whose client hung up while it waited was sent")
+		}
+	}
+	t.Logf("order at the provider: %v", order)
+	want := []string{"holder", "inter-1", "inter-2", "batch"}
+	if len(order) != len(want) {
+		t.Fatalf("the provider saw %v, want %v", order, want)
+	}
+	for i := range want {
+		if order[i] != want[i] {
+			t.Fatalf("the provider saw %v, want %v", order, want)
+		}
+	}
+
+	// A wait budget spent: the slot held for longer than interactive_wait.
+	e2 := newEnv(t, envConfig{
+		tenants: []config.Tenant{tenantCfg("acme", 1_000_000, 1_000_000_000, 1)},
+		fake:    fakeupstream.Options{Latency: 1500 * time.Millisecond, CompletionMin: 5, CompletionMax: 5},
+		queue:   &config.Queue{InteractiveWait: 300 * time.Millisecond, BatchWait: time.Second, MaxDepth: 10},
+	})
+	hold := make(chan reply, 1)
+	go func() {
+		r, _ := e2.do(http.MethodPost, "/v1/chat/completions", keyOf("acme"), body("holder"), nil)
+		hold <- r
+	}()
+	if !poll(settleWait, func() bool { v, err := e2.tenant("acme"); return err == nil && v.InFlight.Used == 1 }) {
+		t.Fatal("the first call never took the slot")
+	}
+	start := time.Now()
+	r := e2.post("/v1/chat/completions", keyOf("acme"), body("late"), nil)
+	waited := time.Since(start)
+	if r.status != http.StatusTooManyRequests || r.header.Get("Retry-After") == "" || r.header.Get("x-ringgate-queued-ms") == "" {
+		t.Errorf("past the wait budget: %v (headers %v)", r, r.header)
+	}
+	if waited < 300*time.Millisecond || waited > 1200*time.Millisecond {
+		t.Errorf("refused after %v, the budget is 300ms", waited)
+	}
+	if !bytes.Contains(r.body, []byte("rate_limit_exceeded")) {
+		t.Errorf("refusal body: %s", r.body)
+	}
+	<-hold
+}
