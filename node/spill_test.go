@@ -58,16 +58,6 @@ func TestClusterHotTenantSpills(t *testing.T) {
 		}
 		return v.Spillover.Mode
 	}
-	waitLog := func(phase string, n int, timeout time.Duration) bool {
-		deadline := time.Now().Add(timeout)
-		for time.Now().Before(deadline) {
-			if len(owner.log.find(map[string]any{"msg": "spillover", "phase": phase, "tenant": "hot"})) >= n {
-				return true
-			}
-			time.Sleep(clPollEvery)
-		}
-		return false
-	}
 
 	// The calm tenants run throughout.
 	start := time.Now().Add(50 * time.Millisecond)
@@ -88,7 +78,7 @@ func TestClusterHotTenantSpills(t *testing.T) {
 
 	// Burst one: 3 s at 167/s, over every node.
 	hot := c.clLoad("hot", c.live(), 0, start, hotEvery, 3*time.Second, 64)
-	spilled := waitLog("on", 1, time.Second)
+	spilled := spillLogged(owner, "on", "hot", time.Second)
 	var modes []string
 	for _, nd := range c.live() {
 		modes = append(modes, nd.Name()+":"+mode(nd))
@@ -99,7 +89,7 @@ func TestClusterHotTenantSpills(t *testing.T) {
 	}
 	// Quiet: the cluster-wide rate falls to 0, the owner takes it back.
 	quietFrom := time.Now()
-	if !waitLog("off", 1, 3*time.Second) {
+	if !spillLogged(owner, "off", "hot", 3*time.Second) {
 		t.Fatal("the hot tenant never went back to its owner")
 	}
 	t.Logf("back with its owner %v after the burst", time.Since(quietFrom).Round(time.Millisecond))
@@ -179,12 +169,8 @@ func TestClusterSpilledOwnerCrashes(t *testing.T) {
 	start := time.Now().Add(50 * time.Millisecond)
 	done := make(chan []clResult)
 	go func() { done <- c.clLoad("hot", edges, 0, start, 4*time.Millisecond, 6*time.Second, 64) }()
-	deadline := time.Now().Add(3 * time.Second)
-	for len(owner.log.find(map[string]any{"msg": "spillover", "phase": "on", "tenant": "hot"})) == 0 {
-		if time.Now().After(deadline) {
-			t.Fatal("the hot tenant never spilled")
-		}
-		time.Sleep(clPollEvery)
+	if !spillLogged(owner, "on", "hot", 3*time.Second) {
+		t.Fatal("the hot tenant never spilled")
 	}
 	time.Sleep(500 * time.Millisecond) // the load runs meanwhile: pacing
 	crashAt := time.Now()
@@ -232,12 +218,8 @@ func TestClusterSpillRedisDown(t *testing.T) {
 			start := time.Now().Add(50 * time.Millisecond)
 			done := make(chan []clResult)
 			go func() { done <- c.clLoad("hot", c.live(), 0, start, 4*time.Millisecond, 5*time.Second, 64) }()
-			deadline := time.Now().Add(3 * time.Second)
-			for len(owner.log.find(map[string]any{"msg": "spillover", "phase": "on", "tenant": "hot"})) == 0 {
-				if time.Now().After(deadline) {
-					t.Fatal("the hot tenant never spilled")
-				}
-				time.Sleep(clPollEvery)
+			if !spillLogged(owner, "on", "hot", 3*time.Second) {
+				t.Fatal("the hot tenant never spilled")
 			}
 			time.Sleep(300 * time.Millisecond) // the load runs meanwhile: pacing
 			downAt := time.Now()
@@ -247,7 +229,7 @@ func TestClusterSpillRedisDown(t *testing.T) {
 				srv.Pause(2 * time.Second)
 			}
 			backAt := time.Time{}
-			deadline = time.Now().Add(2 * time.Second)
+			deadline := time.Now().Add(2 * time.Second)
 			for backAt.IsZero() && time.Now().Before(deadline) {
 				if len(owner.log.find(map[string]any{"msg": "spillover", "phase": "off", "reason": "store_unreachable"})) > 0 {
 					backAt = time.Now()
@@ -310,12 +292,8 @@ func TestClusterSpilledTenantMoves(t *testing.T) {
 			start := time.Now().Add(50 * time.Millisecond)
 			done := make(chan []clResult)
 			go func() { done <- c.clLoad(name, vias, 0, start, 4*time.Millisecond, 5*time.Second, 64) }()
-			deadline := time.Now().Add(3 * time.Second)
-			for len(owner.log.find(map[string]any{"msg": "spillover", "phase": "on", "tenant": name})) == 0 {
-				if time.Now().After(deadline) {
-					t.Fatal("the tenant never spilled")
-				}
-				time.Sleep(clPollEvery)
+			if !spillLogged(owner, "on", name, 3*time.Second) {
+				t.Fatal("the tenant never spilled")
 			}
 			time.Sleep(500 * time.Millisecond) // the load runs meanwhile: pacing
 			changeAt := time.Now()
@@ -390,5 +368,20 @@ func TestClusterSpillConcurrency(t *testing.T) {
 	// 8 slots of 60 ms calls for 3.5 s: about 470 calls at best.
 	if st.Admitted < 200 {
 		t.Errorf("only %d calls in 3.5 s on 8 slots of 60 ms", st.Admitted)
+	}
+}
+
+// spillLogged polls nd's log, at most timeout, for a spillover line of
+// phase for tenant.
+func spillLogged(nd *clNode, phase, tenant string, timeout time.Duration) bool {
+	deadline := time.Now().Add(timeout)
+	for {
+		if len(nd.log.find(map[string]any{"msg": "spillover", "phase": phase, "tenant": tenant})) > 0 {
+			return true
+		}
+		if time.Now().After(deadline) {
+			return false
+		}
+		time.Sleep(clPollEvery)
 	}
 }

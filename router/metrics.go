@@ -5,6 +5,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+
+	"github.com/ringgate/ringgate/limiter"
 )
 
 // metrics are the node's Prometheus counters. Each router has its own
@@ -95,6 +97,18 @@ func newMetrics() *metrics {
 	m.reg.MustRegister(m.decisions, m.tokens, m.upstream, m.inflight, m.hopsRefused, m.deltasSent, m.deltasApplied, m.fallbackReported, m.clientGone, m.spillover, m.queueWaited,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
+}
+
+// refused counts a refusal by the dimension that refused.
+func (c *tenantCounters) refused(d limiter.Dimension) {
+	switch d {
+	case limiter.Requests:
+		c.requests.Inc()
+	case limiter.Tokens:
+		c.tokens.Inc()
+	case limiter.Concurrency:
+		c.concurrency.Inc()
+	}
 }
 
 func (m *metrics) tenant(name string) *tenantCounters {

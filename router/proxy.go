@@ -269,14 +269,7 @@ func (r *Router) serveLocalOnce(ctx *fasthttp.RequestCtx, ep upstream.Endpoint, 
 	setRateHeaders(&ctx.Response.Header, &d)
 	if !d.Allowed {
 		r.cancelBudgets(c)
-		switch d.Limited {
-		case limiter.Requests:
-			t.counts.requests.Inc()
-		case limiter.Tokens:
-			t.counts.tokens.Inc()
-		case limiter.Concurrency:
-			t.counts.concurrency.Inc()
-		}
+		t.counts.refused(d.Limited)
 		refuse(ctx, &d, st.cfg.Limits.Window, int64(c.res.Total))
 		return false
 	}
@@ -293,20 +286,11 @@ func (r *Router) serveLocalOnce(ctx *fasthttp.RequestCtx, ep upstream.Endpoint, 
 func (r *Router) admitSpilled(ctx *fasthttp.RequestCtx, ep upstream.Endpoint, st *state, c *call, hops int) bool {
 	t, sp := c.t, c.sp
 	sp.mu.RLock()
-	if sp.closed.Load() {
-		// Ended meanwhile: decided the usual way (ownerSpill and
-		// edgeSpill skip a closed spill, so this does not come back).
-		sp.mu.RUnlock()
-		r.cancelBudgets(c)
-		if sp.owner == r.node {
-			return r.serveLocalOnce(ctx, ep, st, t, t.lim, hops, retryLimiter)
-		}
-		return r.serveAPI(ctx, ep)
-	}
-	bd := r.takeSpill(sp, c)
-	if !bd.Allowed && sp.budget.Fenced() {
-		// The owner is ending the spill: decided the usual way, once it
-		// has (an edge hands the request to the owner).
+	// Ended meanwhile, or ending (fenced): decided the usual way, once the
+	// owner decides alone (ownerSpill and edgeSpill skip a closed or
+	// fenced spill, so this does not come back; an edge hands the request
+	// to the owner).
+	redecide := func() bool {
 		sp.mu.RUnlock()
 		r.cancelBudgets(c)
 		if sp.owner == r.node {
@@ -315,19 +299,19 @@ func (r *Router) admitSpilled(ctx *fasthttp.RequestCtx, ep upstream.Endpoint, st
 		}
 		return r.serveAPI(ctx, ep)
 	}
+	if sp.closed.Load() {
+		return redecide()
+	}
+	bd := r.takeSpill(sp, c)
+	if !bd.Allowed && sp.budget.Fenced() {
+		return redecide()
+	}
 	d := spillDecision(t, &bd, st.cfg.Limits.Window)
 	setRateHeaders(&ctx.Response.Header, &d)
 	if !bd.Allowed {
 		sp.mu.RUnlock()
 		r.cancelBudgets(c)
-		switch bd.Limited {
-		case limiter.Requests:
-			t.counts.requests.Inc()
-		case limiter.Tokens:
-			t.counts.tokens.Inc()
-		case limiter.Concurrency:
-			t.counts.concurrency.Inc()
-		}
+		t.counts.refused(bd.Limited)
 		refuse(ctx, &d, st.cfg.Limits.Window, int64(c.res.Total))
 		return false
 	}

@@ -146,7 +146,7 @@ func (r *Router) admitQueued(ctx *fasthttp.RequestCtx, ep upstream.Endpoint, st 
 		return false
 	case refusedForGood:
 		setRateHeaders(&ctx.Response.Header, &last)
-		t.counts.tokens.Inc()
+		t.counts.refused(last.Limited)
 		refuse(ctx, &last, st.cfg.Limits.Window, int64(c.res.Total))
 		return false
 	}

@@ -126,8 +126,9 @@ func New(o Options) (*Router, error) {
 }
 
 // peerTimeouts are the read budgets of a hop: forward_timeout if set, else
-// the longest upstream budgets plus a margin, so the owner, not the edge,
-// decides when an upstream is too slow.
+// the longest wait in a tenant's queue and upstream budgets plus a margin,
+// so the owner, not the edge, decides when a request waited or an upstream
+// took too long.
 func peerTimeouts(cfg *config.Config) (first, idle time.Duration) {
 	if t := cfg.Cluster.ForwardTimeout; t > 0 {
 		return t, t
@@ -142,7 +143,11 @@ func peerTimeouts(cfg *config.Config) (first, idle time.Duration) {
 	if idle <= 0 {
 		idle = first
 	}
-	return first + 5*time.Second, idle + 5*time.Second
+	wait := max(cfg.Queue.InteractiveWait, cfg.Queue.BatchWait)
+	for i := range cfg.Tenants {
+		wait = max(wait, cfg.Tenants[i].InteractiveWait, cfg.Tenants[i].BatchWait)
+	}
+	return first + wait + 5*time.Second, idle + 5*time.Second
 }
 
 // Reload swaps in a new configuration's tenants, limits and upstreams. Usage
