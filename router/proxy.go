@@ -244,11 +244,11 @@ func (r *Router) serveLocalOnce(ctx *fasthttp.RequestCtx, ep upstream.Endpoint, 
 	if sp != nil {
 		return r.admitSpilled(ctx, ep, st, c, hops)
 	}
-	class := classOf(t, &ctx.Request.Header)
-	queued := owned && t.queueWait(class) > 0
-	if queued && t.queue.Waiting() > 0 {
-		// Others wait already: behind them, in order.
-		return r.admitQueued(ctx, ep, st, c, hops, class, nil)
+	if owned && t.queue.Waiting() > 0 {
+		if class := classOf(t, &ctx.Request.Header); t.queueWait(class) > 0 {
+			// Others wait already: behind them, in order.
+			return r.admitQueued(ctx, ep, st, c, hops, class, nil)
+		}
 	}
 	var d limiter.Decision
 	c.tk, d = lim.Admit(r.clock(), int64(c.res.Total))
@@ -262,9 +262,13 @@ func (r *Router) serveLocalOnce(ctx *fasthttp.RequestCtx, ep upstream.Endpoint, 
 		}
 		return r.movedOn(ctx, t, lim, hops)
 	}
-	if !d.Allowed && queued && !d.TooLarge && (d.Limited == limiter.Concurrency || d.RetryAfter < t.queueWait(class)) {
-		r.cancelBudgets(c)
-		return r.admitQueued(ctx, ep, st, c, hops, class, &d)
+	if !d.Allowed && owned && !d.TooLarge {
+		if class := classOf(t, &ctx.Request.Header); t.queueWait(class) > 0 &&
+			(d.Limited == limiter.Concurrency || d.RetryAfter < t.queueWait(class)) {
+			// Room within the wait budget: the request waits for it.
+			r.cancelBudgets(c)
+			return r.admitQueued(ctx, ep, st, c, hops, class, &d)
+		}
 	}
 	setRateHeaders(&ctx.Response.Header, &d)
 	if !d.Allowed {

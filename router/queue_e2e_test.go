@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"net/http"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -197,4 +198,80 @@ func TestQueueOrderHangupAndBudget(t *testing.T) {
 		t.Errorf("refusal body: %s", r.body)
 	}
 	<-hold
+}
+
+// At twice a tenant's concurrency, interactive and batch clients together
+// (batch by header): interactive requests wait within their budget while
+// batch ones still progress with their share.
+func TestQueueInteractiveBeforeBatch(t *testing.T) {
+	const slots = 2
+	e := newEnv(t, envConfig{
+		tenants: []config.Tenant{tenantCfg("acme", 1_000_000, 1_000_000_000, slots)},
+		fake:    fakeupstream.Options{Latency: 50 * time.Millisecond, CompletionMin: 5, CompletionMax: 5},
+		queue:   &config.Queue{InteractiveWait: time.Second, BatchWait: 20 * time.Second, MaxDepth: 1000},
+	})
+	type result struct {
+		batch  bool
+		status int
+		took   time.Duration
+	}
+	var mu sync.Mutex
+	var res []result
+	var wg sync.WaitGroup
+	end := time.Now().Add(3 * time.Second)
+	client := func(batch bool) {
+		defer wg.Done()
+		hdr := map[string]string{}
+		if batch {
+			hdr["x-ringgate-priority"] = "batch"
+		}
+		for time.Now().Before(end) {
+			start := time.Now()
+			r, err := e.do(http.MethodPost, "/v1/chat/completions", keyOf("acme"), chatBody(openAIModel, 5, false, false), hdr)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			mu.Lock()
+			res = append(res, result{batch, r.status, time.Since(start)})
+			mu.Unlock()
+		}
+	}
+	for i := range 6 { // 2 interactive, 4 batch: three times the slots
+		wg.Add(1)
+		go client(i >= 2)
+	}
+	wg.Wait()
+	var inter, batch []time.Duration
+	refused := map[bool]int{}
+	for _, r := range res {
+		if r.status != http.StatusOK {
+			refused[r.batch]++
+			continue
+		}
+		if r.batch {
+			batch = append(batch, r.took)
+		} else {
+			inter = append(inter, r.took)
+		}
+	}
+	pct := func(ds []time.Duration, q float64) time.Duration {
+		if len(ds) == 0 {
+			return 0
+		}
+		s := slices.Clone(ds)
+		slices.Sort(s)
+		return s[min(len(s)-1, int(q*float64(len(s))))]
+	}
+	t.Logf("interactive: %d admitted (%d refused), median %v, p99 %v; batch: %d admitted (%d refused), median %v",
+		len(inter), refused[false], pct(inter, 0.5), pct(inter, 0.99), len(batch), refused[true], pct(batch, 0.5))
+	if refused[false] > 0 || pct(inter, 0.99) > time.Second+200*time.Millisecond {
+		t.Errorf("interactive requests waited past their 1 s budget: p99 %v, %d refused", pct(inter, 0.99), refused[false])
+	}
+	if len(batch) < (len(inter)+len(batch))/8 {
+		t.Errorf("batch got %d of %d admissions: starved", len(batch), len(inter)+len(batch))
+	}
+	if pct(inter, 0.5) >= pct(batch, 0.5) {
+		t.Errorf("interactive median %v, batch %v: interactive should go first", pct(inter, 0.5), pct(batch, 0.5))
+	}
 }
