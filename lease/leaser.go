@@ -73,6 +73,12 @@ func (l *Leaser) Budget(cfg Config, members func() int) *Budget {
 	}
 	b := NewBudget(cfg, members)
 	b.storeless = l.store == nil
+	if b.storeless {
+		// On its share from the first request, not from the first round
+		// of the loop (a request before it found no slot at all).
+		b.downSince = l.clock()
+		b.down.Store(true)
+	}
 	b.wake = l.kick
 	l.budgets[cfg.Key] = b
 	return b

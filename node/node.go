@@ -245,6 +245,7 @@ func (n *Node) onRing(from, to *ring.Ring) {
 		n.mu.Unlock()
 		n.publish()
 	})
+	n.router.KickQueues(lost) // frozen now: their waiting requests go to the new owners
 	n.mu.Lock()
 	since := time.Since(n.changedAt)
 	n.mu.Unlock()

@@ -66,6 +66,7 @@ type Queue struct {
 	lines      [2]list.List
 	sinceBatch int         // admissions from the line since the last batch one
 	trying     *waiter     // the head while it tries
+	kicked     bool        // a Kick came while the head tried: the next head tries at once
 	timer      *time.Timer // the head's retry
 }
 
@@ -123,6 +124,12 @@ func (q *Queue) Wait(c Class, maxDepth int, deadline time.Time, cancel <-chan st
 		done, retry := try()
 		q.mu.Lock()
 		q.trying = nil
+		if q.kicked {
+			// Room may have freed while it tried: whoever is head now
+			// tries again.
+			q.kicked = false
+			q.wakeHead()
+		}
 		if done {
 			q.remove(w, true)
 			q.mu.Unlock()
@@ -146,13 +153,21 @@ func (q *Queue) Kick() {
 		return
 	}
 	q.mu.Lock()
+	if q.trying != nil {
+		q.kicked = true
+	}
+	q.wakeHead()
+	q.mu.Unlock()
+}
+
+// wakeHead wakes the head; q.mu is held.
+func (q *Queue) wakeHead() {
 	if h := q.head(); h != nil {
 		select {
 		case h.wake <- struct{}{}:
 		default:
 		}
 	}
-	q.mu.Unlock()
 }
 
 // head is the waiter whose turn it is; q.mu is held.

@@ -137,3 +137,43 @@ func BenchmarkKickEmpty(b *testing.B) {
 		q.Kick()
 	}
 }
+
+// A Kick that comes while the head is trying is not lost: when its try
+// fails, whoever is head then tries again at once, not at the next timer.
+func TestKickWhileTrying(t *testing.T) {
+	var q Queue
+	s := &slots{}
+	inTry := make(chan struct{})
+	release := make(chan struct{})
+	slow := func() (bool, time.Duration) {
+		select {
+		case inTry <- struct{}{}:
+			<-release
+		default:
+		}
+		return false, 0
+	}
+	go func() { _, _ = q.Wait(Batch, 10, time.Now().Add(3*time.Second), nil, slow) }()
+	<-inTry // the batch head is trying
+	got := make(chan error, 1)
+	go func() {
+		_, err := q.Wait(Interactive, 10, time.Now().Add(time.Second), nil, s.try("i"))
+		got <- err
+	}()
+	waitUntil(t, func() bool { return q.Waiting() == 2 })
+	time.Sleep(20 * time.Millisecond) // pacing: the newcomer has seen the head busy and waits
+	s.mu.Lock()
+	s.free = 1
+	s.mu.Unlock()
+	q.Kick()                          // while the batch head still tries
+	time.Sleep(20 * time.Millisecond) // pacing: the Kick has been seen
+	close(release)
+	select {
+	case err := <-got:
+		if err != nil {
+			t.Fatalf("interactive waiter: %v", err)
+		}
+	case <-time.After(500 * time.Millisecond):
+		t.Fatal("the Kick that came during a try was lost")
+	}
+}

@@ -60,6 +60,8 @@ type envConfig struct {
 	// queue, if set, is the [queue] table; without it refusals answer at
 	// once (the tests of the limits count them).
 	queue *config.Queue
+	// openAI, if set, changes the OpenAI upstream (its provider limits).
+	openAI func(*config.Upstream)
 }
 
 // env is a running fake upstream and a ringgate node in front of it.
@@ -142,6 +144,9 @@ func newEnv(t testing.TB, ec envConfig) *env {
 	cfg.Upstreams = []config.Upstream{
 		up("openai", config.KindOpenAI, openAIURL, openAIUpKey, openAIModel),
 		up("anthropic", config.KindAnthropic, "http://"+fakeAddr, anthropicUpKey, anthropicModel),
+	}
+	if ec.openAI != nil {
+		ec.openAI(&cfg.Upstreams[0])
 	}
 	cfg.Tenants = ec.tenants
 	cfg.Node.Gossip = "127.0.0.1:0"

@@ -53,6 +53,7 @@ func (r *Router) serveHandoff(ctx *fasthttp.RequestCtx) {
 	}
 	r.endOwnedSpills(m.Tenants) // the members stop before the state leaves
 	replies := (*f)(info.from, m.Tenants)
+	r.KickQueues(m.Tenants) // frozen: those waiting go to the asker
 	ctx.SetContentType("application/octet-stream")
 	ctx.SetBody(handoff.EncodeReplies(nil, r.node, r.clock(), replies))
 }

@@ -246,7 +246,9 @@ func (r *Router) serveLocalOnce(ctx *fasthttp.RequestCtx, ep upstream.Endpoint, 
 	}
 	if owned && t.queue.Waiting() > 0 {
 		if class := classOf(t, &ctx.Request.Header); t.queueWait(class) > 0 {
-			// Others wait already: behind them, in order.
+			// Others wait already: behind them, in order (the budgets
+			// are taken again when its turn comes).
+			r.cancelBudgets(c)
 			return r.admitQueued(ctx, ep, st, c, hops, class, nil)
 		}
 	}

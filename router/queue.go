@@ -42,6 +42,34 @@ func classOf(t *tenant, h *fasthttp.RequestHeader) queue.Class {
 // queueWait is how long a request of class may wait for t (0: it may not).
 func (t *tenant) queueWait(c queue.Class) time.Duration { return t.waits[c] }
 
+// refusalNow names what refuses a request that waited without its turn
+// coming, from the limiter's view now, and when room is due.
+func refusalNow(d limiter.Decision) limiter.Decision {
+	switch {
+	case d.LimitConcurrency > 0 && d.InFlight >= d.LimitConcurrency:
+		d.Limited, d.RetryAfter = limiter.Concurrency, time.Second
+	case d.LimitRequests > 0 && d.RemainingRequests <= 0:
+		d.Limited, d.RetryAfter = limiter.Requests, d.ResetRequests
+	case d.LimitTokens > 0:
+		d.Limited, d.RetryAfter = limiter.Tokens, d.ResetTokens
+	default:
+		d.Limited, d.RetryAfter = limiter.Concurrency, time.Second
+	}
+	d.RetryAfter = max(d.RetryAfter, time.Millisecond)
+	return d
+}
+
+// KickQueues tells the queues of the tenants named that their state
+// changed (handed over: those waiting are decided by the new owner).
+func (r *Router) KickQueues(names []string) {
+	st := r.state.Load()
+	for _, name := range names {
+		if t := st.byName[name]; t != nil {
+			t.queue.Kick()
+		}
+	}
+}
+
 // outcome is how a queued request's last try ended.
 type outcome uint8
 
@@ -69,6 +97,7 @@ func (r *Router) admitQueued(ctx *fasthttp.RequestCtx, ep upstream.Endpoint, st 
 	if first != nil {
 		last, tried = *first, true
 	}
+	r.cancelBudgets(c) // each try takes them afresh
 	try := func() (bool, time.Duration) {
 		if bd, what, ok := r.takeBudgets(st, c); !ok {
 			out, budget, budgetOn = refusedByBudget, bd, what
@@ -125,8 +154,7 @@ func (r *Router) admitQueued(ctx *fasthttp.RequestCtx, ep upstream.Endpoint, st 
 		// Full, or the wait budget spent: refused with what the limiter
 		// says of the room (when it frees).
 		if !tried {
-			last = c.lim.Peek(r.clock())
-			last.Limited, last.RetryAfter = limiter.Concurrency, time.Second
+			last = refusalNow(c.lim.Peek(r.clock()))
 		}
 		setRateHeaders(&ctx.Response.Header, &last)
 		t.counts.queue.Inc()

@@ -275,3 +275,65 @@ func TestQueueInteractiveBeforeBatch(t *testing.T) {
 		t.Errorf("interactive median %v, batch %v: interactive should go first", pct(inter, 0.5), pct(batch, 0.5))
 	}
 }
+
+// Requests that join a line behind others, on an upstream with its own
+// and a model's limits: each takes the provider's budgets only when its
+// turn comes, and gives them back when it is refused after waiting. Before,
+// a joiner kept the budgets it took before joining and took them again
+// when its turn came (an index out of range: the process died), and one
+// refused after waiting never gave them back.
+func TestQueueJoinerProviderBudgets(t *testing.T) {
+	e := newEnv(t, envConfig{
+		tenants: []config.Tenant{tenantCfg("acme", 1_000_000, 1_000_000_000, 1)},
+		fake:    fakeupstream.Options{Latency: 500 * time.Millisecond, CompletionMin: 5, CompletionMax: 5},
+		queue:   &config.Queue{InteractiveWait: 5 * time.Second, BatchWait: 5 * time.Second, MaxDepth: 2},
+		openAI: func(u *config.Upstream) {
+			u.RPM, u.Concurrency = 100000, 50
+			u.ModelLimits = []config.ModelLimit{{Model: openAIModel, RPM: 100000}}
+		},
+	})
+	got := make(chan reply, 8)
+	for i := range 5 { // 1 runs, 2 wait (the second joins behind the first), 2 find the line full
+		go func() {
+			r, err := e.do(http.MethodPost, "/v1/chat/completions", keyOf("acme"), chatBody(openAIModel, 5, false, false), nil)
+			if err != nil {
+				t.Error(err)
+			}
+			got <- r
+		}()
+		if !poll(settleWait, func() bool {
+			v, err := e.tenant("acme")
+			return err == nil && v.InFlight.Used == 1 && v.Queued == int64(min(i, 2))
+		}) {
+			v, err := e.tenant("acme")
+			t.Fatalf("request %d: not in flight or queued as expected: %+v %v", i, v, err)
+		}
+	}
+	codes := map[int]int{}
+	for range 5 {
+		codes[(<-got).status]++
+	}
+	t.Logf("answers %v", codes)
+	if codes[200] != 3 || codes[429] != 2 {
+		t.Errorf("answers %v, want 3 admitted and 2 refused (line of 2)", codes)
+	}
+	var v struct {
+		Upstreams []struct {
+			Name   string `json:"name"`
+			Budget struct {
+				Lease struct {
+					SlotsInFlight int64 `json:"slots_in_flight"`
+				} `json:"lease"`
+			} `json:"budget"`
+		} `json:"upstreams"`
+	}
+	if !poll(settleWait, func() bool {
+		r := e.get("/upstreams", "")
+		if json.Unmarshal(r.body, &v) != nil || len(v.Upstreams) == 0 {
+			return false
+		}
+		return v.Upstreams[0].Budget.Lease.SlotsInFlight == 0
+	}) {
+		t.Errorf("the provider's slots in flight stay at %d after every call ended", v.Upstreams[0].Budget.Lease.SlotsInFlight)
+	}
+}

@@ -171,6 +171,9 @@ func (r *Router) Reload(cfg *config.Config) error {
 	r.state.Store(st)
 	r.trackOwnership(r.view.Load())
 	r.reloadSpills(st)
+	for _, t := range st.byName {
+		t.queue.Kick() // new limits: the heads try again now
+	}
 	r.log.Info("reload", "tenants", len(cfg.Tenants), "upstreams", len(cfg.Upstreams))
 	return nil
 }
