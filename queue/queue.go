@@ -53,9 +53,10 @@ var (
 	ErrCanceled = errors.New("wait canceled")
 )
 
-// Try is one attempt at admission. done: it was decided (admitted, or
-// refused for good), the wait is over; else retry is when capacity is
-// expected (0: only a Kick will tell).
+// Try is one attempt at admission. done: it was decided, the wait is over
+// — admitted, or, with retry < 0, decided otherwise (refused for good,
+// sent elsewhere), which does not count in the batch share; else retry is
+// when capacity is expected (0: only a Kick will tell).
 type Try func() (done bool, retry time.Duration)
 
 // Queue is one limit's line. The zero Queue is ready.
@@ -131,7 +132,7 @@ func (q *Queue) Wait(c Class, maxDepth int, deadline time.Time, cancel <-chan st
 			q.wakeHead()
 		}
 		if done {
-			q.remove(w, true)
+			q.remove(w, retry >= 0)
 			q.mu.Unlock()
 			q.Kick() // the next one may fit too
 			return time.Since(w.since), nil

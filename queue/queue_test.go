@@ -177,3 +177,36 @@ func TestKickWhileTrying(t *testing.T) {
 		t.Fatal("the Kick that came during a try was lost")
 	}
 }
+
+// Only admissions count in the batch share: requests decided otherwise
+// (refused for good, sent to another node) do not hand batch a turn early.
+func TestBatchShareCountsAdmissions(t *testing.T) {
+	var q Queue
+	s := &slots{}
+	var wg sync.WaitGroup
+	wait := func(name string, c Class, try Try) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if _, err := q.Wait(c, 10, time.Now().Add(2*time.Second), nil, try); err != nil {
+				t.Errorf("%s: %v", name, err)
+			}
+		}()
+	}
+	wait("b", Batch, s.try("b"))
+	waitUntil(t, func() bool { return q.Depth(Batch) == 1 })
+	var decided atomic.Int32
+	for i := range 3 {
+		wait("gone", Interactive, func() (bool, time.Duration) { decided.Add(1); return true, -1 })
+		waitUntil(t, func() bool { return decided.Load() == int32(i+1) }) // decided before the next comes
+	}
+	wait("i", Interactive, s.try("i"))
+	waitUntil(t, func() bool { return q.Depth(Interactive) == 1 })
+	s.release(&q)
+	waitUntil(t, func() bool { s.mu.Lock(); defer s.mu.Unlock(); return len(s.order) == 1 })
+	s.release(&q)
+	wg.Wait()
+	if s.order[0] != "i" {
+		t.Errorf("admitted %v: three requests sent elsewhere gave batch the turn", s.order)
+	}
+}

@@ -101,7 +101,7 @@ func (r *Router) admitQueued(ctx *fasthttp.RequestCtx, ep upstream.Endpoint, st 
 	try := func() (bool, time.Duration) {
 		if bd, what, ok := r.takeBudgets(st, c); !ok {
 			out, budget, budgetOn = refusedByBudget, bd, what
-			return true, 0
+			return true, -1
 		}
 		tk, d := c.lim.Admit(r.clock(), int64(c.res.Total))
 		switch {
@@ -111,7 +111,7 @@ func (r *Router) admitQueued(ctx *fasthttp.RequestCtx, ep upstream.Endpoint, st 
 			if c.lim.MovedTo() == "" {
 				out = spilled
 			}
-			return true, 0
+			return true, -1
 		case d.Allowed:
 			c.tk, last, tried, out = tk, d, true, admitted
 			return true, 0
@@ -120,7 +120,7 @@ func (r *Router) admitQueued(ctx *fasthttp.RequestCtx, ep upstream.Endpoint, st 
 		last, tried = d, true
 		if d.TooLarge {
 			out = refusedForGood
-			return true, 0
+			return true, -1
 		}
 		if d.Limited == limiter.Concurrency {
 			// A call's end Kicks the line; the second covers one that
