@@ -205,8 +205,8 @@ func (r *Router) serveLocalOnce(ctx *fasthttp.RequestCtx, ep upstream.Endpoint, 
 	}
 
 	owned := lim == t.lim
-	if owned && again == firstTry {
-		t.arrivals.Add(1)
+	if owned && again == firstTry && st.cfg.Limits.SpilloverRPS > 0 {
+		t.arrivals.Add(1) // the rate that decides a spillover (spill.go)
 	}
 	var sp *spill
 	if s := t.spill.Load(); s != nil {
@@ -548,12 +548,16 @@ func (r *Router) finish(c *call, u upstream.Usage, ok bool, countedCompletion in
 	if c.lim == c.t.lim {
 		// If the tenant was handed over since this call was admitted, its
 		// owner holds the slot and the reservation now.
-		fd := limiter.FinishDelta(&c.tk, int64(actual))
+		sp := c.t.spill.Load()
+		var fd limiter.Delta
+		if sp != nil && sp.owner == r.node {
+			fd = limiter.FinishDelta(&c.tk, int64(actual))
+		}
 		if d, handed := c.lim.FinishOrHand(r.clock(), &c.tk, int64(actual)); handed {
 			r.reportDelta(c.t, d)
 		}
 		c.t.queue.Kick() // a slot freed, tokens settled
-		if sp := c.t.spill.Load(); sp != nil && sp.owner == r.node {
+		if sp != nil && sp.owner == r.node {
 			// Admitted before the tenant spilled: its slot was carried
 			// into the budget, its tokens seeded at its reservation.
 			sp.budget.ReleaseCarried()

@@ -337,3 +337,53 @@ func TestQueueJoinerProviderBudgets(t *testing.T) {
 		t.Errorf("the provider's slots in flight stay at %d after every call ended", v.Upstreams[0].Budget.Lease.SlotsInFlight)
 	}
 }
+
+// Queued requests go in the instant a charge leaves the window, packed at
+// its edge: counted at the provider, the tenant's rpm still holds in every
+// sliding window (shortened only by the loopback delay, as every window
+// audit here is), while the clients get almost no 429.
+func TestQueueHoldsRPMInEveryWindow(t *testing.T) {
+	const rpm, window = 20, 2 * time.Second
+	e := newEnv(t, envConfig{
+		window:  window,
+		tenants: []config.Tenant{tenantCfg("acme", rpm, 1_000_000_000, 100)},
+		fake:    fakeupstream.Options{Latency: 5 * time.Millisecond, CompletionMin: 5, CompletionMax: 5},
+		queue:   &config.Queue{InteractiveWait: 3 * time.Second, BatchWait: 3 * time.Second, MaxDepth: 1000},
+	})
+	var mu sync.Mutex
+	codes := map[int]int{}
+	var wg sync.WaitGroup
+	end := time.Now().Add(3 * window)
+	for range 6 { // back to back: several times the limit
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for time.Now().Before(end) {
+				r, err := e.do(http.MethodPost, "/v1/chat/completions", keyOf("acme"), chatBody(openAIModel, 5, false, false), nil)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				mu.Lock()
+				codes[r.status]++
+				mu.Unlock()
+				if r.status == http.StatusTooManyRequests {
+					time.Sleep(retryAfterMs(r.header))
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	var evs []weighted
+	for _, rec := range e.fake.Records() {
+		evs = append(evs, weighted{at: rec.Received, w: 1})
+	}
+	worst, _ := maxSliding(evs, window-window/64)
+	t.Logf("answers %v; at the provider %d, fullest window %d of %d", codes, len(evs), worst, rpm)
+	if worst > rpm {
+		t.Errorf("%d requests reached the provider within a window, rpm %d", worst, rpm)
+	}
+	if len(evs) < 3*rpm-rpm/2 {
+		t.Errorf("only %d admitted in 3 windows of %d", len(evs), rpm)
+	}
+}
