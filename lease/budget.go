@@ -119,6 +119,13 @@ type Budget struct {
 	// retired: taken from no more (Leaser.Retire): its blocks go back,
 	// none is asked for, its slots are held for the calls still running.
 	retired bool
+
+	// A line of requests waiting for this budget (the router's): room
+	// is told when something may have freed; backlog is how many wait,
+	// counted in the demand a block is sized for.
+	room    func()
+	backlog func() int
+	roomed  bool // a round brought room (a block, slots, the store back or gone): room is told after it
 }
 
 // Stats are a budget's counters and state, for /upstreams and /metrics.
@@ -185,6 +192,45 @@ func NewBudget(cfg Config, members func() int) *Budget {
 	// reload) are not comparable.
 	windowKey := cfg.Key + "/" + strconv.FormatInt(width, 10)
 	return &Budget{cfg: cfg, width: width, windowKey: windowKey, members: members, wake: func() {}}
+}
+
+// Watch tells the budget of the requests waiting for it: room is called
+// (outside the budget's lock) when it may have room again — a slot or
+// tokens given back, a round of store work done — and backlog reports how
+// many wait, for the size of the next block.
+func (b *Budget) Watch(room func(), backlog func() int) {
+	b.mu.Lock()
+	b.room, b.backlog = room, backlog
+	b.mu.Unlock()
+}
+
+// tellRoom calls the room watcher if the round brought room; b.mu is not
+// held. A round that changed nothing tells nothing: a line's head refused
+// for a slot wakes the Leaser, and being told of room after every round
+// would have it try, and wake it, again at once.
+func (b *Budget) tellRoom() {
+	b.mu.Lock()
+	room, roomed := b.room, b.roomed
+	b.roomed = false
+	b.mu.Unlock()
+	if room != nil && roomed {
+		room()
+	}
+}
+
+// roomAfter calls room, taken under the lock, once it is released.
+func (b *Budget) roomAfter(room func()) {
+	if room != nil {
+		room()
+	}
+}
+
+// waitingLocked is the backlog; b.mu is held.
+func (b *Budget) waitingLocked() int64 {
+	if b.backlog == nil {
+		return 0
+	}
+	return int64(b.backlog())
 }
 
 // Key is the budget's store key.
@@ -270,7 +316,13 @@ func (b *Budget) grace() int64 {
 // Take admits one request estimated at tokens, at now (ns): on a block and
 // a slot, or with the store down on what OnStoreDown says; all of them or
 // none.
-func (b *Budget) Take(now, tokens int64) (Ticket, Decision) {
+func (b *Budget) Take(now, tokens int64) (Ticket, Decision) { return b.take(now, tokens, true) }
+
+// Retake is Take for a request asked before (the head of a line trying
+// again): not counted in the demand again, only kept in it.
+func (b *Budget) Retake(now, tokens int64) (Ticket, Decision) { return b.take(now, tokens, false) }
+
+func (b *Budget) take(now, tokens int64, asked bool) (Ticket, Decision) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	var tk Ticket
@@ -280,7 +332,11 @@ func (b *Budget) Take(now, tokens int64) (Ticket, Decision) {
 		d.Limited, d.RetryAfter, d.Renewal = limiter.Requests, time.Duration(b.width), b.seeded
 		return tk, d
 	}
-	b.noteAsked(now, tokens)
+	if b.roll(now); asked || b.asked.Requests == 0 {
+		// A line's retries count once an interval: the line is
+		// still demand, its size counted in want.
+		b.noteAsked(now, tokens)
+	}
 	d.Degraded = b.downSince != 0
 	d.Used = b.stats.Used
 	if b.cfg.Limits.Concurrency > 0 && b.slotsUsed >= b.slotLimit(now) {
@@ -365,6 +421,7 @@ func (b *Budget) record(now, bucket int64, a Amount) {
 // budget refused it): nothing of it reached the provider.
 func (b *Budget) Cancel(now int64, tk *Ticket) {
 	b.mu.Lock()
+	defer b.roomAfter(b.room)
 	defer b.mu.Unlock()
 	if tk.slot {
 		b.slotsUsed--
@@ -396,6 +453,7 @@ func (b *Budget) Cancel(now int64, tk *Ticket) {
 // that settles, its tokens are corrected to actual.
 func (b *Budget) Finish(now int64, tk *Ticket, actual int64) {
 	b.mu.Lock()
+	defer b.roomAfter(b.room)
 	defer b.mu.Unlock()
 	if tk.slot {
 		b.slotsUsed--
@@ -442,6 +500,13 @@ func (b *Budget) liveLeft(now int64) Amount {
 		}
 	}
 	return s
+}
+
+// RetryAfter estimates when a request refused now could be admitted.
+func (b *Budget) RetryAfter(now int64) time.Duration {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.retryAfter(now)
 }
 
 // retryAfter estimates when a refused request could be admitted: when the
@@ -535,6 +600,9 @@ func (b *Budget) want(now int64) Amount {
 	if total.Requests == 0 {
 		return Amount{}
 	}
+	// Those waiting in the line were asked once and are still wanted, on
+	// top of the rate: a node with a long line gets a bigger block.
+	queued := b.waitingLocked()
 	from := b.since
 	if b.prevSince != 0 {
 		from = b.prevSince
@@ -550,7 +618,7 @@ func (b *Budget) want(now int64) Amount {
 	scale := 1.25 * life / float64(elapsed)
 	per := total.Tokens / total.Requests
 	// One request more than the demand, on both dimensions.
-	w := Amount{Requests: int64(float64(total.Requests)*scale) + 1, Tokens: int64(float64(total.Tokens)*scale) + per}
+	w := Amount{Requests: int64(float64(total.Requests)*scale) + 1 + queued, Tokens: int64(float64(total.Tokens)*scale) + per*(1+queued)}
 	w.Requests, w.Tokens = max(w.Requests, b.needed.Requests), max(w.Tokens, b.needed.Tokens)
 	l := b.cfg.Limits
 	if l.Requests <= 0 {
@@ -657,6 +725,7 @@ func (b *Budget) storeFailed(now int64) {
 	if b.downSince == 0 {
 		b.downSince = now
 		b.down.Store(true)
+		b.roomed = true // on_redis_down decides now: open may admit
 	}
 }
 
@@ -666,12 +735,14 @@ func (b *Budget) storeFailed(now int64) {
 // first call that fails (the store is down: the next round tries again).
 // It makes the calls one by one, outside the budget's lock.
 func (b *Budget) maintain(ctx context.Context, st Store, node string, now int64) {
+	defer b.tellRoom()
 	if st == nil {
 		b.mu.Lock()
 		b.storeless = true
 		if b.downSince == 0 {
 			b.downSince = now
 			b.down.Store(true)
+			b.roomed = true
 		}
 		b.dropExpired(now)
 		b.mu.Unlock()
@@ -726,6 +797,7 @@ func (b *Budget) maintain(ctx context.Context, st Store, node string, now int64)
 		// the next round (the store answers again: the share is over).
 		b.late = append(b.late, b.shareUses...)
 		b.downSince, b.share, b.shareUses = 0, nil, nil
+		b.roomed = true
 		b.down.Store(false)
 		b.mu.Unlock()
 	}
@@ -837,6 +909,7 @@ func (b *Budget) maintain(ctx context.Context, st Store, node string, now int64)
 		if usable {
 			b.needed = Amount{}
 			b.blocks = append(b.blocks, &block{gen: reply.Gen, expires: expires, bucket: expires / b.width, granted: g, left: g})
+			b.roomed = true
 			b.retryAt = 0
 		} else if !fresh {
 			b.stats.Empty++
@@ -891,6 +964,7 @@ func (b *Budget) maintain(ctx context.Context, st Store, node string, now int64)
 				b.mu.Unlock()
 				return
 			}
+			b.roomed = b.roomed || held > b.slotsHeld
 			b.slotsHeld, b.slotsUntil = held, now+int64(b.cfg.SlotTTL)
 		}
 	}

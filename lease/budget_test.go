@@ -486,3 +486,64 @@ func TestBudgetFence(t *testing.T) {
 		})
 	}
 }
+
+// A line of requests waiting on a node counts in the block it asks for:
+// the node with 50 waiting gets a block for them, the node without one a
+// block for its rate. A line that keeps retrying past the demand's
+// intervals still gets blocks; the watcher hears of room on a give-back
+// and after a round of store work.
+func TestBudgetBacklog(t *testing.T) {
+	const window = 8 * time.Second
+	for stName, st := range stores(t) {
+		t.Run(stName, func(t *testing.T) {
+			now := int64(1000 * time.Hour)
+			clock := func() int64 { return now }
+			cfg := Config{Key: t.Name(), Limits: limiter.Limits{Requests: 1000}, Window: window}
+			mk := func(node string, waiting int) (*Leaser, *Budget, *int) {
+				l := NewLeaser(LeaserConfig{Store: st, Node: node, Clock: clock})
+				b := l.Budget(cfg, func() int { return 2 })
+				rooms := new(int)
+				b.Watch(func() { *rooms++ }, func() int { return waiting })
+				return l, b, rooms
+			}
+			la, a, _ := mk("a", 0)
+			lb, b, roomsB := mk("b", 50)
+			for _, nb := range []*Budget{a, b} {
+				if _, d := nb.Take(now, 1); d.Allowed {
+					t.Fatal("admitted before any block")
+				}
+			}
+			la.Maintain(context.Background())
+			lb.Maintain(context.Background())
+			leftA, leftB := a.Stats(now).Left.Requests, b.Stats(now).Left.Requests
+			t.Logf("block without a line %d, with 50 waiting %d", leftA, leftB)
+			if leftB < 50 || leftB < leftA+45 {
+				t.Errorf("the node with 50 waiting got a block of %d (the other %d)", leftB, leftA)
+			}
+			if *roomsB == 0 {
+				t.Error("no room told after a round that granted a block")
+			}
+			// The line drains, then waits past two demand intervals
+			// (a block's life each) retrying: it is still wanted.
+			for range leftB {
+				tk, d := b.Retake(now, 1)
+				if !d.Allowed {
+					break
+				}
+				before := *roomsB
+				b.Cancel(now, &tk) // given back: room again
+				if *roomsB == before {
+					t.Fatal("no room told on a give-back")
+				}
+				tk, _ = b.Retake(now, 1)
+				_ = tk
+			}
+			now += 3 * int64(cfg.Window/8)
+			b.Retake(now, 1)
+			lb.Maintain(context.Background())
+			if left := b.Stats(now).Left.Requests; left < 50 {
+				t.Errorf("a line retrying after its demand rolled out got a block of %d", left)
+			}
+		})
+	}
+}

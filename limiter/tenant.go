@@ -117,7 +117,36 @@ func (t *Tenant) Admit(now, tokens int64) (Ticket, Decision) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	t.advance(now)
+	d := t.decide(now, tokens)
+	var tk Ticket
+	if d.Allowed {
+		tk = Ticket{
+			bucket:     t.requests.charge(1),
+			slotBucket: t.slots.charge(1),
+			tokens:     tokens,
+			admitted:   true,
+			gen:        t.history.gen,
+		}
+		t.tokens.charge(tokens)
+	}
+	t.fill(now, &d)
+	return tk, d
+}
 
+// Check is what Admit would decide at now, charging nothing: a request
+// waiting for other limits asks whether its tenant has room before it
+// takes them.
+func (t *Tenant) Check(now, tokens int64) Decision {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.advance(now)
+	d := t.decide(now, tokens)
+	t.fill(now, &d)
+	return d
+}
+
+// decide is Admit's decision; t.mu is held and t advanced to now.
+func (t *Tenant) decide(now, tokens int64) Decision {
 	var d Decision
 	switch {
 	case t.frozen || t.sealed:
@@ -141,19 +170,7 @@ func (t *Tenant) Admit(now, tokens int64) (Ticket, Decision) {
 	default:
 		d.Allowed = true
 	}
-	var tk Ticket
-	if d.Allowed {
-		tk = Ticket{
-			bucket:     t.requests.charge(1),
-			slotBucket: t.slots.charge(1),
-			tokens:     tokens,
-			admitted:   true,
-			gen:        t.history.gen,
-		}
-		t.tokens.charge(tokens)
-	}
-	t.fill(now, &d)
-	return tk, d
+	return d
 }
 
 // Settle replaces the tokens charged for tk by actual: the difference is

@@ -317,11 +317,18 @@ func answersOf(t *testing.T, res []clResult) map[int]int {
 func startProviderCluster(t *testing.T, srv *redistest.Server, window time.Duration, tune func(*config.Upstream),
 	limits fakeupstream.ProviderLimits, latency time.Duration) (*clCluster, []config.Tenant) {
 	t.Helper()
+	return startProviderClusterWith(t, window, clOptions{Redis: srv.Addr(), Upstream: tune}, limits, latency)
+}
+
+// startProviderClusterWith is startProviderCluster with the nodes' options.
+func startProviderClusterWith(t *testing.T, window time.Duration, opts clOptions,
+	limits fakeupstream.ProviderLimits, latency time.Duration) (*clCluster, []config.Tenant) {
+	t.Helper()
 	tenants := make([]config.Tenant, 6)
 	for i := range tenants {
 		tenants[i] = clTenant(fmt.Sprintf("free-%d", i), 1<<30)
 	}
-	c := startClusterWith(t, 3, window, clOptions{Redis: srv.Addr(), Upstream: tune}, tenants...)
+	c := startClusterWith(t, 3, window, opts, tenants...)
 	tok, _ := reserve.NewTokenizer()
 	c.fake.SetOptions(fakeupstream.Options{CountTokens: tok.Count, CompletionMin: 20, CompletionMax: 40,
 		Latency: latency, Limits: limits})

@@ -15,6 +15,13 @@
 // its share does not depend on how long it waited (aging would let a long
 // batch backlog crowd interactive out once old enough).
 //
+// Within a class, waiters belong to flows (a provider's limit is shared by
+// tenants: one flow each), served by start-time fair queueing: the head is
+// the first waiter of the flow that got least so far for its weight, so a
+// flow's share of the admissions follows its weight, whatever the others
+// send. A flow that falls idle keeps no credit. One flow (a tenant's own
+// line) is first come, first served.
+//
 // The package knows nothing of HTTP, tenants or limits: the router asks it
 // to Wait with a Try, and Kicks it when capacity frees.
 package queue
@@ -59,20 +66,48 @@ var (
 // when capacity is expected (0: only a Kick will tell).
 type Try func() (done bool, retry time.Duration)
 
+// Flow is who a waiter waits for, in a line shared by several: Key names
+// it; Weight is its share (its own limit, say); Cost what one admission
+// takes of it (1 a request, or its tokens). The zero Flow is one flow of
+// weight 1, cost 1.
+type Flow struct {
+	Key    string
+	Weight float64
+	Cost   float64
+}
+
 // Queue is one limit's line. The zero Queue is ready.
 type Queue struct {
 	waiting atomic.Int32 // read without the lock on the hot path
 
 	mu         sync.Mutex
-	lines      [2]list.List
+	lines      [2]line
 	sinceBatch int         // admissions from the line since the last batch one
 	trying     *waiter     // the head while it tries
 	kicked     bool        // a Kick came while the head tried: the next head tries at once
 	timer      *time.Timer // the head's retry
 }
 
+// line is one class: its flows, those with waiters in the order they
+// started waiting, and the virtual time (the start tag of the last
+// admission).
+type line struct {
+	n      int
+	flows  map[string]*flow
+	active []*flow
+	vnow   float64
+}
+
+type flow struct {
+	key     string
+	waiters list.List
+	next    float64 // the virtual start of its next admission
+}
+
 type waiter struct {
 	class Class
+	flow  *flow
+	cost  float64 // in virtual time: Cost / Weight
 	wake  chan struct{}
 	elem  *list.Element
 	since time.Time
@@ -85,20 +120,39 @@ func (q *Queue) Waiting() int { return int(q.waiting.Load()) }
 func (q *Queue) Depth(c Class) int {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	return q.lines[c].Len()
+	return q.lines[c].n
 }
 
-// Wait queues a request of class (at most maxDepth of it waiting) until try
-// says it was decided, deadline passes, or cancel is closed, and reports
-// how long it waited.
-func (q *Queue) Wait(c Class, maxDepth int, deadline time.Time, cancel <-chan struct{}, try Try) (time.Duration, error) {
-	w := &waiter{class: c, wake: make(chan struct{}, 1), since: time.Now()}
+// Oldest reports how long the longest-waiting request of class has waited
+// (0: none waits).
+func (q *Queue) Oldest(c Class) time.Duration {
 	q.mu.Lock()
-	if q.lines[c].Len() >= maxDepth {
+	defer q.mu.Unlock()
+	var first time.Time
+	for _, f := range q.lines[c].active {
+		if w := f.waiters.Front().Value.(*waiter); first.IsZero() || w.since.Before(first) {
+			first = w.since
+		}
+	}
+	if first.IsZero() {
+		return 0
+	}
+	return time.Since(first)
+}
+
+// Wait queues a request of class for f (at most maxDepth of the flow's
+// class waiting) until try says it was decided, deadline passes, or cancel
+// is closed, and reports how long it waited.
+func (q *Queue) Wait(c Class, f Flow, maxDepth int, deadline time.Time, cancel <-chan struct{}, try Try) (time.Duration, error) {
+	w := &waiter{class: c, wake: make(chan struct{}, 1), since: time.Now(), cost: 1}
+	if f.Weight > 0 {
+		w.cost = max(f.Cost, 1) / f.Weight
+	}
+	q.mu.Lock()
+	if !q.lines[c].join(w, f.Key, maxDepth) {
 		q.mu.Unlock()
 		return 0, ErrFull
 	}
-	w.elem = q.lines[c].PushBack(w)
 	q.waiting.Add(1)
 	q.mu.Unlock()
 	q.Kick() // it may be the head
@@ -173,26 +227,91 @@ func (q *Queue) wakeHead() {
 
 // head is the waiter whose turn it is; q.mu is held.
 func (q *Queue) head() *waiter {
-	inter, batch := q.lines[Interactive].Front(), q.lines[Batch].Front()
+	inter, batch := q.lines[Interactive].head(), q.lines[Batch].head()
 	switch {
-	case inter == nil && batch == nil:
-		return nil
 	case batch == nil:
-		return inter.Value.(*waiter)
+		return inter
 	case inter == nil || q.sinceBatch >= BatchShare-1:
-		return batch.Value.(*waiter)
+		return batch
 	}
-	return inter.Value.(*waiter)
+	return inter
 }
 
-// remove takes w out of its line; admitted: it got in (for the share).
+// join puts w at the end of its flow's waiters, unless maxDepth of them
+// wait. A flow that starts waiting starts at the line's virtual time: what
+// it did not use while idle is not owed to it.
+func (l *line) join(w *waiter, key string, maxDepth int) bool {
+	f := l.flows[key]
+	if f == nil {
+		if l.flows == nil {
+			l.flows = make(map[string]*flow)
+		}
+		f = &flow{key: key}
+		l.flows[key] = f
+	}
+	if f.waiters.Len() >= maxDepth {
+		return false
+	}
+	if f.waiters.Len() == 0 {
+		f.next = max(f.next, l.vnow)
+		l.active = append(l.active, f)
+	}
+	w.flow, w.elem = f, f.waiters.PushBack(w)
+	l.n++
+	return true
+}
+
+// head is the first waiter of the active flow that starts first (the
+// earliest to start waiting among equals).
+func (l *line) head() *waiter {
+	var best *flow
+	for _, f := range l.active {
+		if best == nil || f.next < best.next {
+			best = f
+		}
+	}
+	if best == nil {
+		return nil
+	}
+	return best.waiters.Front().Value.(*waiter)
+}
+
+// remove takes w out; admitted: its flow moves on by its cost.
+func (l *line) remove(w *waiter, admitted bool) {
+	f := w.flow
+	f.waiters.Remove(w.elem)
+	w.elem = nil
+	l.n--
+	if admitted {
+		l.vnow = max(l.vnow, f.next)
+		f.next += w.cost
+	}
+	if f.waiters.Len() > 0 {
+		return
+	}
+	for i, a := range l.active {
+		if a == f {
+			l.active = append(l.active[:i], l.active[i+1:]...)
+			break
+		}
+	}
+	if len(l.flows) > 2*len(l.active)+16 {
+		// Idle flows whose debt is paid carry nothing: drop them.
+		for k, g := range l.flows {
+			if g.waiters.Len() == 0 && g.next <= l.vnow {
+				delete(l.flows, k)
+			}
+		}
+	}
+}
+
+// remove takes w out of its line; admitted: it got in (for the shares).
 // q.mu is held.
 func (q *Queue) remove(w *waiter, admitted bool) {
 	if w.elem == nil {
 		return
 	}
-	q.lines[w.class].Remove(w.elem)
-	w.elem = nil
+	q.lines[w.class].remove(w, admitted)
 	q.waiting.Add(-1)
 	if admitted {
 		if w.class == Batch {

@@ -58,7 +58,7 @@ func TestOrder(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if _, err := q.Wait(c, 100, time.Now().Add(5*time.Second), nil, s.try(name)); err != nil {
+			if _, err := q.Wait(c, Flow{}, 100, time.Now().Add(5*time.Second), nil, s.try(name)); err != nil {
 				t.Errorf("%s: %v", name, err)
 			}
 		}()
@@ -95,18 +95,18 @@ func TestRetryFullTimeoutCancel(t *testing.T) {
 	got := make(chan error, 3)
 	var waited atomic.Int64
 	go func() {
-		d, err := q.Wait(Interactive, 2, time.Now().Add(2*time.Second), nil, s.try("a"))
+		d, err := q.Wait(Interactive, Flow{}, 2, time.Now().Add(2*time.Second), nil, s.try("a"))
 		waited.Store(int64(d))
 		got <- err
 	}()
 	waitUntil(t, func() bool { return q.Waiting() == 1 })
 	cancel := make(chan struct{})
 	go func() {
-		_, err := q.Wait(Interactive, 2, time.Now().Add(2*time.Second), cancel, s.try("b"))
+		_, err := q.Wait(Interactive, Flow{}, 2, time.Now().Add(2*time.Second), cancel, s.try("b"))
 		got <- err
 	}()
 	waitUntil(t, func() bool { return q.Waiting() == 2 })
-	if _, err := q.Wait(Interactive, 2, time.Now().Add(time.Second), nil, s.try("c")); err != ErrFull {
+	if _, err := q.Wait(Interactive, Flow{}, 2, time.Now().Add(time.Second), nil, s.try("c")); err != ErrFull {
 		t.Fatalf("a third waiter on a line of 2: %v, want ErrFull", err)
 	}
 	close(cancel)
@@ -122,7 +122,7 @@ func TestRetryFullTimeoutCancel(t *testing.T) {
 	}
 	t.Logf("admitted after %v", time.Duration(waited.Load()))
 	start := time.Now()
-	if _, err := q.Wait(Batch, 2, time.Now().Add(50*time.Millisecond), nil, s.try("d")); err != ErrTimeout {
+	if _, err := q.Wait(Batch, Flow{}, 2, time.Now().Add(50*time.Millisecond), nil, s.try("d")); err != ErrTimeout {
 		t.Fatalf("no room within the budget: %v", err)
 	}
 	if time.Since(start) < 50*time.Millisecond || q.Waiting() != 0 {
@@ -135,6 +135,33 @@ func BenchmarkKickEmpty(b *testing.B) {
 	var q Queue
 	for b.Loop() {
 		q.Kick()
+	}
+}
+
+// Admission latency when capacity frees: a waiter is the head, refused; a
+// slot frees and Kick says so; the time until the waiter is admitted (its
+// goroutine woken, its try run) is one op. Waiters and tries are set up
+// outside the timer.
+func BenchmarkAdmitOnFree(b *testing.B) {
+	var q Queue
+	var free atomic.Bool
+	try := func() (bool, time.Duration) { return free.CompareAndSwap(true, false), 0 }
+	admitted := make(chan struct{})
+	b.StopTimer()
+	for range b.N {
+		go func() {
+			_, _ = q.Wait(Interactive, Flow{}, 10, time.Now().Add(10*time.Second), nil, try)
+			admitted <- struct{}{}
+		}()
+		for q.Waiting() == 0 {
+			time.Sleep(10 * time.Microsecond) // set-up, untimed
+		}
+		time.Sleep(20 * time.Microsecond) // its first try is over: it waits for a Kick
+		b.StartTimer()
+		free.Store(true)
+		q.Kick()
+		<-admitted
+		b.StopTimer()
 	}
 }
 
@@ -153,11 +180,11 @@ func TestKickWhileTrying(t *testing.T) {
 		}
 		return false, 0
 	}
-	go func() { _, _ = q.Wait(Batch, 10, time.Now().Add(3*time.Second), nil, slow) }()
+	go func() { _, _ = q.Wait(Batch, Flow{}, 10, time.Now().Add(3*time.Second), nil, slow) }()
 	<-inTry // the batch head is trying
 	got := make(chan error, 1)
 	go func() {
-		_, err := q.Wait(Interactive, 10, time.Now().Add(time.Second), nil, s.try("i"))
+		_, err := q.Wait(Interactive, Flow{}, 10, time.Now().Add(time.Second), nil, s.try("i"))
 		got <- err
 	}()
 	waitUntil(t, func() bool { return q.Waiting() == 2 })
@@ -188,7 +215,7 @@ func TestBatchShareCountsAdmissions(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if _, err := q.Wait(c, 10, time.Now().Add(2*time.Second), nil, try); err != nil {
+			if _, err := q.Wait(c, Flow{}, 10, time.Now().Add(2*time.Second), nil, try); err != nil {
 				t.Errorf("%s: %v", name, err)
 			}
 		}()
@@ -208,5 +235,72 @@ func TestBatchShareCountsAdmissions(t *testing.T) {
 	wg.Wait()
 	if s.order[0] != "i" {
 		t.Errorf("admitted %v: three requests sent elsewhere gave batch the turn", s.order)
+	}
+}
+
+// Flows sharing a line get admissions in proportion to their weights,
+// whatever their backlogs; a flow that starts waiting late is not behind
+// the others' backlog, and one that sat idle is owed nothing for it.
+func TestFlowsShareByWeight(t *testing.T) {
+	cases := []struct {
+		name                  string
+		flood, polite         Flow
+		floodN, politeN, free int
+		wantPolite            int // admissions of the polite flow among the first free
+	}{
+		{"equal weights", Flow{Key: "flood", Weight: 1}, Flow{Key: "polite", Weight: 1}, 30, 10, 20, 10},
+		{"polite weighs 3", Flow{Key: "flood", Weight: 1}, Flow{Key: "polite", Weight: 3}, 30, 20, 20, 15},
+		{"token costs", Flow{Key: "flood", Weight: 100, Cost: 300}, Flow{Key: "polite", Weight: 100, Cost: 100}, 30, 20, 12, 9},
+		{"polite has few", Flow{Key: "flood", Weight: 1}, Flow{Key: "polite", Weight: 1}, 30, 3, 20, 3},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			var q Queue
+			s := &slots{}
+			var wg sync.WaitGroup
+			wait := func(name string, f Flow) {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					_, _ = q.Wait(Interactive, f, 100, time.Now().Add(3*time.Second), nil, s.try(name))
+				}()
+			}
+			for range tc.floodN {
+				wait("flood", tc.flood)
+			}
+			waitUntil(t, func() bool { return q.Depth(Interactive) == tc.floodN })
+			// The flood had the line to itself for a while: no credit
+			// for the polite flow, no debt for the flood.
+			for range 5 {
+				n := len(s.order)
+				s.release(&q)
+				waitUntil(t, func() bool { s.mu.Lock(); defer s.mu.Unlock(); return len(s.order) == n+1 })
+			}
+			for range tc.politeN {
+				wait("polite", tc.polite)
+			}
+			waitUntil(t, func() bool { return q.Depth(Interactive) == tc.floodN-5+tc.politeN })
+			s.mu.Lock()
+			s.order = nil
+			s.mu.Unlock()
+			for range tc.free {
+				n := len(s.order)
+				s.release(&q)
+				waitUntil(t, func() bool { s.mu.Lock(); defer s.mu.Unlock(); return len(s.order) == n+1 })
+			}
+			polite := 0
+			for _, n := range s.order {
+				if n == "polite" {
+					polite++
+				}
+			}
+			if d := polite - tc.wantPolite; d < -1 || d > 1 {
+				t.Errorf("polite got %d of %d admissions, want %d±1: %v", polite, tc.free, tc.wantPolite, s.order)
+			}
+			for range tc.floodN + tc.politeN {
+				s.release(&q)
+			}
+			wg.Wait()
+		})
 	}
 }

@@ -9,6 +9,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/valyala/fasthttp"
 	"github.com/valyala/fasthttp/fasthttpadaptor"
+
+	"github.com/ringgate/ringgate/queue"
 )
 
 // serveAdmin answers the health, cluster, tenant and metrics endpoints.
@@ -101,6 +103,24 @@ type dimension struct {
 	Limit int64 `json:"limit"` // 0: no limit
 }
 
+// queueView is a queue by class, as /tenants and /upstreams show it.
+type queueView struct {
+	Interactive classQueue `json:"interactive"`
+	Batch       classQueue `json:"batch"`
+}
+
+type classQueue struct {
+	Waiting  int   `json:"waiting"`
+	OldestMs int64 `json:"oldest_ms"` // how long the longest-waiting one has waited
+}
+
+func viewQueue(q *queue.Queue) queueView {
+	class := func(c queue.Class) classQueue {
+		return classQueue{Waiting: q.Depth(c), OldestMs: q.Oldest(c).Milliseconds()}
+	}
+	return queueView{Interactive: class(queue.Interactive), Batch: class(queue.Batch)}
+}
+
 type tenantView struct {
 	Name     string    `json:"name"`
 	Owner    string    `json:"owner"`
@@ -110,7 +130,8 @@ type tenantView struct {
 	Requests dimension `json:"requests"`
 	Tokens   dimension `json:"tokens"`
 	InFlight dimension `json:"in_flight"`
-	Queued   int64     `json:"queued"`
+	Queued   int64     `json:"queued"` // in the tenant's queue, both classes
+	Queue    queueView `json:"queue"`
 	// Spillover says who decides for the tenant: its owner, or every node
 	// on its leased budget (spill.go).
 	Spillover spillView `json:"spillover"`
@@ -138,6 +159,7 @@ func (r *Router) serveTenant(ctx *fasthttp.RequestCtx, name string) {
 		Tokens:    dimension{Used: u.Tokens, Limit: max(u.Limits.Tokens, 0)},
 		InFlight:  dimension{Used: u.InFlight, Limit: max(u.Limits.Concurrency, 0)},
 		Queued:    int64(t.queue.Waiting()),
+		Queue:     viewQueue(t.queue),
 		Spillover: r.spillView(t),
 	})
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/ringgate/ringgate/config"
 	"github.com/ringgate/ringgate/lease"
 	"github.com/ringgate/ringgate/limiter"
+	"github.com/ringgate/ringgate/queue"
 	"github.com/ringgate/ringgate/upstream"
 )
 
@@ -23,9 +24,19 @@ import (
 
 // provBudgets are one upstream's budgets on this node.
 type provBudgets struct {
-	single bool                     // the upstream serves one model: its answers' limits are the upstream's
-	up     *lease.Budget            // nil: no upstream-wide limit
-	models map[string]*lease.Budget // per model, for the models limited
+	single bool                   // the upstream serves one model: its answers' limits are the upstream's
+	up     *budgetLine            // nil: no upstream-wide limit
+	models map[string]*budgetLine // per model, for the models limited
+}
+
+// budgetLine is one budget and the line of requests waiting for it on this
+// node (queue.go): both kept across reloads, by the budget's key.
+type budgetLine struct {
+	*lease.Budget
+	line   *queue.Queue
+	limits limiter.Limits // configured: what a tenant's weight in the line is measured on
+	what   string         // "upstream x", "model y": named in a refusal
+	closed bool           // on_redis_down = closed: nothing to wait for while degraded
 }
 
 // budgetTake is what one request took of one budget.
@@ -54,25 +65,47 @@ func (r *Router) buildBudgets(cfg *config.Config, provs []*upstream.Provider) ma
 	out := make(map[*upstream.Provider]*provBudgets)
 	keep := make(map[string]bool)
 	members := func() int { return r.view.Load().liveMembers() }
+	r.linesMu.Lock()
+	defer r.linesMu.Unlock()
+	if r.lines == nil {
+		r.lines = make(map[string]*queue.Queue)
+	}
+	lineOf := func(c lease.Config, what string) *budgetLine {
+		b := r.leaser.Budget(c, members)
+		q := r.lines[c.Key]
+		if q == nil {
+			q = &queue.Queue{}
+			r.lines[c.Key] = q
+		}
+		b.Watch(q.Kick, q.Waiting)
+		keep[c.Key] = true
+		return &budgetLine{Budget: b, line: q, limits: c.Limits, what: what, closed: c.OnStoreDown == lease.Closed}
+	}
 	for i, uc := range cfg.Upstreams {
-		pb := &provBudgets{models: make(map[string]*lease.Budget), single: len(uc.Models) <= 1}
+		pb := &provBudgets{models: make(map[string]*budgetLine), single: len(uc.Models) <= 1}
 		base := lease.Config{Window: cfg.Limits.Window, Settles: uc.Kind == config.KindAnthropic, OnStoreDown: onStoreDown(uc.OnRedisDown)}
 		if uc.RPM > 0 || uc.TPM > 0 || uc.Concurrency > 0 {
 			c := base
 			c.Key = "up:" + uc.Name
 			c.Limits = limiter.Limits{Requests: int64(uc.RPM), Tokens: int64(uc.TPM), Concurrency: int64(uc.Concurrency)}
-			pb.up = r.leaser.Budget(c, members)
-			keep[c.Key] = true
+			pb.up = lineOf(c, "upstream "+uc.Name)
 		}
 		for _, ml := range uc.ModelLimits {
 			c := base
 			c.Key = "up:" + uc.Name + ":model:" + ml.Model
 			c.Limits = limiter.Limits{Requests: int64(ml.RPM), Tokens: int64(ml.TPM), Concurrency: int64(ml.Concurrency)}
-			pb.models[ml.Model] = r.leaser.Budget(c, members)
-			keep[c.Key] = true
+			pb.models[ml.Model] = lineOf(c, "model "+ml.Model)
 		}
 		if pb.up != nil || len(pb.models) > 0 {
 			out[provs[i]] = pb
+		}
+	}
+	for key, q := range r.lines {
+		if !keep[key] {
+			// Its waiters are decided on the new config once it is in
+			// force (kickBudgetLines).
+			delete(r.lines, key)
+			r.droppedLines = append(r.droppedLines, q)
 		}
 	}
 	if st := r.state.Load(); st != nil {
@@ -80,6 +113,22 @@ func (r *Router) buildBudgets(cfg *config.Config, provs []*upstream.Provider) ma
 	}
 	r.leaser.Retain(keep)
 	return out
+}
+
+// kickBudgetLines has the head of every budget's line try again, and of
+// every line a reload dropped: the config in force changed.
+func (r *Router) kickBudgetLines() {
+	r.linesMu.Lock()
+	lines := make([]*queue.Queue, 0, len(r.lines)+len(r.droppedLines))
+	for _, q := range r.lines {
+		lines = append(lines, q)
+	}
+	lines = append(lines, r.droppedLines...)
+	r.droppedLines = nil
+	r.linesMu.Unlock()
+	for _, q := range lines {
+		q.Kick()
+	}
 }
 
 // providerTokens is what the provider counts against its token limit when
@@ -94,41 +143,125 @@ func providerTokens(c *call) int64 {
 	return int64(c.res.Prompt + completion)
 }
 
-// takeBudgets takes the request from its upstream's and model's budgets. On
-// a refusal it gives back what it took and reports the refusal.
-func (r *Router) takeBudgets(st *state, c *call) (lease.Decision, string, bool) {
+// budgetRefusal is why a request did not get its provider budgets: the
+// budget refused (d), or others wait in its line (behind: the request
+// goes after them, or is refused if it may not wait).
+type budgetRefusal struct {
+	d      lease.Decision
+	on     *budgetLine
+	stage  stage // on's line
+	behind bool
+}
+
+// Where a queued request waits. From the upstream's line to the model's it
+// goes forward only: the head of the model's line does not go behind the
+// waiters of the upstream's, it had its turn there (it may still be
+// refused there and wait again). From its tenant's line, where it waited
+// for its own limits, it goes behind every budget's waiters: its turn
+// there came for its tenant, not for the provider.
+type stage uint8
+
+const (
+	notQueued stage = iota
+	inUpstreamLine
+	inModelLine
+	inTenantLine
+)
+
+// takeBudgets takes the request from its upstream's and model's budgets,
+// unless others wait for one it has not passed yet (at is where the
+// request waits: the head of that line goes first). On a refusal it gives
+// back what it took.
+func (r *Router) takeBudgets(st *state, c *call, at stage) (budgetRefusal, bool) {
 	pb := st.budgets[c.prov]
 	if pb == nil {
-		return lease.Decision{Allowed: true}, "", true
+		return budgetRefusal{}, true
 	}
 	tokens := providerTokens(c)
-	for i, b := range [2]*lease.Budget{pb.up, pb.models[c.req.Model]} {
+	for i, b := range [2]*budgetLine{pb.up, pb.models[c.req.Model]} {
 		if b == nil {
 			continue
 		}
-		tk, d := b.Take(r.clock(), tokens)
+		passed := (at == inUpstreamLine || at == inModelLine) && stage(i+1) <= at
+		if !passed && stage(i+1) != at && b.line.Waiting() > 0 {
+			r.cancelBudgets(c)
+			return budgetRefusal{d: b.behindDecision(r.clock()), on: b, stage: stage(i + 1), behind: true}, false
+		}
+		take := b.Take
+		if at != notQueued {
+			take = b.Retake // asked once already: not counted as demand again
+		}
+		tk, d := take(r.clock(), tokens)
 		if !d.Allowed && d.Renewal != nil {
 			// No block left and a grant on its way: worth a short wait.
 			timer := time.NewTimer(maxRenewalWait)
 			select {
 			case <-d.Renewal:
-				tk, d = b.Take(r.clock(), tokens)
+				tk, d = b.Retake(r.clock(), tokens)
 			case <-timer.C:
 			}
 			timer.Stop()
 		}
 		if !d.Allowed {
 			r.cancelBudgets(c)
-			what := "upstream " + c.prov.Name // named only on a refusal: no allocation otherwise
-			if i == 1 {
-				what = "model " + c.req.Model
-			}
-			return d, what, false
+			return budgetRefusal{d: d, on: b, stage: stage(i + 1)}, false
 		}
-		c.budgets[c.nBudgets] = budgetTake{b, tk}
+		c.budgets[c.nBudgets] = budgetTake{b.Budget, tk}
 		c.nBudgets++
 	}
-	return lease.Decision{Allowed: true}, "", true
+	return budgetRefusal{}, true
+}
+
+// waitable reports whether the request refused can wait for room until
+// deadline: behind others, or refused with room due before then (not a
+// closed budget with Redis down: nothing frees then).
+func (br *budgetRefusal) waitable(deadline time.Time) bool {
+	if br.behind {
+		return true
+	}
+	if br.d.Degraded && br.on.closed {
+		return false
+	}
+	return mayWait(br.d.Limited == limiter.Concurrency, br.d.RetryAfter, deadline)
+}
+
+// behindDecision is the refusal of a request that finds others waiting for
+// the budget and may not wait itself: the room that frees is theirs.
+func (b *budgetLine) behindDecision(now int64) lease.Decision {
+	d := lease.Decision{Limited: limiter.Concurrency, RetryAfter: time.Second, Degraded: b.Degraded()}
+	switch {
+	case b.limits.Requests > 0:
+		d.Limited, d.RetryAfter = limiter.Requests, b.RetryAfter(now)
+	case b.limits.Tokens > 0:
+		d.Limited, d.RetryAfter = limiter.Tokens, b.RetryAfter(now)
+	}
+	return d
+}
+
+// flowOf is a tenant's flow in a budget's line, for a request refused on
+// dim: its weight is its own limit on that dimension, capped at the
+// budget's (a tenant allowed more than the provider is allowed the
+// provider; one without a limit there, the same), so tenants sharing a
+// provider's limit split it as their own limits do, whatever each sends.
+// Refused on tokens, a request costs its tokens.
+func (b *budgetLine) flowOf(c *call, dim limiter.Dimension) queue.Flow {
+	tl := c.t.lim.Limits()
+	f := queue.Flow{Key: c.t.name, Cost: 1}
+	weight := func(tenant, budget int64) float64 {
+		if tenant > 0 && tenant < budget {
+			return float64(tenant)
+		}
+		return float64(budget)
+	}
+	switch {
+	case dim == limiter.Tokens && b.limits.Tokens > 0, b.limits.Requests <= 0 && b.limits.Tokens > 0:
+		f.Weight, f.Cost = weight(tl.Tokens, b.limits.Tokens), float64(providerTokens(c))
+	case dim == limiter.Requests && b.limits.Requests > 0, b.limits.Concurrency <= 0:
+		f.Weight = weight(tl.Requests, b.limits.Requests)
+	default:
+		f.Weight = weight(tl.Concurrency, b.limits.Concurrency)
+	}
+	return f
 }
 
 // cancelBudgets gives back what the call took of its budgets: it was not
@@ -195,7 +328,7 @@ func (r *Router) learnProvider(c *call, h *fasthttp.ResponseHeader, status int) 
 	}
 	b := c.budgets[c.nBudgets-1].b
 	pb := r.state.Load().budgets[c.prov]
-	model := pb == nil || b != pb.up // charged on a model's budget
+	model := pb == nil || pb.up == nil || b != pb.up.Budget // charged on a model's budget
 	var reqs, toks lease.Observed
 	if c.prov.Kind == upstream.Anthropic {
 		reqs = observedAnthropic(h, "anthropic-ratelimit-requests-limit", "anthropic-ratelimit-requests-remaining", "anthropic-ratelimit-requests-reset")

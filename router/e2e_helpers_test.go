@@ -326,6 +326,12 @@ type tenantView struct {
 	Tokens   dim    `json:"tokens"`
 	InFlight dim    `json:"in_flight"`
 	Queued   int64  `json:"queued"`
+	Queue    struct {
+		Interactive, Batch struct {
+			Waiting  int   `json:"waiting"`
+			OldestMs int64 `json:"oldest_ms"`
+		}
+	} `json:"queue"`
 }
 
 type dim struct {

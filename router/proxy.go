@@ -234,11 +234,16 @@ func (r *Router) serveLocalOnce(ctx *fasthttp.RequestCtx, ep upstream.Endpoint, 
 			"This tenant's limits are moving between gateway nodes; retry in 1s.")
 		return false
 	}
-	if bd, what, ok := r.takeBudgets(st, c); !ok {
+	if br, ok := r.takeBudgets(st, c, notQueued); !ok {
+		if class := classOf(t, &ctx.Request.Header); t.queueWait(class) > 0 && br.waitable(time.Now().Add(t.queueWait(class))) {
+			// The provider's limit has room within the wait budget, or
+			// others wait for it: in its line.
+			return r.admitQueued(ctx, ep, st, c, hops, class, nil, &br)
+		}
 		d := lim.Peek(r.clock())
 		setRateHeaders(&ctx.Response.Header, &d)
 		t.counts.upstream.Inc()
-		refuseBudget(ctx, &bd, what)
+		refuseBudget(ctx, &br.d, br.on.what)
 		return false
 	}
 	if sp != nil {
@@ -248,8 +253,7 @@ func (r *Router) serveLocalOnce(ctx *fasthttp.RequestCtx, ep upstream.Endpoint, 
 		if class := classOf(t, &ctx.Request.Header); t.queueWait(class) > 0 {
 			// Others wait already: behind them, in order (the budgets
 			// are taken again when its turn comes).
-			r.cancelBudgets(c)
-			return r.admitQueued(ctx, ep, st, c, hops, class, nil)
+			return r.admitQueued(ctx, ep, st, c, hops, class, nil, nil)
 		}
 	}
 	var d limiter.Decision
@@ -266,10 +270,9 @@ func (r *Router) serveLocalOnce(ctx *fasthttp.RequestCtx, ep upstream.Endpoint, 
 	}
 	if !d.Allowed && owned && !d.TooLarge {
 		if class := classOf(t, &ctx.Request.Header); t.queueWait(class) > 0 &&
-			(d.Limited == limiter.Concurrency || d.RetryAfter < t.queueWait(class)) {
+			mayWait(d.Limited == limiter.Concurrency, d.RetryAfter, time.Now().Add(t.queueWait(class))) {
 			// Room within the wait budget: the request waits for it.
-			r.cancelBudgets(c)
-			return r.admitQueued(ctx, ep, st, c, hops, class, &d)
+			return r.admitQueued(ctx, ep, st, c, hops, class, &d, nil)
 		}
 	}
 	setRateHeaders(&ctx.Response.Header, &d)

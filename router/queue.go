@@ -7,10 +7,10 @@ import (
 	"sync"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/valyala/fasthttp"
 
 	"github.com/ringgate/ringgate/config"
-	"github.com/ringgate/ringgate/lease"
 	"github.com/ringgate/ringgate/limiter"
 	"github.com/ringgate/ringgate/queue"
 	"github.com/ringgate/ringgate/upstream"
@@ -76,31 +76,133 @@ type outcome uint8
 const (
 	stillWaiting outcome = iota
 	admitted
-	refusedForGood // too large for the limit: waiting will not help
+	refusedForGood // too large for the limit, or room not due within the wait
+	toTenantLine   // the provider's budgets have room, the tenant not: its line next
+	toBudgetLine   // a provider's budget has no room, or a line: that line next
 	refusedByBudget
-	movedAway // handed over: decided by the new owner
-	spilled   // sealed for a spill: decided on it
+	budgetsTaken // the tenant is spilled: decided on the spill, budgets in hand
+	reloaded     // the config changed: decided again on the new one
+	movedAway    // handed over: decided by the new owner
+	spilled      // sealed for a spill: decided on it
 )
 
-// admitQueued waits for room for c in its tenant's line and serves it once
-// admitted. first is the refusal that sent it to the line (nil: it joined
-// behind others without trying).
-func (r *Router) admitQueued(ctx *fasthttp.RequestCtx, ep upstream.Endpoint, st *state, c *call, hops int, class queue.Class, first *limiter.Decision) bool {
+// mayWait reports whether a request refused with d can wait for room
+// until deadline: a slot frees with a call's end; a window's room when the
+// refusal says, which must come before the wait is over.
+func mayWait(concurrency bool, retryAfter time.Duration, deadline time.Time) bool {
+	return concurrency || time.Now().Add(retryAfter).Before(deadline)
+}
+
+// admitQueued waits for room for c and serves it once admitted. A request
+// waits in one line at a time: its tenant's (on the tenant's owner, for
+// the tenant's own limits) or a provider budget's (on any node, for the
+// upstream's or model's limits, shared fairly among tenants: flowOf). Its
+// try is the whole decision, budgets then tenant, all or none; a try that
+// finds the other kind of limit full moves the request to that line, under
+// one wait budget. first is the tenant's refusal that sent it to the
+// tenant's line; on, the budget whose line it starts in (nil: the
+// tenant's); with neither it joined the tenant's line behind others.
+func (r *Router) admitQueued(ctx *fasthttp.RequestCtx, ep upstream.Endpoint, st *state, c *call, hops int, class queue.Class, first *limiter.Decision, on *budgetRefusal) bool {
 	t := c.t
+	owned := c.lim == t.lim
+	deadline := time.Now().Add(t.queueWait(class))
 	var (
-		last     limiter.Decision
-		tried    bool
-		out      outcome
-		budget   lease.Decision
-		budgetOn string
+		last   limiter.Decision
+		tried  bool
+		out    outcome
+		budget budgetRefusal // the last budget refusal
+		at     = inTenantLine
+		line   = t.queue
+		flow   queue.Flow
 	)
 	if first != nil {
 		last, tried = *first, true
 	}
+	if on != nil {
+		budget, at, line, flow = *on, on.stage, on.on.line, on.on.flowOf(c, on.d.Limited)
+	}
+	// A head refused by a rate tries again one bucket after the room was
+	// due, not at its edge: requests let in the instant a charge leaves
+	// the window would reach the provider packed at its edge, and the
+	// provider counts them as they arrive, each delayed a little
+	// differently on the way. Refused on requests, no Kick brings it
+	// sooner (a call's end frees no request); on tokens a Kick may (a
+	// call settled below its reservation).
+	guard := st.cfg.Limits.Window / limiter.Buckets
+	var notBefore time.Time
+	rateRetry := func(dim limiter.Dimension, after time.Duration) time.Duration {
+		after += guard
+		if dim == limiter.Requests {
+			notBefore = time.Now().Add(after)
+		}
+		return after
+	}
+	// tenantRefused is the try's answer when the tenant's limits refuse it
+	// (d); it holds no budget.
+	tenantRefused := func(d limiter.Decision) (bool, time.Duration) {
+		last, tried = d, true
+		if d.TooLarge || !owned || !mayWait(d.Limited == limiter.Concurrency, d.RetryAfter, deadline) {
+			// A fallback share's refusal is not waited on: the owner's
+			// line is where the tenant's own limits are waited for.
+			out = refusedForGood
+			return true, -1
+		}
+		if at != inTenantLine {
+			out = toTenantLine
+			return true, -1
+		}
+		if d.Limited == limiter.Concurrency {
+			// A call's end Kicks the line; the second covers one that
+			// ends where no Kick is heard (a report lost).
+			return false, time.Second
+		}
+		return false, rateRetry(d.Limited, d.RetryAfter)
+	}
 	r.cancelBudgets(c) // each try takes them afresh
 	try := func() (bool, time.Duration) {
-		if bd, what, ok := r.takeBudgets(st, c); !ok {
-			out, budget, budgetOn = refusedByBudget, bd, what
+		switch {
+		case r.state.Load() != st:
+			// Reloaded: its budgets and limits may be others now.
+			out = reloaded
+			return true, -1
+		case owned && c.lim.MovedTo() != "":
+			out = movedAway // handed over: its new owner decides
+			return true, -1
+		}
+		if wait := time.Until(notBefore); wait > 0 {
+			return false, wait
+		}
+		if at == inTenantLine && owned {
+			// Its tenant first: the head of the tenant's line waits
+			// here for the tenant's room, not in a provider's line it
+			// would only leave again when its turn came there.
+			if d := c.lim.Check(r.clock(), int64(c.res.Total)); !d.Allowed && !d.Moved {
+				return tenantRefused(d)
+			}
+		}
+		if br, ok := r.takeBudgets(st, c, at); !ok {
+			budget = br
+			if !br.waitable(deadline) {
+				out = refusedByBudget
+				return true, -1
+			}
+			if br.stage == at {
+				if br.d.Limited == limiter.Concurrency {
+					return false, br.d.RetryAfter // and a Kick when a slot frees
+				}
+				return false, rateRetry(br.d.Limited, br.d.RetryAfter)
+			}
+			out = toBudgetLine
+			return true, -1
+		}
+		if c.sp != nil {
+			out = budgetsTaken
+			return true, 0
+		}
+		if owned && at != inTenantLine && t.queue.Waiting() > 0 {
+			// The tenant's own line has others waiting: behind them.
+			r.cancelBudgets(c)
+			out = toTenantLine
 			return true, -1
 		}
 		tk, d := c.lim.Admit(r.clock(), int64(c.res.Total))
@@ -117,17 +219,7 @@ func (r *Router) admitQueued(ctx *fasthttp.RequestCtx, ep upstream.Endpoint, st 
 			return true, 0
 		}
 		r.cancelBudgets(c)
-		last, tried = d, true
-		if d.TooLarge {
-			out = refusedForGood
-			return true, -1
-		}
-		if d.Limited == limiter.Concurrency {
-			// A call's end Kicks the line; the second covers one that
-			// ends where no Kick is heard (a report lost).
-			return false, time.Second
-		}
-		return false, d.RetryAfter
+		return tenantRefused(d)
 	}
 	gone := make(chan struct{})
 	var once sync.Once
@@ -137,7 +229,23 @@ func (r *Router) admitQueued(ctx *fasthttp.RequestCtx, ep upstream.Endpoint, st 
 		hop = string(ctx.Request.Header.Peek(hopHeader))
 		r.hopCalls.add(hop, w) // the edge's client hanging up ends the wait too
 	}
-	waited, err := t.queue.Wait(class, st.cfg.Queue.MaxDepth, time.Now().Add(t.queueWait(class)), gone, try)
+	var waited time.Duration
+	var err error
+	for {
+		var d time.Duration
+		out = stillWaiting
+		d, err = line.Wait(class, flow, st.cfg.Queue.MaxDepth, deadline, gone, try)
+		waited += d
+		if err != nil || (out != toTenantLine && out != toBudgetLine) {
+			break
+		}
+		if out == toTenantLine {
+			at, line, flow = inTenantLine, t.queue, queue.Flow{}
+		} else {
+			at, line, flow = budget.stage, budget.on.line, budget.on.flowOf(c, budget.d.Limited)
+		}
+		notBefore = time.Time{}
+	}
 	if hop != "" {
 		r.hopCalls.remove(hop)
 	}
@@ -149,6 +257,13 @@ func (r *Router) admitQueued(ctx *fasthttp.RequestCtx, ep upstream.Endpoint, st 
 		ctx.SetConnectionClose()
 		fail(ctx, statusClientClosed, "invalid_request_error", "client_closed_request",
 			"The client closed the connection while the request waited for capacity; it was not sent.")
+		return false
+	case err != nil && at != inTenantLine:
+		// Full, or the wait budget spent, waiting for a provider's limit.
+		d := c.lim.Peek(r.clock())
+		setRateHeaders(&ctx.Response.Header, &d)
+		t.counts.queue.Inc()
+		refuseBudget(ctx, &budget.d, budget.on.what)
 		return false
 	case err != nil:
 		// Full, or the wait budget spent: refused with what the limiter
@@ -162,15 +277,19 @@ func (r *Router) admitQueued(ctx *fasthttp.RequestCtx, ep upstream.Endpoint, st 
 		return false
 	}
 	switch out {
+	case reloaded:
+		return r.redecideReloaded(ctx, ep, t, owned, hops)
 	case movedAway:
 		return r.movedOn(ctx, t, c.lim, hops)
 	case spilled:
 		return r.serveLocalOnce(ctx, ep, st, t, t.lim, hops, retrySpill)
+	case budgetsTaken:
+		return r.admitSpilled(ctx, ep, st, c, hops)
 	case refusedByBudget:
 		d := c.lim.Peek(r.clock())
 		setRateHeaders(&ctx.Response.Header, &d)
 		t.counts.upstream.Inc()
-		refuseBudget(ctx, &budget, budgetOn)
+		refuseBudget(ctx, &budget.d, budget.on.what)
 		return false
 	case refusedForGood:
 		setRateHeaders(&ctx.Response.Header, &last)
@@ -181,5 +300,52 @@ func (r *Router) admitQueued(ctx *fasthttp.RequestCtx, ep upstream.Endpoint, st 
 	setRateHeaders(&ctx.Response.Header, &last)
 	t.counts.allowed.Inc()
 	t.counts.reserved.Add(float64(c.res.Total))
+	if c.lim == t.fallback {
+		c.fb = r.fallbackAdmitted(t, &c.tk, 0)
+	}
 	return r.forward(ctx, c)
+}
+
+// redecideReloaded decides again, on the config in force, a request that
+// waited while a reload changed it (its tenant's limits, its provider's
+// budgets may be others): on the tenant's limiter where it was on it,
+// else routed afresh.
+func (r *Router) redecideReloaded(ctx *fasthttp.RequestCtx, ep upstream.Endpoint, t *tenant, owned bool, hops int) bool {
+	st := r.state.Load()
+	nt := st.byName[t.name]
+	switch {
+	case nt == nil:
+		fail(ctx, fasthttp.StatusUnauthorized, "invalid_request_error", "invalid_api_key",
+			"The tenant of this API key was removed by a config reload while the request waited.")
+		return false
+	case owned:
+		return r.serveLocalOnce(ctx, ep, st, nt, nt.lim, hops, retrySpill)
+	case hops == 0:
+		return r.serveAPI(ctx, ep)
+	}
+	lim, open := r.hopLimiter(nt)
+	if !open {
+		return r.refuseZeroShare(ctx)
+	}
+	return r.serveLocalOnce(ctx, ep, st, nt, lim, hops, retrySpill)
+}
+
+// queueCollector exports, at scrape time, the depth of every tenant's
+// queue on this node that has requests waiting: a series exists only
+// while its tenant has a line, so idle tenants cost no series.
+type queueCollector struct{ r *Router }
+
+var tenantQueued = prometheus.NewDesc("ringgate_tenant_queued", "Requests waiting on this node in a tenant's queue, by class (only tenants with requests waiting).", []string{"tenant", "class"}, nil)
+
+func (c queueCollector) Describe(ch chan<- *prometheus.Desc) { ch <- tenantQueued }
+
+func (c queueCollector) Collect(ch chan<- prometheus.Metric) {
+	for name, t := range c.r.state.Load().byName {
+		if t.queue.Waiting() == 0 {
+			continue
+		}
+		for _, class := range []queue.Class{queue.Interactive, queue.Batch} {
+			ch <- prometheus.MustNewConstMetric(tenantQueued, prometheus.GaugeValue, float64(t.queue.Depth(class)), name, class.String())
+		}
+	}
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/ringgate/ringgate/handoff"
 	"github.com/ringgate/ringgate/lease"
 	"github.com/ringgate/ringgate/limiter"
+	"github.com/ringgate/ringgate/queue"
 	"github.com/ringgate/ringgate/reserve"
 	"github.com/ringgate/ringgate/upstream"
 )
@@ -55,6 +56,9 @@ type Router struct {
 	spillRetryAt atomic.Int64 // no spillover switch before (spill.go)
 	ownerSpills  atomic.Int32 // spills this node owns (spill.go)
 	leaser       *lease.Leaser
+	linesMu      sync.Mutex
+	lines        map[string]*queue.Queue // the budgets' lines, by budget key (budgets.go)
+	droppedLines []*queue.Queue          // lines a reload dropped, until kicked
 	// handOver answers a peer asking for tenants' state (peerstate.go).
 	handOver atomic.Pointer[func(asker string, tenants []string) []handoff.Reply]
 	// clustered: the node gossips; until it holds a ring it owns nothing.
@@ -111,7 +115,7 @@ func New(o Options) (*Router, error) {
 	}
 	st.budgets = r.buildBudgets(o.Config, st.providers)
 	r.state.Store(st)
-	r.metrics.reg.MustRegister(leaseCollector{r})
+	r.metrics.reg.MustRegister(leaseCollector{r}, queueCollector{r})
 	r.ready.Store(true)
 	// One clock for the windows, the snapshots and the hop timestamps.
 	clock := o.Clock
@@ -171,9 +175,12 @@ func (r *Router) Reload(cfg *config.Config) error {
 	r.state.Store(st)
 	r.trackOwnership(r.view.Load())
 	r.reloadSpills(st)
+	// New limits, budgets: the heads of every line try again now, on the
+	// config in force (a request that waited is decided on it).
 	for _, t := range st.byName {
-		t.queue.Kick() // new limits: the heads try again now
+		t.queue.Kick()
 	}
+	r.kickBudgetLines()
 	r.log.Info("reload", "tenants", len(cfg.Tenants), "upstreams", len(cfg.Upstreams))
 	return nil
 }

@@ -4,7 +4,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/valyala/fasthttp"
 
-	"github.com/ringgate/ringgate/lease"
+	"github.com/ringgate/ringgate/queue"
 )
 
 // budgetView is one budget (an upstream's or a model's) as /upstreams
@@ -37,13 +37,14 @@ type budgetView struct {
 		Requests int64 `json:"requests"`
 		Tokens   int64 `json:"tokens"`
 	} `json:"cluster_window"`
-	Grants      uint64 `json:"grants"`
-	EmptyGrants uint64 `json:"empty_grants"`
-	GiveBacks   uint64 `json:"give_backs"`
-	StoreErrors uint64 `json:"store_errors"`
-	Degraded    bool   `json:"degraded"`
-	DegradedMs  int64  `json:"degraded_ms"`
-	OnRedisDown string `json:"on_redis_down"`
+	Grants      uint64    `json:"grants"`
+	EmptyGrants uint64    `json:"empty_grants"`
+	GiveBacks   uint64    `json:"give_backs"`
+	StoreErrors uint64    `json:"store_errors"`
+	Degraded    bool      `json:"degraded"`
+	DegradedMs  int64     `json:"degraded_ms"`
+	OnRedisDown string    `json:"on_redis_down"`
+	Queue       queueView `json:"queue"` // requests waiting on this node for the budget
 }
 
 type upstreamView struct {
@@ -59,8 +60,10 @@ type upstreamsView struct {
 	Upstreams []upstreamView `json:"upstreams"`
 }
 
-func viewOf(s lease.Stats, down string) *budgetView {
+func viewOf(b *budgetLine, now int64, down string) *budgetView {
+	s := b.Stats(now)
 	v := &budgetView{}
+	v.Queue = viewQueue(b.line)
 	v.Limits.Requests, v.Limits.Tokens, v.Limits.Concurrency = s.Limits.Requests, s.Limits.Tokens, s.Limits.Concurrency
 	v.InForce.Requests, v.InForce.Tokens, v.Corrections = s.Learned.Requests, s.Learned.Tokens, s.Corrections
 	v.Lease.Blocks, v.Lease.LeftRequests, v.Lease.LeftTokens = s.Blocks, s.Left.Requests, s.Left.Tokens
@@ -84,13 +87,13 @@ func (r *Router) upstreamsView() upstreamsView {
 		}
 		if pb := st.budgets[st.providers[i]]; pb != nil {
 			if pb.up != nil {
-				uv.Limits = viewOf(pb.up.Stats(now), down)
+				uv.Limits = viewOf(pb.up, now, down)
 			}
 			for m, b := range pb.models {
 				if uv.Models == nil {
 					uv.Models = make(map[string]*budgetView)
 				}
-				uv.Models[m] = viewOf(b.Stats(now), down)
+				uv.Models[m] = viewOf(b, now, down)
 			}
 		}
 		out.Upstreams = append(out.Upstreams, uv)
@@ -116,10 +119,11 @@ var (
 	leaseDegTime  = prometheus.NewDesc("ringgate_lease_degraded_seconds_total", "Time spent with Redis unreachable for this budget.", []string{"budget"}, nil)
 	leaseLeft     = prometheus.NewDesc("ringgate_lease_left", "What this node's live blocks have left.", []string{"budget", "dimension"}, nil)
 	leaseSlots    = prometheus.NewDesc("ringgate_lease_slots", "Provider slots this node holds, and fills.", []string{"budget", "state"}, nil)
+	leaseQueued   = prometheus.NewDesc("ringgate_lease_queued", "Requests waiting on this node for room in a provider budget, by class.", []string{"budget", "class"}, nil)
 )
 
 func (c leaseCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{leaseGrants, leaseEmpty, leaseReturns, leaseErrors, leaseDegraded, leaseDegTime, leaseLeft, leaseSlots} {
+	for _, d := range []*prometheus.Desc{leaseGrants, leaseEmpty, leaseReturns, leaseErrors, leaseDegraded, leaseDegTime, leaseLeft, leaseSlots, leaseQueued} {
 		ch <- d
 	}
 }
@@ -146,5 +150,12 @@ func (c leaseCollector) Collect(ch chan<- prometheus.Metric) {
 		gauge(leaseLeft, float64(s.Left.Tokens), "tokens")
 		gauge(leaseSlots, float64(s.SlotsHeld), "held")
 		gauge(leaseSlots, float64(s.SlotsUsed), "in_flight")
+	}
+	c.r.linesMu.Lock()
+	defer c.r.linesMu.Unlock()
+	for key, q := range c.r.lines {
+		for _, class := range []queue.Class{queue.Interactive, queue.Batch} {
+			ch <- prometheus.MustNewConstMetric(leaseQueued, prometheus.GaugeValue, float64(q.Depth(class)), key, class.String())
+		}
 	}
 }
