@@ -105,3 +105,55 @@ func TestClusterProviderLimitQueued(t *testing.T) {
 		t.Errorf("%.1f %% refused at 110 %% of the provider's limit with a queue", 100*refused(codes))
 	}
 }
+
+// With the owner's HTTP unreachable, an edge enforces the tenant's strict
+// share itself; with queues, a request the share has no slot for waits on
+// the edge for one (a call's end on the share frees it) instead of a 429,
+// and never more than the share runs at once. The same load without
+// queues, first, is the baseline.
+func TestClusterFallbackQueued(t *testing.T) {
+	if testing.Short() {
+		t.Skip("cluster test")
+	}
+	const slots, share = 6, 2 // 3 members
+	run := func(q *config.Queue) (codes map[int]int, atOnce int, byEdge bool) {
+		tn := clTenant("acme", 1<<20)
+		tn.Concurrency = slots
+		// A 1 s window: without Redis the share starts as if the whole
+		// window had been used (nothing says otherwise), so it admits
+		// nothing for a window.
+		c := startClusterWith(t, 3, time.Second, clOptions{Queue: q}, tn)
+		tok, _ := reserve.NewTokenizer()
+		c.fake.SetOptions(fakeupstream.Options{CountTokens: tok.Count, CompletionMin: 5, CompletionMax: 5, Latency: 100 * time.Millisecond})
+		c.fake.Reset()
+		o := c.byName(c.owner("acme"))
+		e := c.edge(o.Name())
+		if err := o.ln.Close(); err != nil { // the owner alive in gossip, its HTTP gone
+			t.Fatalf("close %s's listener: %v", o.Name(), err)
+		}
+		// 3 s at 22/s: the share's 2 slots of 100 ms serve 20/s, once
+		// its first window is over; the line that built up by then
+		// waits about a second.
+		res := c.clLoad("acme", []*clNode{e}, 0, time.Now(), 45*time.Millisecond, 3*time.Second, 64)
+		codes = answersOf(t, res)
+		byEdge = true
+		for _, r := range res {
+			byEdge = byEdge && r.rep.node == e.Name()
+		}
+		return codes, c.fake.Stats().MaxConcurrent, byEdge
+	}
+	refused := func(c map[int]int) float64 { return float64(c[429]) / float64(max(1, c[200]+c[429])) }
+	bCodes, bAtOnce, _ := run(nil)
+	codes, atOnce, byEdge := run(&config.Queue{InteractiveWait: 2 * time.Second, BatchWait: 2 * time.Second, MaxDepth: 1000})
+	t.Logf("without queues: answers %v (%.1f %% refused), at most %d at once", bCodes, 100*refused(bCodes), bAtOnce)
+	t.Logf("with queues: answers %v (%.1f %% refused), at most %d at once, share %d", codes, 100*refused(codes), atOnce, share)
+	if atOnce > share || bAtOnce > share {
+		t.Errorf("%d (%d without queues) calls at once at the provider, the edge's share %d", atOnce, bAtOnce, share)
+	}
+	if !byEdge {
+		t.Error("some answers did not come from the edge")
+	}
+	if refused(codes) > 0.05 {
+		t.Errorf("%.1f %% refused on the share with queues", 100*refused(codes))
+	}
+}

@@ -381,3 +381,53 @@ func spillAudit(t *testing.T, c *clCluster, tenant string, window time.Duration,
 	}
 	return got, worst, at
 }
+
+// A spilled tenant at its concurrency, with queues: a request its leased
+// budget has no slot for waits on the node that took it, in the spill's
+// line, for a slot to free (a call's end gives it back to the budget), as
+// it would on the tenant's owner; the limit holds at the provider. The
+// same load without queues, first, is the baseline.
+func TestClusterSpillQueued(t *testing.T) {
+	if testing.Short() {
+		t.Skip("cluster test")
+	}
+	const limit = 8
+	run := func(q *config.Queue) (codes map[int]int, atOnce int, waitedElsewhere int, spilled bool) {
+		srv := redistest.Start(t)
+		tn := clTenant("hot", 1<<20)
+		tn.Concurrency = limit
+		c := startClusterWith(t, 3, 4*time.Second, clOptions{Redis: srv.Addr(), SpilloverRPS: 60, Queue: q}, tn)
+		tok, _ := reserve.NewTokenizer()
+		c.fake.SetOptions(fakeupstream.Options{CountTokens: tok.Count, CompletionMin: 20, CompletionMax: 40, Latency: 60 * time.Millisecond})
+		c.fake.Reset()
+		owner := c.byName(c.owner("hot"))
+		// 2.5 s at 160/s: 8 slots of 60 ms serve about 130/s.
+		res := c.clLoad("hot", c.live(), 0, time.Now().Add(50*time.Millisecond), 6*time.Millisecond, 2500*time.Millisecond, 64)
+		codes = answersOf(t, res)
+		for _, r := range res {
+			if r.rep.status == 200 && r.rep.node != owner.Name() && r.rep.header.Get("x-ringgate-queued-ms") != "" {
+				waitedElsewhere++
+			}
+		}
+		spilled = len(owner.log.find(map[string]any{"msg": "spillover", "phase": "on", "tenant": "hot"})) > 0
+		return codes, c.fake.Stats().MaxConcurrent, waitedElsewhere, spilled
+	}
+	refused := func(c map[int]int) float64 { return float64(c[429]) / float64(max(1, c[200]+c[429])) }
+	bCodes, bAtOnce, _, bSpilled := run(nil)
+	codes, atOnce, elsewhere, spilled := run(&config.Queue{InteractiveWait: 2 * time.Second, BatchWait: 2 * time.Second, MaxDepth: 1000})
+	t.Logf("without queues: spilled %v, answers %v (%.1f %% refused), at most %d at once", bSpilled, bCodes, 100*refused(bCodes), bAtOnce)
+	t.Logf("with queues: spilled %v, answers %v (%.1f %% refused), at most %d at once; %d admitted after waiting on a node other than the owner",
+		spilled, codes, 100*refused(codes), atOnce, elsewhere)
+	if !spilled || !bSpilled {
+		t.Fatal("the tenant never spilled")
+	}
+	if atOnce > limit || bAtOnce > limit {
+		t.Errorf("%d (%d without queues) calls at once at the provider, limit %d", atOnce, bAtOnce, limit)
+	}
+	if refused(codes) > 0.05 {
+		t.Errorf("%.1f %% refused with queues", 100*refused(codes))
+	}
+	if elsewhere == 0 {
+		t.Error("no request waited on the spill's budget away from the owner")
+	}
+}

@@ -114,9 +114,15 @@ type classQueue struct {
 	OldestMs int64 `json:"oldest_ms"` // how long the longest-waiting one has waited
 }
 
-func viewQueue(q *queue.Queue) queueView {
+// viewQueue is the lines qs together, by class.
+func viewQueue(qs ...*queue.Queue) queueView {
 	class := func(c queue.Class) classQueue {
-		return classQueue{Waiting: q.Depth(c), OldestMs: q.Oldest(c).Milliseconds()}
+		var cq classQueue
+		for _, q := range qs {
+			cq.Waiting += q.Depth(c)
+			cq.OldestMs = max(cq.OldestMs, q.Oldest(c).Milliseconds())
+		}
+		return cq
 	}
 	return queueView{Interactive: class(queue.Interactive), Batch: class(queue.Batch)}
 }
@@ -145,6 +151,7 @@ func (r *Router) serveTenant(ctx *fasthttp.RequestCtx, name string) {
 		return
 	}
 	u := t.lim.Usage(r.clock())
+	q := viewQueue(t.ownLines()...)
 	owner := r.view.Load().owner(t.name)
 	if owner == "" {
 		owner = r.node
@@ -158,8 +165,8 @@ func (r *Router) serveTenant(ctx *fasthttp.RequestCtx, name string) {
 		Requests:  dimension{Used: u.Requests, Limit: max(u.Limits.Requests, 0)},
 		Tokens:    dimension{Used: u.Tokens, Limit: max(u.Limits.Tokens, 0)},
 		InFlight:  dimension{Used: u.InFlight, Limit: max(u.Limits.Concurrency, 0)},
-		Queued:    int64(t.queue.Waiting()),
-		Queue:     viewQueue(t.queue),
+		Queued:    int64(q.Interactive.Waiting + q.Batch.Waiting),
+		Queue:     q,
 		Spillover: r.spillView(t),
 	})
 }

@@ -171,6 +171,7 @@ func (r *Router) reportFallbacksTo(v *view) {
 			t.fb.mu.Unlock()
 			if other && t.inFallback.CompareAndSwap(true, false) {
 				r.log.Info("fallback", "phase", "end", "tenant", t.name, "owner", owner, "reason", "new_owner")
+				t.fbQueue.Kick()
 			}
 		}
 	}

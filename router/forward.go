@@ -300,6 +300,7 @@ func (r *Router) SetFallbackSeed(seed func(tenant string) (limiter.State, bool))
 func (r *Router) endFallback(t *tenant, owner string) {
 	if t.inFallback.Load() && t.inFallback.CompareAndSwap(true, false) {
 		r.log.Info("fallback", "phase", "end", "tenant", t.name, "owner", owner)
+		t.fbQueue.Kick() // those waiting on the share go to the owner
 		r.reportFallback(t)
 	}
 }

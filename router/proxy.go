@@ -249,7 +249,7 @@ func (r *Router) serveLocalOnce(ctx *fasthttp.RequestCtx, ep upstream.Endpoint, 
 	if sp != nil {
 		return r.admitSpilled(ctx, ep, st, c, hops)
 	}
-	if owned && t.queue.Waiting() > 0 {
+	if line := t.lineFor(lim, hops); line != nil && line.Waiting() > 0 {
 		if class := classOf(t, &ctx.Request.Header); t.queueWait(class) > 0 {
 			// Others wait already: behind them, in order (the budgets
 			// are taken again when its turn comes).
@@ -268,7 +268,7 @@ func (r *Router) serveLocalOnce(ctx *fasthttp.RequestCtx, ep upstream.Endpoint, 
 		}
 		return r.movedOn(ctx, t, lim, hops)
 	}
-	if !d.Allowed && owned && !d.TooLarge {
+	if !d.Allowed && !d.TooLarge && t.lineFor(lim, hops) != nil {
 		if class := classOf(t, &ctx.Request.Header); t.queueWait(class) > 0 &&
 			mayWait(d.Limited == limiter.Concurrency, d.RetryAfter, time.Now().Add(t.queueWait(class))) {
 			// Room within the wait budget: the request waits for it.
@@ -290,40 +290,69 @@ func (r *Router) serveLocalOnce(ctx *fasthttp.RequestCtx, ep upstream.Endpoint, 
 	return r.forward(ctx, c)
 }
 
+// redecideSpill decides a request whose tenant's spill ended meanwhile, or
+// is ending (fenced), the usual way, once the owner decides alone
+// (ownerSpill and edgeSpill skip a closed or fenced spill, so this does
+// not come back; an edge hands the request to the owner).
+func (r *Router) redecideSpill(ctx *fasthttp.RequestCtx, ep upstream.Endpoint, st *state, c *call, hops int) bool {
+	r.cancelBudgets(c)
+	if c.sp.owner == r.node {
+		waitClosed(c.sp.done, 400*time.Millisecond)
+		return r.serveLocalOnce(ctx, ep, st, c.t, c.t.lim, hops, retryLimiter)
+	}
+	return r.serveAPI(ctx, ep)
+}
+
+// spillPeek is a spilled tenant's refusal as its budget stands now, for a
+// request that waits behind others without trying.
+func spillPeek(t *tenant, sp *spill, now int64, window time.Duration) limiter.Decision {
+	s := sp.budget.Stats(now)
+	bd := lease.Decision{Limited: limiter.Concurrency, RetryAfter: time.Second, Used: s.Used}
+	switch {
+	case t.limits.Requests > 0 && s.Left.Requests <= 0:
+		bd.Limited, bd.RetryAfter = limiter.Requests, sp.budget.RetryAfter(now)
+	case t.limits.Tokens > 0 && s.Left.Tokens <= 0:
+		bd.Limited, bd.RetryAfter = limiter.Tokens, sp.budget.RetryAfter(now)
+	}
+	return spillDecision(t, &bd, window)
+}
+
 // admitSpilled admits a call of a spilled tenant on its budget (and the
 // provider's, taken already) and records it in the ledger for the owner.
 func (r *Router) admitSpilled(ctx *fasthttp.RequestCtx, ep upstream.Endpoint, st *state, c *call, hops int) bool {
 	t, sp := c.t, c.sp
+	class := classOf(t, &ctx.Request.Header)
+	if sp.line.Waiting() > 0 && t.queueWait(class) > 0 && !spillTooLarge(t, c) {
+		// Others wait for the spill's budget here: behind them.
+		d := spillPeek(t, sp, r.clock(), st.cfg.Limits.Window)
+		return r.admitQueued(ctx, ep, st, c, hops, class, &d, nil)
+	}
 	sp.mu.RLock()
-	// Ended meanwhile, or ending (fenced): decided the usual way, once the
-	// owner decides alone (ownerSpill and edgeSpill skip a closed or
-	// fenced spill, so this does not come back; an edge hands the request
-	// to the owner).
-	redecide := func() bool {
-		sp.mu.RUnlock()
-		r.cancelBudgets(c)
-		if sp.owner == r.node {
-			waitClosed(sp.done, 400*time.Millisecond)
-			return r.serveLocalOnce(ctx, ep, st, t, t.lim, hops, retryLimiter)
-		}
-		return r.serveAPI(ctx, ep)
-	}
 	if sp.closed.Load() {
-		return redecide()
+		sp.mu.RUnlock()
+		return r.redecideSpill(ctx, ep, st, c, hops)
 	}
-	bd := r.takeSpill(sp, c)
+	bd := r.takeSpill(sp, c, false)
 	if !bd.Allowed && sp.budget.Fenced() {
-		return redecide()
+		sp.mu.RUnlock()
+		return r.redecideSpill(ctx, ep, st, c, hops)
 	}
 	d := spillDecision(t, &bd, st.cfg.Limits.Window)
-	setRateHeaders(&ctx.Response.Header, &d)
+	d.TooLarge = !bd.Allowed && spillTooLarge(t, c)
 	if !bd.Allowed {
 		sp.mu.RUnlock()
+		if t.queueWait(class) > 0 && !d.TooLarge && mayWait(d.Limited == limiter.Concurrency, d.RetryAfter, time.Now().Add(t.queueWait(class))) {
+			// Room within the wait budget: the request waits for it,
+			// as it would on the tenant's owner.
+			return r.admitQueued(ctx, ep, st, c, hops, class, &d, nil)
+		}
+		setRateHeaders(&ctx.Response.Header, &d)
 		r.cancelBudgets(c)
 		t.counts.refused(bd.Limited)
 		refuse(ctx, &d, st.cfg.Limits.Window, int64(c.res.Total))
 		return false
 	}
+	setRateHeaders(&ctx.Response.Header, &d)
 	c.tk, _ = c.lim.Admit(r.clock(), int64(c.res.Total)) // the mirror: no limits
 	c.fb = r.fallbackAdmitted(t, &c.tk, sp.epoch)
 	sp.mu.RUnlock()
@@ -579,6 +608,9 @@ func (r *Router) finish(c *call, u upstream.Usage, ok bool, countedCompletion in
 		c.lim.Finish(r.clock(), &c.tk, int64(actual))
 		if c.fb != nil {
 			r.fallbackFinished(c.t, c.fb, d)
+		}
+		if c.lim == c.t.fallback {
+			c.t.fbQueue.Kick() // a slot of the share freed, tokens settled
 		}
 	}
 	c.t.counts.settled.Add(float64(actual))

@@ -39,6 +39,49 @@ func classOf(t *tenant, h *fasthttp.RequestHeader) queue.Class {
 	return queue.Interactive
 }
 
+// ownLines are the lines on this node where t's requests wait for its own
+// limits: its owner's, its fallback share's, its spill's.
+func (t *tenant) ownLines() []*queue.Queue {
+	ls := []*queue.Queue{t.queue, t.fbQueue}
+	if sp := t.spill.Load(); sp != nil {
+		ls = append(ls, &sp.line)
+	}
+	return ls
+}
+
+// fallbackOver reports whether the fallback episode a waiter on t's share
+// belongs to is over: ended (the owner answered), or about another owner
+// now (the ring changed: maybe this node).
+func (r *Router) fallbackOver(t *tenant) bool {
+	if !t.inFallback.Load() {
+		return true
+	}
+	t.fb.mu.Lock()
+	owner := t.fb.owner
+	t.fb.mu.Unlock()
+	return r.view.Load().owner(t.name) != owner
+}
+
+// spillTooLarge reports whether c is larger than its spilled tenant's
+// token limit: no block of the budget can ever hold it.
+func spillTooLarge(t *tenant, c *call) bool {
+	return t.limits.Tokens > 0 && int64(c.res.Total) > t.limits.Tokens
+}
+
+// lineFor is the line where a request decided on lim waits for the
+// tenant's own limits: its owner's, or an edge's fallback share's (for its
+// own clients' requests; a hop decided on a share is not kept waiting);
+// nil: none (a spill has its own, admitSpilled).
+func (t *tenant) lineFor(lim *limiter.Tenant, hops int) *queue.Queue {
+	switch {
+	case lim == t.lim:
+		return t.queue
+	case lim == t.fallback && hops == 0:
+		return t.fbQueue
+	}
+	return nil
+}
+
 // queueWait is how long a request of class may wait for t (0: it may not).
 func (t *tenant) queueWait(c queue.Class) time.Duration { return t.waits[c] }
 
@@ -80,10 +123,11 @@ const (
 	toTenantLine   // the provider's budgets have room, the tenant not: its line next
 	toBudgetLine   // a provider's budget has no room, or a line: that line next
 	refusedByBudget
-	budgetsTaken // the tenant is spilled: decided on the spill, budgets in hand
-	reloaded     // the config changed: decided again on the new one
-	movedAway    // handed over: decided by the new owner
-	spilled      // sealed for a spill: decided on it
+	spillEnded    // the tenant's spill ended, or is ending: decided the usual way
+	fallbackEnded // the owner answers again: routed to it
+	reloaded      // the config changed: decided again on the new one
+	movedAway     // handed over: decided by the new owner
+	spilled       // sealed for a spill: decided on it
 )
 
 // mayWait reports whether a request refused with d can wait for room
@@ -105,6 +149,16 @@ func mayWait(concurrency bool, retryAfter time.Duration, deadline time.Time) boo
 func (r *Router) admitQueued(ctx *fasthttp.RequestCtx, ep upstream.Endpoint, st *state, c *call, hops int, class queue.Class, first *limiter.Decision, on *budgetRefusal) bool {
 	t := c.t
 	owned := c.lim == t.lim
+	// The tenant's own line: on its owner, or on this node's fallback
+	// share, or, spilled, the spill's on this node.
+	tenantLine := t.lineFor(c.lim, hops)
+	waits := tenantLine != nil // its tenant's refusals are waited for here
+	if c.sp != nil {
+		tenantLine = &c.sp.line
+	}
+	if tenantLine == nil {
+		tenantLine = t.queue // never waited in: its tenant's refusals are final
+	}
 	deadline := time.Now().Add(t.queueWait(class))
 	var (
 		last   limiter.Decision
@@ -112,7 +166,7 @@ func (r *Router) admitQueued(ctx *fasthttp.RequestCtx, ep upstream.Endpoint, st 
 		out    outcome
 		budget budgetRefusal // the last budget refusal
 		at     = inTenantLine
-		line   = t.queue
+		line   = tenantLine
 		flow   queue.Flow
 	)
 	if first != nil {
@@ -141,9 +195,7 @@ func (r *Router) admitQueued(ctx *fasthttp.RequestCtx, ep upstream.Endpoint, st 
 	// (d); it holds no budget.
 	tenantRefused := func(d limiter.Decision) (bool, time.Duration) {
 		last, tried = d, true
-		if d.TooLarge || !owned || !mayWait(d.Limited == limiter.Concurrency, d.RetryAfter, deadline) {
-			// A fallback share's refusal is not waited on: the owner's
-			// line is where the tenant's own limits are waited for.
+		if d.TooLarge || !waits || !mayWait(d.Limited == limiter.Concurrency, d.RetryAfter, deadline) {
 			out = refusedForGood
 			return true, -1
 		}
@@ -158,6 +210,52 @@ func (r *Router) admitQueued(ctx *fasthttp.RequestCtx, ep upstream.Endpoint, st 
 		}
 		return false, rateRetry(d.Limited, d.RetryAfter)
 	}
+	// spillTry is the tenant's part of a try for a spilled tenant: its
+	// spill's budget, in the ledger once admitted, as admitSpilled does;
+	// the provider's budgets are taken.
+	spillTry := func() (bool, time.Duration) {
+		sp := c.sp
+		if at != inTenantLine && sp.line.Waiting() > 0 {
+			r.cancelBudgets(c)
+			out = toTenantLine
+			return true, -1
+		}
+		sp.mu.RLock()
+		if r.lapsed(sp) {
+			sp.mu.RUnlock()
+			out = spillEnded
+			return true, -1
+		}
+		bd := r.takeSpill(sp, c, true)
+		if !bd.Allowed {
+			sp.mu.RUnlock()
+			r.cancelBudgets(c)
+			if sp.budget.Fenced() {
+				out = spillEnded
+				return true, -1
+			}
+			d := spillDecision(t, &bd, st.cfg.Limits.Window)
+			d.TooLarge = spillTooLarge(t, c)
+			last, tried = d, true
+			if d.TooLarge || !mayWait(d.Limited == limiter.Concurrency, d.RetryAfter, deadline) {
+				out = refusedForGood
+				return true, -1
+			}
+			if at != inTenantLine {
+				out = toTenantLine
+				return true, -1
+			}
+			if d.Limited == limiter.Concurrency {
+				return false, d.RetryAfter // and a Kick when a slot frees
+			}
+			return false, rateRetry(d.Limited, d.RetryAfter)
+		}
+		c.tk, _ = c.lim.Admit(r.clock(), int64(c.res.Total)) // the mirror: no limits
+		c.fb = r.fallbackAdmitted(t, &c.tk, sp.epoch)
+		sp.mu.RUnlock()
+		last, tried, out = spillDecision(t, &bd, st.cfg.Limits.Window), true, admitted
+		return true, 0
+	}
 	r.cancelBudgets(c) // each try takes them afresh
 	try := func() (bool, time.Duration) {
 		switch {
@@ -168,11 +266,17 @@ func (r *Router) admitQueued(ctx *fasthttp.RequestCtx, ep upstream.Endpoint, st 
 		case owned && c.lim.MovedTo() != "":
 			out = movedAway // handed over: its new owner decides
 			return true, -1
+		case c.lim == t.fallback && hops == 0 && r.fallbackOver(t):
+			out = fallbackEnded // the owner answers again, or is another: it decides
+			return true, -1
+		case c.sp != nil && (r.lapsed(c.sp) || c.sp.budget.Fenced()):
+			out = spillEnded
+			return true, -1
 		}
 		if wait := time.Until(notBefore); wait > 0 {
 			return false, wait
 		}
-		if at == inTenantLine && owned {
+		if at == inTenantLine && waits {
 			// Its tenant first: the head of the tenant's line waits
 			// here for the tenant's room, not in a provider's line it
 			// would only leave again when its turn came there.
@@ -190,16 +294,20 @@ func (r *Router) admitQueued(ctx *fasthttp.RequestCtx, ep upstream.Endpoint, st 
 				if br.d.Limited == limiter.Concurrency {
 					return false, br.d.RetryAfter // and a Kick when a slot frees
 				}
+				if !br.d.Degraded {
+					// Blocks: a grant Kicks the line when it brings
+					// room; the timer's guard is enough.
+					return false, br.d.RetryAfter + guard
+				}
 				return false, rateRetry(br.d.Limited, br.d.RetryAfter)
 			}
 			out = toBudgetLine
 			return true, -1
 		}
 		if c.sp != nil {
-			out = budgetsTaken
-			return true, 0
+			return spillTry()
 		}
-		if owned && at != inTenantLine && t.queue.Waiting() > 0 {
+		if waits && at != inTenantLine && tenantLine.Waiting() > 0 {
 			// The tenant's own line has others waiting: behind them.
 			r.cancelBudgets(c)
 			out = toTenantLine
@@ -240,7 +348,7 @@ func (r *Router) admitQueued(ctx *fasthttp.RequestCtx, ep upstream.Endpoint, st 
 			break
 		}
 		if out == toTenantLine {
-			at, line, flow = inTenantLine, t.queue, queue.Flow{}
+			at, line, flow = inTenantLine, tenantLine, queue.Flow{}
 		} else {
 			at, line, flow = budget.stage, budget.on.line, budget.on.flowOf(c, budget.d.Limited)
 		}
@@ -283,8 +391,11 @@ func (r *Router) admitQueued(ctx *fasthttp.RequestCtx, ep upstream.Endpoint, st 
 		return r.movedOn(ctx, t, c.lim, hops)
 	case spilled:
 		return r.serveLocalOnce(ctx, ep, st, t, t.lim, hops, retrySpill)
-	case budgetsTaken:
-		return r.admitSpilled(ctx, ep, st, c, hops)
+	case spillEnded:
+		return r.redecideSpill(ctx, ep, st, c, hops)
+	case fallbackEnded:
+		r.cancelBudgets(c)
+		return r.serveAPI(ctx, ep)
 	case refusedByBudget:
 		d := c.lim.Peek(r.clock())
 		setRateHeaders(&ctx.Response.Header, &d)
@@ -341,11 +452,11 @@ func (c queueCollector) Describe(ch chan<- *prometheus.Desc) { ch <- tenantQueue
 
 func (c queueCollector) Collect(ch chan<- prometheus.Metric) {
 	for name, t := range c.r.state.Load().byName {
-		if t.queue.Waiting() == 0 {
+		if sp := t.spill.Load(); t.queue.Waiting()+t.fbQueue.Waiting() == 0 && (sp == nil || sp.line.Waiting() == 0) {
 			continue
 		}
-		for _, class := range []queue.Class{queue.Interactive, queue.Batch} {
-			ch <- prometheus.MustNewConstMetric(tenantQueued, prometheus.GaugeValue, float64(t.queue.Depth(class)), name, class.String())
-		}
+		v := viewQueue(t.ownLines()...)
+		ch <- prometheus.MustNewConstMetric(tenantQueued, prometheus.GaugeValue, float64(v.Interactive.Waiting), name, queue.Interactive.String())
+		ch <- prometheus.MustNewConstMetric(tenantQueued, prometheus.GaugeValue, float64(v.Batch.Waiting), name, queue.Batch.String())
 	}
 }

@@ -179,6 +179,10 @@ func (r *Router) Reload(cfg *config.Config) error {
 	// config in force (a request that waited is decided on it).
 	for _, t := range st.byName {
 		t.queue.Kick()
+		t.fbQueue.Kick()
+		if sp := t.spill.Load(); sp != nil {
+			sp.line.Kick()
+		}
 	}
 	r.kickBudgetLines()
 	r.log.Info("reload", "tenants", len(cfg.Tenants), "upstreams", len(cfg.Upstreams))

@@ -12,6 +12,7 @@ import (
 
 	"github.com/ringgate/ringgate/lease"
 	"github.com/ringgate/ringgate/limiter"
+	"github.com/ringgate/ringgate/queue"
 )
 
 // Hot-tenant spillover. A tenant whose requests arrive at its owner faster
@@ -115,6 +116,10 @@ type spill struct {
 
 	until    atomic.Int64 // edge: serves until (router clock) unless renewed
 	arrivals atomic.Int64 // edge: requests since the owner last asked
+
+	// line is where this node's requests the budget refuses wait for it
+	// (queue.go), as they would in the tenant's line on its owner.
+	line queue.Queue
 }
 
 func spillKey(tenant string, epoch int64) string {
@@ -146,6 +151,17 @@ func (r *Router) newSpill(t *tenant, owner string, epoch int64, limits limiter.L
 	sp.budget = r.leaser.Budget(lease.Config{Key: sp.key, Limits: limits, Window: cfg.Limits.Window,
 		Settles: true, OnStoreDown: lease.Share}, func() int { return r.view.Load().liveMembers() })
 	return sp
+}
+
+// watchLine has the spill's budget tell its line of room: once the spill
+// is the tenant's (a spill that lost the race for it must not take the
+// budget's watch from the one that won).
+func (sp *spill) watchLine() { sp.budget.Watch(sp.line.Kick, sp.line.Waiting) }
+
+// lapsed reports whether the spill is over for this node: closed, or on a
+// member, not renewed by its owner in time.
+func (r *Router) lapsed(sp *spill) bool {
+	return sp.closed.Load() || sp.owner != r.node && r.clock() > sp.until.Load()
 }
 
 // reloadSpills gives the spills this node owns the tenants' new limits (a
@@ -223,13 +239,17 @@ func (r *Router) edgeSpill(t *tenant, owner string) *spill {
 }
 
 // takeSpill takes the call from the spill's budget (sp.mu held shared).
-func (r *Router) takeSpill(sp *spill, c *call) lease.Decision {
-	tk, d := sp.budget.Take(r.clock(), int64(c.res.Total))
+func (r *Router) takeSpill(sp *spill, c *call, again bool) lease.Decision {
+	take := sp.budget.Take
+	if again {
+		take = sp.budget.Retake // a waiting request: asked before
+	}
+	tk, d := take(r.clock(), int64(c.res.Total))
 	if !d.Allowed && d.Renewal != nil {
 		timer := time.NewTimer(maxRenewalWait)
 		select {
 		case <-d.Renewal:
-			tk, d = sp.budget.Take(r.clock(), int64(c.res.Total))
+			tk, d = sp.budget.Retake(r.clock(), int64(c.res.Total))
 		case <-timer.C:
 		}
 		timer.Stop()
@@ -316,6 +336,7 @@ func (r *Router) spillOn(ctx context.Context, name string, rate float64) {
 	sp.ready, sp.done = make(chan struct{}), make(chan struct{})
 	sp.told = make(map[string]time.Time)
 	t.spill.Store(sp)
+	sp.watchLine()
 	r.reloadMu.Unlock()
 
 	s := t.lim.Seal(r.clock())
@@ -568,6 +589,7 @@ func (r *Router) spillOff(name string, sp *spill, reason string) {
 	t.spill.endEpoch(sp.epoch)
 	sp.mu.Unlock()
 	t.queue.Kick()
+	sp.line.Kick() // those waiting for the spill are decided again
 	r.leaser.Retire(sp.key)
 	r.ownerSpills.Add(-1)
 	r.metrics.spillover.WithLabelValues("off").Inc()
@@ -730,6 +752,7 @@ func (r *Router) serveSpill(ctx *fasthttp.RequestCtx) {
 			refuse("busy", "Another spillover change is in progress.")
 			return
 		}
+		sp.watchLine()
 		r.reloadMu.Unlock()
 		cur = sp
 	} else if cur.budget.Stats(r.clock()).Limits != m.Limits {
@@ -749,6 +772,7 @@ func (r *Router) leaveSpill(t *tenant, sp *spill, reason string) bool {
 	t.spill.endEpoch(sp.epoch)
 	t.spill.CompareAndSwap(sp, nil)
 	sp.mu.Unlock()
+	sp.line.Kick() // those waiting for the spill are decided again
 	r.reportFallback(t)
 	delivered := t.fb.delivered()
 	if !delivered || reason == "owner_silent" {

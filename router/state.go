@@ -49,10 +49,11 @@ type tenant struct {
 	arrivals atomic.Int64
 
 	// queue is the line of requests waiting for room in the tenant's
-	// limits on its owner (queue.go), shared across reloads; waits the
-	// wait budgets by class.
-	queue *queue.Queue
-	waits [2]time.Duration
+	// limits on its owner (queue.go), fbQueue on this node's fallback
+	// share while the owner cannot be reached; both shared across
+	// reloads. waits are the wait budgets by class.
+	queue, fbQueue *queue.Queue
+	waits          [2]time.Duration
 }
 
 // state is everything a reload replaces at once; requests read it through an
@@ -122,12 +123,19 @@ func buildState(cfg *config.Config, prev *state, m *metrics, now int64) (*state,
 			fallback = limiter.NewTenant(limits, cfg.Limits.Window, cfg.Limits.SlotTTL)
 		}
 		t := &tenant{name: tc.Name, priority: tc.Priority, limits: limits, lim: lim, fallback: fallback, counts: m.tenant(tc.Name),
-			fb: &fallbackLedger{}, spill: &spillHolder{}, queue: &queue.Queue{}}
+			fb: &fallbackLedger{}, spill: &spillHolder{}, queue: &queue.Queue{}, fbQueue: &queue.Queue{}}
 		t.waits[queue.Interactive], t.waits[queue.Batch] = tc.Waits(cfg.Queue)
 		if prev != nil {
 			if old := prev.byName[tc.Name]; old != nil {
 				t.ownedUntil.Store(old.ownedUntil.Load())
-				t.fb, t.spill, t.queue = old.fb, old.spill, old.queue
+				// A fallback episode goes on across a reload, its
+				// share kept (old.fallback): not started and seeded
+				// again on top of what it admitted.
+				t.inFallback.Store(old.inFallback.Load())
+				t.seen.at.Store(old.seen.at.Load())
+				t.seen.requests.Store(old.seen.requests.Load())
+				t.seen.tokens.Store(old.seen.tokens.Load())
+				t.fb, t.spill, t.queue, t.fbQueue = old.fb, old.spill, old.queue, old.fbQueue
 			}
 		}
 		st.byName[tc.Name] = t
