@@ -154,7 +154,7 @@ func (r *Router) admitQueued(ctx *fasthttp.RequestCtx, ep upstream.Endpoint, st 
 	tenantLine := t.lineFor(c.lim, hops)
 	waits := tenantLine != nil // its tenant's refusals are waited for here
 	if c.sp != nil {
-		tenantLine = &c.sp.line
+		tenantLine, waits = &c.sp.line, true
 	}
 	if tenantLine == nil {
 		tenantLine = t.queue // never waited in: its tenant's refusals are final
@@ -236,19 +236,7 @@ func (r *Router) admitQueued(ctx *fasthttp.RequestCtx, ep upstream.Endpoint, st 
 			}
 			d := spillDecision(t, &bd, st.cfg.Limits.Window)
 			d.TooLarge = spillTooLarge(t, c)
-			last, tried = d, true
-			if d.TooLarge || !mayWait(d.Limited == limiter.Concurrency, d.RetryAfter, deadline) {
-				out = refusedForGood
-				return true, -1
-			}
-			if at != inTenantLine {
-				out = toTenantLine
-				return true, -1
-			}
-			if d.Limited == limiter.Concurrency {
-				return false, d.RetryAfter // and a Kick when a slot frees
-			}
-			return false, rateRetry(d.Limited, d.RetryAfter)
+			return tenantRefused(d)
 		}
 		c.tk, _ = c.lim.Admit(r.clock(), int64(c.res.Total)) // the mirror: no limits
 		c.fb = r.fallbackAdmitted(t, &c.tk, sp.epoch)
@@ -276,7 +264,7 @@ func (r *Router) admitQueued(ctx *fasthttp.RequestCtx, ep upstream.Endpoint, st 
 		if wait := time.Until(notBefore); wait > 0 {
 			return false, wait
 		}
-		if at == inTenantLine && waits {
+		if at == inTenantLine && waits && c.sp == nil {
 			// Its tenant first: the head of the tenant's line waits
 			// here for the tenant's room, not in a provider's line it
 			// would only leave again when its turn came there.
