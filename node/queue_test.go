@@ -110,13 +110,15 @@ func TestClusterProviderLimitQueued(t *testing.T) {
 // share itself; with queues, a request the share has no slot for waits on
 // the edge for one (a call's end on the share frees it) instead of a 429,
 // and never more than the share runs at once. The same load without
-// queues, first, is the baseline.
+// queues, first, is the baseline. Halfway, the edge reloads its config:
+// the episode goes on, its share kept (before, the reload started a second
+// episode, seeded full on top of the first: its waiters were refused).
 func TestClusterFallbackQueued(t *testing.T) {
 	if testing.Short() {
 		t.Skip("cluster test")
 	}
 	const slots, share = 6, 2 // 3 members
-	run := func(q *config.Queue) (codes map[int]int, atOnce int, byEdge bool) {
+	run := func(q *config.Queue) (codes map[int]int, atOnce int, byEdge bool, starts int) {
 		tn := clTenant("acme", 1<<20)
 		tn.Concurrency = slots
 		// A 1 s window: without Redis the share starts as if the whole
@@ -134,19 +136,32 @@ func TestClusterFallbackQueued(t *testing.T) {
 		// 3 s at 22/s: the share's 2 slots of 100 ms serve 20/s, once
 		// its first window is over; the line that built up by then
 		// waits about a second.
+		reloaded := make(chan error, 1)
+		go func() {
+			time.Sleep(1500 * time.Millisecond) // pacing: halfway through the load
+			cfg := *e.cfg
+			reloaded <- e.Reload(&cfg)
+		}()
 		res := c.clLoad("acme", []*clNode{e}, 0, time.Now(), 45*time.Millisecond, 3*time.Second, 64)
+		if err := <-reloaded; err != nil {
+			t.Fatalf("reload %s: %v", e.Name(), err)
+		}
+		starts = len(e.log.find(map[string]any{"msg": "fallback", "phase": "start", "tenant": "acme"}))
 		codes = answersOf(t, res)
 		byEdge = true
 		for _, r := range res {
 			byEdge = byEdge && r.rep.node == e.Name()
 		}
-		return codes, c.fake.Stats().MaxConcurrent, byEdge
+		return codes, c.fake.Stats().MaxConcurrent, byEdge, starts
 	}
 	refused := func(c map[int]int) float64 { return float64(c[429]) / float64(max(1, c[200]+c[429])) }
-	bCodes, bAtOnce, _ := run(nil)
-	codes, atOnce, byEdge := run(&config.Queue{InteractiveWait: 2 * time.Second, BatchWait: 2 * time.Second, MaxDepth: 1000})
+	bCodes, bAtOnce, _, _ := run(nil)
+	codes, atOnce, byEdge, starts := run(&config.Queue{InteractiveWait: 2 * time.Second, BatchWait: 2 * time.Second, MaxDepth: 1000})
+	if starts != 1 {
+		t.Errorf("the edge logged %d fallback starts, want 1: the reload started the episode again", starts)
+	}
 	t.Logf("without queues: answers %v (%.1f %% refused), at most %d at once", bCodes, 100*refused(bCodes), bAtOnce)
-	t.Logf("with queues: answers %v (%.1f %% refused), at most %d at once, share %d", codes, 100*refused(codes), atOnce, share)
+	t.Logf("with queues: answers %v (%.1f %% refused), at most %d at once, share %d; %d fallback start(s) logged by the edge", codes, 100*refused(codes), atOnce, share, starts)
 	if atOnce > share || bAtOnce > share {
 		t.Errorf("%d (%d without queues) calls at once at the provider, the edge's share %d", atOnce, bAtOnce, share)
 	}

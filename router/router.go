@@ -302,6 +302,10 @@ func (r *Router) Handler(ctx *fasthttp.RequestCtx) {
 		r.serveSpill(ctx)
 		return
 	}
+	if isModelsPath(string(path)) {
+		r.serveModels(ctx)
+		return
+	}
 	r.serveAdmin(ctx)
 }
 
