@@ -21,6 +21,7 @@
 //	/v1/completions       text_completion
 //	/v1/embeddings        list of embeddings
 //	/v1/messages          Anthropic message / Anthropic stream events
+//	/v1/responses         OpenAI Responses: response / typed events ending in response.completed
 //
 // and, for out-of-process tests, GET /_records (JSON array of Record, without
 // bodies), GET /_stats (Stats), GET /_limits (the ProviderLimits in force),

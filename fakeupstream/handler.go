@@ -21,6 +21,7 @@ const (
 	epCompletions
 	epEmbeddings
 	epMessages
+	epResponses
 )
 
 func endpointOf(path []byte) endpoint {
@@ -33,6 +34,8 @@ func endpointOf(path []byte) endpoint {
 		return epEmbeddings
 	case "/v1/messages":
 		return epMessages
+	case "/v1/responses":
+		return epResponses
 	}
 	return epUnknown
 }
@@ -166,6 +169,9 @@ func (s *Server) serveAPI(ctx *fasthttp.RequestCtx) {
 	if valid && ep != epUnknown && ctx.IsPost() && o.Status == 0 {
 		if ep != epEmbeddings {
 			maxTokens = root.Get("max_completion_tokens").Int()
+			if ep == epResponses {
+				maxTokens = root.Get("max_output_tokens").Int()
+			}
 			mt := root.Get("max_tokens").Int()
 			if maxTokens <= 0 {
 				maxTokens = mt
@@ -269,6 +275,8 @@ func (s *Server) newID(ep endpoint) string {
 		prefix = "msg_fake"
 	case epEmbeddings:
 		prefix = "emb-fake"
+	case epResponses:
+		prefix = "resp_fake"
 	}
 	return prefix + strconv.FormatUint(s.ids.Add(1), 10)
 }
@@ -399,6 +407,16 @@ func (s *Server) writeStream(w *bufio.Writer, rq *request, noUsage bool, interva
 		head = appendOpenAIChunkHead(nil, rq, "text_completion")
 		head = append(head, `{"text":`...)
 		tail = appendUsageNull([]byte(`,"index":0,"logprobs":null,"finish_reason":null}]`), rq)
+	case epResponses:
+		b := append(buf[:0], "event: response.created\ndata: "+`{"type":"response.created","response":`...)
+		b = appendResponse(b, rq, "in_progress", 0, false)
+		b = append(b, "}\n\n"...)
+		if !emit(b) {
+			return 0, false
+		}
+		head = []byte("event: response.output_text.delta\ndata: " +
+			`{"type":"response.output_text.delta","item_id":"msg_` + rq.id + `","output_index":0,"content_index":0,"delta":`)
+		tail = []byte("}\n\n")
 	}
 
 	for i := range rq.completion {
@@ -448,6 +466,10 @@ func (s *Server) writeStream(w *bufio.Writer, rq *request, noUsage bool, interva
 			b = append(b, "}\n\n"...)
 		}
 		b = append(b, "data: [DONE]\n\n"...)
+	case epResponses: // no [DONE]: response.completed ends the stream
+		b = append(b, "event: response.completed\ndata: "+`{"type":"response.completed","response":`...)
+		b = appendResponse(b, rq, "completed", n, !noUsage)
+		b = append(b, "}\n\n"...)
 	}
 	beforeLast(n)
 	if !emit(b) {
@@ -520,9 +542,43 @@ func appendMessageStart(b []byte, rq *request, noUsage bool) []byte {
 	return append(b, "}}"...)
 }
 
+// appendResponse appends a Responses API response object for rq, with
+// completion words of output text and, if usage, its usage.
+func appendResponse(b []byte, rq *request, status string, completion int, usage bool) []byte {
+	b = append(b, `{"id":`...)
+	b = appendJSONString(b, rq.id)
+	b = append(b, `,"object":"response","created_at":`...)
+	b = strconv.AppendInt(b, rq.created, 10)
+	b = append(b, `,"status":"`...)
+	b = append(b, status...)
+	b = append(b, `","model":`...)
+	b = appendJSONString(b, rq.model)
+	b = append(b, `,"output":[`...)
+	if completion > 0 {
+		b = append(b, `{"type":"message","id":"msg_`...)
+		b = append(b, rq.id...)
+		b = append(b, `","status":"completed","role":"assistant","content":[{"type":"output_text","annotations":[],"text":"`...)
+		b = appendText(b, completion)
+		b = append(b, `"}]}`...)
+	}
+	b = append(b, ']')
+	if usage {
+		b = append(b, `,"usage":{"input_tokens":`...)
+		b = strconv.AppendInt(b, int64(rq.prompt), 10)
+		b = append(b, `,"output_tokens":`...)
+		b = strconv.AppendInt(b, int64(completion), 10)
+		b = append(b, `,"total_tokens":`...)
+		b = strconv.AppendInt(b, int64(rq.prompt+completion), 10)
+		b = append(b, '}')
+	}
+	return append(b, '}')
+}
+
 // appendJSONResponse appends the non-streamed answer to rq.
 func appendJSONResponse(b []byte, rq *request, usage bool) []byte {
 	switch rq.ep {
+	case epResponses:
+		return appendResponse(b, rq, "completed", rq.completion, usage)
 	case epEmbeddings:
 		b = append(b, `{"object":"list","data":[`...)
 		for i := range rq.inputs {

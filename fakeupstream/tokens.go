@@ -45,7 +45,7 @@ func promptTokens(root gjson.Result, model string, count func(model, text string
 		total += countPieces(m.Get("content"), model, count)
 		return true
 	})
-	for _, f := range [...]string{"system", "prompt", "input"} {
+	for _, f := range [...]string{"system", "prompt", "input", "instructions"} {
 		total += countPieces(root.Get(f), model, count)
 	}
 	return total
@@ -60,6 +60,9 @@ func countPieces(v gjson.Result, model string, count func(model, text string) in
 	case v.IsObject():
 		if t := v.Get("text"); t.Type == gjson.String {
 			return count(model, t.Str)
+		}
+		if c := v.Get("content"); c.Exists() { // a Responses input item
+			return countPieces(c, model, count)
 		}
 	case v.IsArray():
 		total := 0

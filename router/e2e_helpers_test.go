@@ -278,7 +278,11 @@ func (e *env) doChunked(path, key string, body []byte) (reply, error) {
 // SSE stream ending with [DONE].
 func (e *env) sendStream(path, key string, body []byte) (reply, error) {
 	r, err := e.do(http.MethodPost, path, key, body, nil)
-	if err == nil && r.status == http.StatusOK && !bytes.HasSuffix(r.body, []byte("data: [DONE]\n\n")) {
+	complete := bytes.HasSuffix(r.body, []byte("data: [DONE]\n\n"))
+	if path == "/v1/responses" { // no [DONE]: response.completed ends it
+		complete = bytes.Contains(r.body, []byte("event: response.completed\n"))
+	}
+	if err == nil && r.status == http.StatusOK && !complete {
 		err = fmt.Errorf("POST %s: incomplete stream: %s", path, truncate(string(r.body), 300))
 	}
 	return r, err
@@ -468,7 +472,22 @@ func messagesBody(model string, maxTokens int, stream bool) []byte {
 
 // completionsBody is a legacy /v1/completions request.
 func completionsBody(model string, maxTokens int, stream bool) []byte {
-	m := map[string]any{"model": model, "prompt": "Write a haiku about token buckets.", "max_tokens": maxTokens}
+	return streamed(map[string]any{"model": model, "prompt": "Write a haiku about token buckets.", "max_tokens": maxTokens}, stream)
+}
+
+// responsesBody is a /v1/responses request (maxTokens: max_output_tokens,
+// 0 for none).
+func responsesBody(model string, maxTokens int, stream bool) []byte {
+	m := map[string]any{"model": model, "instructions": "Answer in verse.",
+		"input": []map[string]any{{"role": "user", "content": []map[string]string{{"type": "input_text", "text": "Write a haiku about token buckets."}}}}}
+	if maxTokens > 0 {
+		m["max_output_tokens"] = maxTokens
+	}
+	return streamed(m, stream)
+}
+
+// streamed is the body m, asking for a stream if stream.
+func streamed(m map[string]any, stream bool) []byte {
 	if stream {
 		m["stream"] = true
 	}

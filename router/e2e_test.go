@@ -395,6 +395,11 @@ func TestE2ESettlement(t *testing.T) {
 		{"no usage debit chat stream", "/v1/chat/completions", true, 0, 600, true, debit, 0},
 		{"no usage embeddings", "/v1/embeddings", false, 0, 0, true, exact, 0},
 		{"n=3 reserves three completions", "/v1/chat/completions", false, 50, 50, false, credit, 3},
+		{"credit responses json", "/v1/responses", false, 2000, 100, false, credit, 0},
+		{"credit responses stream", "/v1/responses", true, 2000, 100, false, credit, 0},
+		{"debit responses stream", "/v1/responses", true, 0, 600, false, debit, 0},
+		{"no usage responses json", "/v1/responses", false, 2000, 100, true, credit, 0},
+		{"no usage responses stream", "/v1/responses", true, 2000, 100, true, credit, 0},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -410,6 +415,8 @@ func TestE2ESettlement(t *testing.T) {
 				body = messagesBody(anthropicModel, tc.maxTokens, tc.stream)
 			case "/v1/completions":
 				body = completionsBody(openAIModel, tc.maxTokens, tc.stream)
+			case "/v1/responses":
+				body = responsesBody(openAIModel, tc.maxTokens, tc.stream)
 			case "/v1/embeddings":
 				body, generates = embeddingsBody(openAIModel), false
 			default:
@@ -551,8 +558,21 @@ const jitterTolerance = 100 * time.Millisecond
 
 // 5. Two-phase reservation: requests reserve max(expected) but settle at
 // actual, so a tenant whose requests use far less than max_tokens still
-// gets nearly its whole TPM, and never more.
+// gets nearly its whole TPM, and never more. The same for the Responses
+// API, settled from its JSON usage and its response.completed event.
 func TestE2ETokenReservationEfficiency(t *testing.T) {
+	for _, tc := range []struct {
+		path string
+		body func(model string, maxTokens int, stream bool) []byte
+	}{
+		{"/v1/chat/completions", func(m string, mt int, s bool) []byte { return chatBody(m, mt, s, false) }},
+		{"/v1/responses", responsesBody},
+	} {
+		t.Run(tc.path, func(t *testing.T) { tokenReservationEfficiency(t, tc.path, tc.body) })
+	}
+}
+
+func tokenReservationEfficiency(t *testing.T, path string, mkBody func(model string, maxTokens int, stream bool) []byte) {
 	const (
 		window  = 2 * time.Second
 		tpm     = 20_000
@@ -565,10 +585,10 @@ func TestE2ETokenReservationEfficiency(t *testing.T) {
 		tenants: []config.Tenant{tenantCfg("acme", 0, tpm, 0)},
 		fake:    fakeupstream.Options{CompletionMin: 140, CompletionMax: 160, Seed: 1},
 	})
-	body := chatBody(openAIModel, maxTok, false, false)
-	streamBody := chatBody(openAIModel, maxTok, true, false)
+	body := mkBody(openAIModel, maxTok, false)
+	streamBody := mkBody(openAIModel, maxTok, true)
 	// One request costs about prompt + 150 tokens.
-	probe := e.post("/v1/chat/completions", keyOf("acme"), body, nil)
+	probe := e.post(path, keyOf("acme"), body, nil)
 	if probe.status != http.StatusOK {
 		t.Fatalf("probe: %s", probe)
 	}
@@ -581,9 +601,9 @@ func TestE2ETokenReservationEfficiency(t *testing.T) {
 	s := hammer(clients, target, time.Now().Add(6*window+5*time.Second), 20*time.Millisecond,
 		func(i int) (reply, error) {
 			if i%2 == 1 {
-				return e.sendStream("/v1/chat/completions", keyOf("acme"), streamBody)
+				return e.sendStream(path, keyOf("acme"), streamBody)
 			}
-			return e.do(http.MethodPost, "/v1/chat/completions", keyOf("acme"), body, nil)
+			return e.do(http.MethodPost, path, keyOf("acme"), body, nil)
 		}, nil)
 	for _, p := range s.problems {
 		t.Error(p)

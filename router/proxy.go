@@ -500,6 +500,9 @@ func (r *Router) stream(ctx *fasthttp.RequestCtx, c *call, resp *fasthttp.Respon
 	ctx.SetBodyStreamWriter(func(w *bufio.Writer) {
 		defer r.done()
 		f := upstream.NewStreamFilter(c.prov.Kind, c.req.ClientWantsUsage)
+		if c.req.Endpoint == upstream.Responses {
+			f = upstream.NewResponsesFilter()
+		}
 		bp := streamBufs.Get().(*[]byte)
 		defer streamBufs.Put(bp)
 		emit := func(ev []byte) error {

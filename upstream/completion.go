@@ -13,6 +13,8 @@ func CompletionText(ep Endpoint, answer []byte, fn func(text []byte)) {
 		path = "choices.#.text"
 	case Messages:
 		path = "content.#.text"
+	case Responses:
+		path = "output.#.content.#.text|@flatten"
 	default:
 		return
 	}

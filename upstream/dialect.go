@@ -47,6 +47,7 @@ const (
 	Completions                     // POST /v1/completions (OpenAI, legacy)
 	Embeddings                      // POST /v1/embeddings (OpenAI)
 	Messages                        // POST /v1/messages (Anthropic)
+	Responses                       // POST /v1/responses (OpenAI Responses API)
 )
 
 var endpointPaths = [...]string{
@@ -54,6 +55,7 @@ var endpointPaths = [...]string{
 	Completions: "/v1/completions",
 	Embeddings:  "/v1/embeddings",
 	Messages:    "/v1/messages",
+	Responses:   "/v1/responses",
 }
 
 // EndpointFor maps a request path (without query string) to its Endpoint.
@@ -68,6 +70,8 @@ func EndpointFor(path []byte) (Endpoint, bool) {
 		return Embeddings, true
 	case "/v1/messages":
 		return Messages, true
+	case "/v1/responses":
+		return Responses, true
 	}
 	return 0, false
 }
@@ -95,4 +99,4 @@ func (e Endpoint) String() string {
 	return fmt.Sprintf("Endpoint(%d)", uint8(e))
 }
 
-func (e Endpoint) valid() bool { return e >= Chat && e <= Messages }
+func (e Endpoint) valid() bool { return e >= Chat && e <= Responses }

@@ -27,6 +27,8 @@ func FuzzParseRequest(f *testing.F) {
 		{Messages, `{"model":"c","max_tokens":10,"system":[{"type":"text","text":"s"}],"messages":[{"role":"user","content":[{"type":"tool_result","content":[{"type":"text","text":"r"}]},{"type":"tool_use","input":{"a":[1]}}]}]}`},
 		{Messages, `{"model":"c","max_tokens":"10","messages":[]}`},
 		{Messages, `{"model":"c","model":"d"}`},
+		{Responses, `{"model":"m","instructions":"i","input":[{"role":"user","content":[{"type":"input_text","text":"t"}]},{"type":"function_call_output","output":"o"},{"type":"x"}],"max_output_tokens":5,"stream":true}`},
+		{Responses, `{"model":"m","input":[1]}`},
 		{Chat, "{\"model\":\"m\",\"messages\":[{\"content\":\"\xff\"}]}"},
 		{Chat, ``},
 		{Chat, `  {  } `},
@@ -35,7 +37,7 @@ func FuzzParseRequest(f *testing.F) {
 		f.Add(uint8(s.ep), []byte(s.body))
 	}
 	f.Fuzz(func(t *testing.T, e uint8, body []byte) {
-		ep := Endpoint(e%4 + 1)
+		ep := Endpoint(e%uint8(Responses) + 1)
 		orig := string(body)
 		r, err := ParseRequest(ep, body)
 		if string(body) != orig {

@@ -17,7 +17,8 @@ type Request struct {
 	Stream   bool
 	// MaxTokens is the client's cap on generated tokens, 0 when absent:
 	// max_tokens, or for OpenAI chat max_completion_tokens when given (it
-	// wins over the deprecated max_tokens). Always set for Messages.
+	// wins over the deprecated max_tokens), or for Responses
+	// max_output_tokens. Always set for Messages.
 	MaxTokens int
 	// Choices is how many completions the provider generates and bills:
 	// OpenAI's n (or best_of on /v1/completions, if larger); 1 when absent,
@@ -64,6 +65,8 @@ const (
 	fFunctions
 	fN
 	fBestOf
+	fInstructions
+	fMaxOutputTokens
 	numFields
 )
 
@@ -81,6 +84,8 @@ var fieldNames = [numFields]string{
 	fFunctions:           "functions",
 	fN:                   "n",
 	fBestOf:              "best_of",
+	fInstructions:        "instructions",
+	fMaxOutputTokens:     "max_output_tokens",
 }
 
 func fieldIndex(k string) int {
@@ -111,6 +116,10 @@ func fieldIndex(k string) int {
 		return fN
 	case "best_of":
 		return fBestOf
+	case "instructions":
+		return fInstructions
+	case "max_output_tokens":
+		return fMaxOutputTokens
 	}
 	return -1
 }
@@ -200,6 +209,10 @@ func ParseRequest(ep Endpoint, body []byte) (Request, error) {
 		}
 	case Completions:
 		if r.MaxTokens, err = intParam(f[fMaxTokens], "max_tokens", 1, maxMaxTokens); err != nil {
+			return r, err
+		}
+	case Responses:
+		if r.MaxTokens, err = intParam(f[fMaxOutputTokens], "max_output_tokens", 1, maxMaxTokens); err != nil {
 			return r, err
 		}
 	case Messages:
@@ -312,8 +325,63 @@ func ParseRequest(ep Endpoint, body []byte) (Request, error) {
 		if err := r.inputs(f[fInput], "input"); err != nil {
 			return r, err
 		}
+	case Responses:
+		if err := r.responsesInput(f[fInput], f[fInstructions]); err != nil {
+			return r, err
+		}
+		if v := f[fTools]; v.IsArray() {
+			r.Texts = appendText(r.Texts, v.Raw)
+		}
 	}
 	return r, nil
+}
+
+// responsesInput reads a Responses request's prompt: instructions (a
+// string) and input (optional), a string or a list of items. An item is a message
+// (role and content: a string or content parts), or another item the
+// model reads (a function call's output, a previous output item): what
+// text it has is counted, else its raw JSON.
+func (r *Request) responsesInput(input, instructions gjson.Result) error {
+	switch {
+	case !present(instructions):
+	case instructions.Type == gjson.String:
+		r.Texts = appendText(r.Texts, instructions.Str)
+	default:
+		return badRequest("invalid_type", "instructions", "instructions must be a string")
+	}
+	switch {
+	case !present(input):
+		return nil // a stored prompt or a conversation may stand in for it
+	case input.Type == gjson.String:
+		r.Texts = appendText(r.Texts, input.Str)
+		r.Messages = 1
+		return nil
+	case !input.IsArray():
+		return badRequest("invalid_type", "input", "input must be a string or an array of input items")
+	}
+	bad := -1
+	input.ForEach(func(_, item gjson.Result) bool {
+		if !item.IsObject() {
+			bad = r.Messages
+			return false
+		}
+		r.Messages++
+		switch c := item.Get("content"); {
+		case c.Exists():
+			r.Texts = messageTexts(r.Texts, item)
+		case item.Get("output").Type == gjson.String:
+			r.Texts = appendText(r.Texts, item.Get("output").Str)
+		case item.Get("arguments").Type == gjson.String:
+			r.Texts = appendText(r.Texts, item.Get("arguments").Str)
+		default:
+			r.Texts = appendText(r.Texts, item.Raw)
+		}
+		return true
+	})
+	if bad >= 0 {
+		return badRequest("invalid_type", "input["+strconv.Itoa(bad)+"]", "each input item must be an object")
+	}
+	return nil
 }
 
 // invalidUTF8At is the offset of the first byte of b that does not start a

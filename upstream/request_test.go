@@ -31,7 +31,7 @@ func TestParseKind(t *testing.T) {
 func TestEndpointFor(t *testing.T) {
 	for path, want := range map[string]Endpoint{
 		"/v1/chat/completions": Chat, "/v1/completions": Completions,
-		"/v1/embeddings": Embeddings, "/v1/messages": Messages,
+		"/v1/embeddings": Embeddings, "/v1/messages": Messages, "/v1/responses": Responses,
 	} {
 		got, ok := EndpointFor([]byte(path))
 		if !ok || got != want || got.Path() != path {
@@ -58,6 +58,29 @@ func TestParseRequestValid(t *testing.T) {
 		body string
 		want Request
 	}{
+		{
+			name: "responses string input",
+			ep:   Responses,
+			body: `{"model":"gpt-4o","input":"hi there","instructions":"be brief","max_output_tokens":64,"stream":true}`,
+			want: Request{Model: "gpt-4o", Stream: true, MaxTokens: 64, Texts: []string{"be brief", "hi there"}, Messages: 1, Choices: 1, Generates: true},
+		},
+		{
+			name: "responses without input (a stored prompt)",
+			ep:   Responses,
+			body: `{"model":"gpt-4o","prompt":{"id":"pmpt_1"},"previous_response_id":"resp_1"}`,
+			want: Request{Model: "gpt-4o", Choices: 1, Generates: true},
+		},
+		{
+			name: "responses items",
+			ep:   Responses,
+			body: `{"model":"gpt-4o","input":[{"role":"user","content":"what is"},
+				{"type":"message","role":"user","content":[{"type":"input_text","text":"this?"},{"type":"input_image","image_url":"data:x"}]},
+				{"type":"function_call_output","call_id":"c1","output":"a cat"},
+				{"type":"function_call","call_id":"c1","name":"look","arguments":"{\"q\":1}"}],
+				"tools":[{"type":"function","name":"look"}]}`,
+			want: Request{Model: "gpt-4o", Texts: []string{"what is", "this?", "a cat", `{"q":1}`, `[{"type":"function","name":"look"}]`},
+				Messages: 4, Choices: 1, Generates: true},
+		},
 		{
 			name: "chat minimal",
 			ep:   Chat,
@@ -169,6 +192,11 @@ func TestParseRequestInvalid(t *testing.T) {
 		code  string
 		param string
 	}{
+		{Responses, `{"model":"m","input":5}`, "invalid_type", "input"},
+		{Responses, `{"model":"m","input":["x"]}`, "invalid_type", "input[0]"},
+		{Responses, `{"model":"m","input":"x","instructions":["y"]}`, "invalid_type", "instructions"},
+		{Responses, `{"model":"m","input":"x","max_output_tokens":0}`, "integer_below_min_value", "max_output_tokens"},
+		{Responses, `{"model":"m","input":"x","input":"y"}`, "duplicate_parameter", "input"},
 		{Chat, ``, "invalid_json", ""},
 		{Chat, `{`, "invalid_json", ""},
 		{Chat, `{"model":"m",}`, "invalid_json", ""},

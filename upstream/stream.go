@@ -32,6 +32,7 @@ const (
 // Reset, so it can be pooled.
 type StreamFilter struct {
 	kind       Kind
+	responses  bool // an OpenAI Responses API stream (typed events, usage in response.completed)
 	wantsUsage bool
 	skipping   bool // an oversized event is being forwarded raw
 
@@ -52,6 +53,16 @@ type StreamFilter struct {
 func NewStreamFilter(kind Kind, clientWantsUsage bool) *StreamFilter {
 	f := &StreamFilter{}
 	f.Reset(kind, clientWantsUsage)
+	return f
+}
+
+// NewResponsesFilter returns a filter for an OpenAI Responses API stream:
+// typed events (no [DONE]), forwarded untouched; the text of the output
+// deltas is kept, and the usage of the response.completed (or
+// response.incomplete, response.failed) event.
+func NewResponsesFilter() *StreamFilter {
+	f := NewStreamFilter(OpenAI, true)
+	f.responses = true
 	return f
 }
 
@@ -217,13 +228,88 @@ func (f *StreamFilter) dataLines(ev []byte) (payload []byte, ps, pe int) {
 
 // event handles one complete event.
 func (f *StreamFilter) event(ev []byte, emit func([]byte) error) error {
-	switch f.kind {
-	case OpenAI:
+	switch {
+	case f.responses:
+		f.responsesEvent(ev)
+	case f.kind == OpenAI:
 		return f.openAIEvent(ev, emit)
-	case Anthropic:
+	case f.kind == Anthropic:
 		f.anthropicEvent(ev)
 	}
 	return emit(ev)
+}
+
+// responsesEvent records the text and usage of one Responses API event.
+// Only the output deltas and the events that end a response carry either;
+// the others are not parsed.
+func (f *StreamFilter) responsesEvent(ev []byte) {
+	typ := eventType(ev)
+	if typ != nil && !responsesText(typ) && !responsesEnd(typ) {
+		return
+	}
+	p, _, _ := f.dataLines(ev)
+	it, ok := iterValue(p)
+	if !ok || !it.obj {
+		return
+	}
+	var delta, response []byte
+	for {
+		k, v, ok := it.next()
+		if !ok {
+			break
+		}
+		switch string(k) {
+		case "type":
+			if typ == nil && isString(v) {
+				typ = v[1 : len(v)-1]
+			}
+		case "delta":
+			delta = v
+		case "response":
+			response = v
+		}
+	}
+	switch {
+	case responsesText(typ):
+		if isString(delta) {
+			f.addText(delta)
+		}
+	case responsesEnd(typ):
+		r, ok := iterValue(response)
+		if !ok || !r.obj {
+			return
+		}
+		for {
+			k, v, ok := r.next()
+			if !ok {
+				return
+			}
+			if string(k) == "usage" {
+				if u, ok := openAIUsage(v); ok {
+					f.usage = u
+				}
+			}
+		}
+	}
+}
+
+// responsesText: a Responses event whose delta is generated text.
+func responsesText(typ []byte) bool {
+	switch string(typ) {
+	case "response.output_text.delta", "response.refusal.delta", "response.function_call_arguments.delta",
+		"response.reasoning_summary_text.delta", "response.reasoning_text.delta":
+		return true
+	}
+	return false
+}
+
+// responsesEnd: a Responses event that ends the response, with its usage.
+func responsesEnd(typ []byte) bool {
+	switch string(typ) {
+	case "response.completed", "response.incomplete", "response.failed":
+		return true
+	}
+	return false
 }
 
 func (f *StreamFilter) openAIEvent(ev []byte, emit func([]byte) error) error {

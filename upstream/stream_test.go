@@ -268,6 +268,31 @@ func TestStreamFilterAnthropic(t *testing.T) {
 	}
 }
 
+// A Responses stream: typed events forwarded untouched (no [DONE]), the
+// text of the output deltas kept, the usage of response.completed; a
+// stream cut before it has text and no usage.
+func TestStreamFilterResponses(t *testing.T) {
+	head := "event: response.created\n" + `data: {"type":"response.created","response":{"id":"r1","status":"in_progress","output":[]}}` + "\n\n" +
+		"event: response.output_text.delta\n" + `data: {"type":"response.output_text.delta","item_id":"m1","output_index":0,"content_index":0,"delta":"Hel"}` + "\n\n" +
+		`data: {"delta":"lo","type":"response.output_text.delta"}` + "\n\n" +
+		"event: response.function_call_arguments.delta\n" + `data: {"type":"response.function_call_arguments.delta","delta":"{}"}` + "\n\n" +
+		"event: response.output_text.done\n" + `data: {"type":"response.output_text.done","text":"Hello"}` + "\n\n"
+	done := "event: response.completed\n" + `data: {"type":"response.completed","response":{"id":"r1","status":"completed","usage":{"input_tokens":11,"output_tokens":3,"total_tokens":14}}}` + "\n\n"
+	f := NewResponsesFilter()
+	got := run(t, f, head+done, []int{1, 7})
+	if strings.Join(got, "") != head+done || len(got) != 6 {
+		t.Errorf("forwarded %q", got)
+	}
+	if f.Usage() != (Usage{11, 3, true}) || string(f.Text()) != "Hello{}" {
+		t.Errorf("usage %+v text %q", f.Usage(), f.Text())
+	}
+	cut := NewResponsesFilter()
+	run(t, cut, head, []int{3})
+	if cut.Usage().Reported || string(cut.Text()) != "Hello{}" {
+		t.Errorf("cut stream: usage %+v text %q", cut.Usage(), cut.Text())
+	}
+}
+
 func TestStreamFilterEmitError(t *testing.T) {
 	gone := errors.New("client gone")
 	in := []byte(openAIStream(true))

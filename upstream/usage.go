@@ -11,7 +11,8 @@ type Usage struct {
 
 // UsageFromJSON reads the usage of a non-streamed answer (a JSON body):
 // OpenAI usage.prompt_tokens and usage.completion_tokens (embeddings report
-// only prompt_tokens), or Anthropic usage.input_tokens plus
+// only prompt_tokens; the Responses API usage.input_tokens and
+// usage.output_tokens), or Anthropic usage.input_tokens plus
 // usage.cache_creation_input_tokens plus usage.cache_read_input_tokens and
 // usage.output_tokens. It does not allocate, and never fails: anything
 // unreadable is just not Reported.
@@ -53,11 +54,11 @@ func openAIUsage(v []byte) (u Usage, ok bool) {
 			break
 		}
 		switch string(k) {
-		case "prompt_tokens":
+		case "prompt_tokens", "input_tokens": // input_, output_: the Responses API's
 			if n, isNum := tokenCount(v); isNum {
 				u.Prompt, u.Reported = n, true
 			}
-		case "completion_tokens":
+		case "completion_tokens", "output_tokens":
 			if n, isNum := tokenCount(v); isNum {
 				u.Completion, u.Reported = n, true
 			}

@@ -22,6 +22,8 @@ func TestUsageFromJSON(t *testing.T) {
 		{"openai garbage", OpenAI, `{"usage":{"prompt_tokens":`, Usage{}},
 		{"openai negative", OpenAI, `{"usage":{"prompt_tokens":-3,"completion_tokens":2.9}}`, Usage{0, 2, true}},
 		{"not json", OpenAI, `<html>`, Usage{}},
+		{"openai responses", OpenAI, `{"id":"resp_1","object":"response","status":"completed","output":[{"type":"message","content":[{"type":"output_text","text":"Hi"}]}],"usage":{"input_tokens":36,"input_tokens_details":{"cached_tokens":0},"output_tokens":87,"output_tokens_details":{"reasoning_tokens":0},"total_tokens":123}}`,
+			Usage{36, 87, true}},
 		{"anthropic", Anthropic, `{"id":"msg_1","type":"message","role":"assistant","content":[{"type":"text","text":"Hi"}],"model":"claude","stop_reason":"end_turn","usage":{"input_tokens":25,"cache_creation_input_tokens":100,"cache_read_input_tokens":50,"output_tokens":12}}`,
 			Usage{175, 12, true}},
 		{"anthropic null caches", Anthropic, `{"usage":{"input_tokens":25,"cache_creation_input_tokens":null,"output_tokens":12}}`, Usage{25, 12, true}},
@@ -62,6 +64,25 @@ func TestAppendString(t *testing.T) {
 		got, n = appendString([]byte("xx"), []byte(tc.in), 4)
 		if full := "xx" + tc.want; string(got) != full[:min(4, len(full))] || n != len(tc.want) {
 			t.Errorf("limited appendString(%s) = %q, %d", tc.in, got, n)
+		}
+	}
+}
+
+func TestCompletionText(t *testing.T) {
+	tests := []struct {
+		ep     Endpoint
+		answer string
+		want   string
+	}{
+		{Chat, `{"choices":[{"message":{"content":"a"}},{"message":{"content":"b"}}]}`, "ab"},
+		{Messages, `{"content":[{"type":"text","text":"a"},{"type":"tool_use"}]}`, "a"},
+		{Responses, `{"output":[{"type":"reasoning","summary":[]},{"type":"message","content":[{"type":"output_text","text":"a"},{"type":"output_text","text":"b"}]},{"type":"message","content":[{"type":"output_text","text":"c"}]}]}`, "abc"},
+	}
+	for _, tc := range tests {
+		var got string
+		CompletionText(tc.ep, []byte(tc.answer), func(text []byte) { got += string(text) })
+		if got != tc.want {
+			t.Errorf("%v: %q, want %q", tc.ep, got, tc.want)
 		}
 	}
 }
