@@ -194,6 +194,10 @@ type Tenant struct {
 	Keys                  []string
 	RPM, TPM, Concurrency int    // 0 = no limit on that dimension
 	Priority              string // "interactive" (default) or "batch"
+	// Mode is ModeEnforce (default; "" too) or ModeShadow: the tenant's limits
+	// decide and count as enforced, but what they refuse is served
+	// (and logged, counted, marked).
+	Mode string
 	// InteractiveWait and BatchWait (interactive_wait, batch_wait)
 	// override [queue]'s for this tenant; 0: not set.
 	InteractiveWait, BatchWait time.Duration
@@ -220,6 +224,8 @@ const (
 	OnRedisDownClosed   = "closed" // requests to the upstream refused
 	PriorityInteractive = "interactive"
 	PriorityBatch       = "batch"
+	ModeEnforce         = "enforce"
+	ModeShadow          = "shadow"
 )
 
 // Default values.
@@ -282,7 +288,7 @@ func defaultUpstream() Upstream {
 }
 
 func defaultTenant() Tenant {
-	return Tenant{Priority: PriorityInteractive}
+	return Tenant{Priority: PriorityInteractive, Mode: ModeEnforce}
 }
 
 // Load reads and parses the file at path. env: values are read with

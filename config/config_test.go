@@ -474,6 +474,11 @@ keys = ["sha256:` + strings.Repeat("zz", 32) + `"]`, `t.toml:4: tenants[0].keys[
 name = "a"
 keys = ["k"]
 priority = "low"`, `t.toml:5: tenants[0].priority: must be "interactive" or "batch" (got "low")`},
+		{"tenant mode", `
+[[tenants]]
+name = "a"
+keys = ["k"]
+mode = "dry-run"`, `t.toml:5: tenants[0].mode: must be "enforce" or "shadow" (got "dry-run")`},
 		{"tenant concurrency negative inline", `
 tenants = [
   {name = "a", keys = ["k"]},
@@ -636,7 +641,7 @@ keys = ["k"]
 	if !reflect.DeepEqual(c.Upstreams[0], wantU) {
 		t.Errorf("upstream defaults:\n got %+v\nwant %+v", c.Upstreams[0], wantU)
 	}
-	wantT := Tenant{Name: "t", Keys: []string{"k"}, Priority: "interactive"}
+	wantT := Tenant{Name: "t", Keys: []string{"k"}, Priority: "interactive", Mode: "enforce"}
 	if !reflect.DeepEqual(c.Tenants[0], wantT) {
 		t.Errorf("tenant defaults:\n got %+v\nwant %+v", c.Tenants[0], wantT)
 	}

@@ -428,6 +428,7 @@ func (d *decoder) rootFields() map[string]field {
 				"tpm":              fInt(&t.TPM),
 				"concurrency":      fInt(&t.Concurrency),
 				"priority":         fStr(&t.Priority),
+				"mode":             fStr(&t.Mode),
 				"interactive_wait": fDur(&t.InteractiveWait),
 				"batch_wait":       fDur(&t.BatchWait),
 			})

@@ -98,6 +98,7 @@ rpm = 600
 tpm = 100000
 concurrency = 10
 priority = "interactive"     # or "batch": queued behind interactive traffic
+mode = "enforce"             # or "shadow": decided and counted, but refusals are served (and logged)
 
 [[tenants]]
 name = "nightly-jobs"

@@ -303,5 +303,10 @@ func (v *validator) tenants() {
 		default:
 			v.errf(p+".priority", "must be %q or %q (got %q)", PriorityInteractive, PriorityBatch, t.Priority)
 		}
+		switch t.Mode {
+		case "", ModeEnforce, ModeShadow: // "": a config built in code, enforced
+		default:
+			v.errf(p+".mode", "must be %q or %q (got %q)", ModeEnforce, ModeShadow, t.Mode)
+		}
 	}
 }

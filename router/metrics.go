@@ -28,6 +28,8 @@ type metrics struct {
 	clientGone prometheus.Counter
 	// spillover counts tenants switched to and from spillover, by phase.
 	spillover *prometheus.CounterVec
+	// shadow counts what shadow limits would have refused.
+	shadow *prometheus.CounterVec
 	// queueWaited is how long requests waited in a tenant's line.
 	queueWaited *prometheus.HistogramVec
 
@@ -87,6 +89,10 @@ func newMetrics() *metrics {
 			Name: "ringgate_spillover_total",
 			Help: "Hot tenants switched to spillover (on) and back (off) by their owner, refused a switch (refused), or left by this node as an edge (left).",
 		}, []string{"phase"}),
+		shadow: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "ringgate_shadow_refusals_total",
+			Help: "Requests a limit in shadow mode would have refused and let through, by tenant and dimension.",
+		}, []string{"tenant", "dimension"}),
 		queueWaited: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "ringgate_queue_wait_seconds",
 			Help:    "How long requests refused by their tenant's limits waited in its line, by class (admitted or not).",
@@ -94,7 +100,7 @@ func newMetrics() *metrics {
 		}, []string{"class"}),
 		tenants: make(map[string]*tenantCounters),
 	}
-	m.reg.MustRegister(m.decisions, m.tokens, m.upstream, m.inflight, m.hopsRefused, m.deltasSent, m.deltasApplied, m.fallbackReported, m.clientGone, m.spillover, m.queueWaited,
+	m.reg.MustRegister(m.decisions, m.tokens, m.upstream, m.inflight, m.hopsRefused, m.deltasSent, m.deltasApplied, m.fallbackReported, m.clientGone, m.spillover, m.queueWaited, m.shadow,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }

@@ -268,6 +268,11 @@ func (r *Router) serveLocalOnce(ctx *fasthttp.RequestCtx, ep upstream.Endpoint, 
 		}
 		return r.movedOn(ctx, t, lim, hops)
 	}
+	if !d.Allowed && t.shadow {
+		// Would be refused: served uncharged (shadow.go).
+		r.shadowRefused(ctx, t, &d)
+		return r.forward(ctx, c)
+	}
 	if !d.Allowed && !d.TooLarge && t.lineFor(lim, hops) != nil {
 		if class := classOf(t, &ctx.Request.Header); t.queueWait(class) > 0 &&
 			mayWait(d.Limited == limiter.Concurrency, d.RetryAfter, time.Now().Add(t.queueWait(class))) {
@@ -322,7 +327,7 @@ func spillPeek(t *tenant, sp *spill, now int64, window time.Duration) limiter.De
 func (r *Router) admitSpilled(ctx *fasthttp.RequestCtx, ep upstream.Endpoint, st *state, c *call, hops int) bool {
 	t, sp := c.t, c.sp
 	class := classOf(t, &ctx.Request.Header)
-	if sp.line.Waiting() > 0 && t.queueWait(class) > 0 && !spillTooLarge(t, c) {
+	if sp.line.Waiting() > 0 && t.queueWait(class) > 0 && !spillTooLarge(t, c) && !t.shadow {
 		// Others wait for the spill's budget here: behind them.
 		d := spillPeek(t, sp, r.clock(), st.cfg.Limits.Window)
 		return r.admitQueued(ctx, ep, st, c, hops, class, &d, nil)
@@ -339,6 +344,11 @@ func (r *Router) admitSpilled(ctx *fasthttp.RequestCtx, ep upstream.Endpoint, st
 	}
 	d := spillDecision(t, &bd, st.cfg.Limits.Window)
 	d.TooLarge = !bd.Allowed && spillTooLarge(t, c)
+	if !bd.Allowed && t.shadow {
+		sp.mu.RUnlock()
+		r.shadowRefused(ctx, t, &d) // served uncharged (shadow.go)
+		return r.forward(ctx, c)
+	}
 	if !bd.Allowed {
 		sp.mu.RUnlock()
 		if t.queueWait(class) > 0 && !d.TooLarge && mayWait(d.Limited == limiter.Concurrency, d.RetryAfter, time.Now().Add(t.queueWait(class))) {

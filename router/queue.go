@@ -125,6 +125,7 @@ const (
 	refusedByBudget
 	spillEnded    // the tenant's spill ended, or is ending: decided the usual way
 	fallbackEnded // the owner answers again: routed to it
+	shadowed      // the tenant's limits, in shadow mode, refuse it: served uncharged
 	reloaded      // the config changed: decided again on the new one
 	movedAway     // handed over: decided by the new owner
 	spilled       // sealed for a spill: decided on it
@@ -227,6 +228,11 @@ func (r *Router) admitQueued(ctx *fasthttp.RequestCtx, ep upstream.Endpoint, st 
 			return true, -1
 		}
 		bd := r.takeSpill(sp, c, true)
+		if !bd.Allowed && t.shadow {
+			sp.mu.RUnlock()
+			last, out = spillDecision(t, &bd, st.cfg.Limits.Window), shadowed
+			return true, 0
+		}
 		if !bd.Allowed {
 			sp.mu.RUnlock()
 			r.cancelBudgets(c)
@@ -264,7 +270,7 @@ func (r *Router) admitQueued(ctx *fasthttp.RequestCtx, ep upstream.Endpoint, st 
 		if wait := time.Until(notBefore); wait > 0 {
 			return false, wait
 		}
-		if at == inTenantLine && waits && c.sp == nil {
+		if at == inTenantLine && waits && c.sp == nil && !t.shadow {
 			// Its tenant first: the head of the tenant's line waits
 			// here for the tenant's room, not in a provider's line it
 			// would only leave again when its turn came there.
@@ -312,6 +318,9 @@ func (r *Router) admitQueued(ctx *fasthttp.RequestCtx, ep upstream.Endpoint, st 
 			return true, -1
 		case d.Allowed:
 			c.tk, last, tried, out = tk, d, true, admitted
+			return true, 0
+		case t.shadow:
+			last, out = d, shadowed // served uncharged, its budgets in hand
 			return true, 0
 		}
 		r.cancelBudgets(c)
@@ -384,6 +393,9 @@ func (r *Router) admitQueued(ctx *fasthttp.RequestCtx, ep upstream.Endpoint, st 
 	case fallbackEnded:
 		r.cancelBudgets(c)
 		return r.serveAPI(ctx, ep)
+	case shadowed:
+		r.shadowRefused(ctx, t, &last)
+		return r.forward(ctx, c)
 	case refusedByBudget:
 		d := c.lim.Peek(r.clock())
 		setRateHeaders(&ctx.Response.Header, &d)

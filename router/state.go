@@ -54,6 +54,11 @@ type tenant struct {
 	// reloads. waits are the wait budgets by class.
 	queue, fbQueue *queue.Queue
 	waits          [2]time.Duration
+
+	// shadow: the tenant's limits are in shadow mode (shadow.go).
+	shadow     bool
+	shadowLog  atomic.Int64 // when the last shadow_refusal line was written (ns)
+	shadowMute atomic.Int64 // shadow refusals not logged since
 }
 
 // state is everything a reload replaces at once; requests read it through an
@@ -122,7 +127,7 @@ func buildState(cfg *config.Config, prev *state, m *metrics, now int64) (*state,
 			lim = limiter.NewTenant(limits, cfg.Limits.Window, cfg.Limits.SlotTTL)
 			fallback = limiter.NewTenant(limits, cfg.Limits.Window, cfg.Limits.SlotTTL)
 		}
-		t := &tenant{name: tc.Name, priority: tc.Priority, limits: limits, lim: lim, fallback: fallback, counts: m.tenant(tc.Name),
+		t := &tenant{name: tc.Name, priority: tc.Priority, shadow: tc.Mode == config.ModeShadow, limits: limits, lim: lim, fallback: fallback, counts: m.tenant(tc.Name),
 			fb: &fallbackLedger{}, spill: &spillHolder{}, queue: &queue.Queue{}, fbQueue: &queue.Queue{}}
 		t.waits[queue.Interactive], t.waits[queue.Batch] = tc.Waits(cfg.Queue)
 		if prev != nil {
