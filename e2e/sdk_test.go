@@ -4,6 +4,8 @@ package e2e
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -21,28 +23,12 @@ import (
 // a stream, and a tenant at its limit answered with the SDK's
 // RateLimitError.
 func TestOpenAINodeSDK(t *testing.T) {
-	nodeBin := needTool(t, "node")
-	script, _ := filepath.Abs(filepath.Join("sdk", "openai_sdk.mjs"))
-	if _, err := os.Stat(filepath.Join("sdk", "node_modules", "openai", "package.json")); err != nil {
-		msg := "the OpenAI SDK is not installed: npm ci --prefix e2e/sdk (.ci/run does)"
-		if os.Getenv("RINGGATE_E2E_SKIP_MISSING") == "1" {
-			t.Skip(msg)
-		}
-		t.Fatal(msg)
-	}
+	nodeBin := needSDK(t)
 	dir := t.TempDir()
 	ps := newProcs(t, dir)
-	var fakeAddr string
-	_, err := ps.launch("fake-upstream", binary, 10*time.Second, func() ([]string, func() bool, error) {
-		port, err := freePort(false)
-		fakeAddr = addr(port)
-		return []string{"fake-upstream", "-listen", fakeAddr, "-max-records", "0"}, answers("http://"+fakeAddr+"/_records", http.StatusOK), err
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	fakeAddr := launchFake(t, ps)
 	var listen string
-	_, err = ps.launch("node", binary, 15*time.Second, func() ([]string, func() bool, error) {
+	_, err := ps.launch("node", binary, 15*time.Second, func() ([]string, func() bool, error) {
 		port, err := freePort(false)
 		if err != nil {
 			return nil, nil, err
@@ -84,52 +70,164 @@ rpm = 1
 		t.Fatal(err)
 	}
 
+	got := runSDK(t, nodeBin, "http://"+listen, "sk-app", "sk-limited")
+	if !slices.Equal(got.Models, []string{"gpt-4o-mini", "gpt-4o"}) {
+		t.Errorf("models.list: %v", got.Models)
+	}
+	if got.Limited.OK != 1 || got.Limited.RateLimited != 2 || len(got.Limited.Other) > 0 || got.Limited.RetryAfter == nil {
+		t.Errorf("at rpm 1: %+v, want 1 admitted and 2 RateLimitError with Retry-After", got.Limited)
+	}
+}
+
+// The same SDK through HAProxy (TCP mode) in front of three clustered
+// nodes: each call may land on any node, which hands it to the tenant's
+// owner.
+func TestOpenAINodeSDKBehindHAProxy(t *testing.T) {
+	nodeBin := needSDK(t)
+	haproxyBin := needTool(t, "haproxy", "/usr/sbin/haproxy")
+	dir := t.TempDir()
+	ps := newProcs(t, dir)
+	fakeAddr := launchFake(t, ps)
+	key := make([]byte, 32)
+	_, _ = rand.Read(key)
+	secret := base64.StdEncoding.EncodeToString(key)
+	nodes := []*gwNode{{name: "node-1"}, {name: "node-2"}, {name: "node-3"}}
+	for i, n := range nodes {
+		var join []string
+		if i > 0 {
+			join = []string{nodes[0].gossip}
+		}
+		var err error
+		n.p, err = ps.launch(n.name, binary, 15*time.Second, func() ([]string, func() bool, error) {
+			hp, err := freePort(false)
+			if err != nil {
+				return nil, nil, err
+			}
+			gp, err := freePort(true)
+			if err != nil {
+				return nil, nil, err
+			}
+			n.listen, n.gossip = addr(hp), addr(gp)
+			cfg := filepath.Join(dir, n.name+".toml")
+			if err := os.WriteFile(cfg, []byte(nodeConfig(n, join, secret, fakeAddr, scenario{})), 0o600); err != nil {
+				return nil, nil, err
+			}
+			return []string{"-config", cfg}, answers("http://"+n.listen+"/readyz", http.StatusOK), nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := waitCluster(nodes, 3, 10*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	var front, stats string
+	_, err := ps.launch("haproxy", haproxyBin, 10*time.Second, func() ([]string, func() bool, error) {
+		fp, err := freePort(false)
+		if err != nil {
+			return nil, nil, err
+		}
+		sp, err := freePort(false)
+		if err != nil {
+			return nil, nil, err
+		}
+		front, stats = addr(fp), addr(sp)
+		cfg := filepath.Join(dir, "haproxy.cfg")
+		if err := os.WriteFile(cfg, []byte(haproxyConfig(front, stats, nodes)), 0o600); err != nil {
+			return nil, nil, err
+		}
+		return []string{"-f", cfg, "-db"}, func() bool {
+			st, err := haproxyStatus(stats)
+			return err == nil && isUp(st["node-1"]) && isUp(st["node-2"]) && isUp(st["node-3"])
+		}, nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := runSDK(t, nodeBin, "http://"+front, "sk-acme", "")
+	if !slices.Equal(got.Models, []string{"gpt-4o-mini"}) {
+		t.Errorf("models.list: %v", got.Models)
+	}
+}
+
+// sdkResult is what the SDK script printed.
+type sdkResult struct {
+	Models []string `json:"models"`
+	JSON   struct {
+		Status       string `json:"status"`
+		Text         bool   `json:"text"`
+		InputTokens  int    `json:"input_tokens"`
+		OutputTokens int    `json:"output_tokens"`
+	} `json:"json"`
+	Stream struct {
+		Deltas    int `json:"deltas"`
+		Completed *struct {
+			InputTokens  int `json:"input_tokens"`
+			OutputTokens int `json:"output_tokens"`
+		} `json:"completed"`
+	} `json:"stream"`
+	Limited struct {
+		OK          int      `json:"ok"`
+		RateLimited int      `json:"rateLimited"`
+		RetryAfter  *string  `json:"retryAfter"`
+		Other       []string `json:"other"`
+	} `json:"limited"`
+}
+
+// runSDK runs the SDK script against url with tenant key (and limitedKey,
+// "" for none) and checks what every gateway must give it.
+func runSDK(t *testing.T, nodeBin, url, key, limitedKey string) sdkResult {
+	t.Helper()
+	script, _ := filepath.Abs(filepath.Join("sdk", "openai_sdk.mjs"))
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, nodeBin, script)
 	cmd.Dir = "sdk"
-	cmd.Env = append(childEnv(), "RINGGATE_URL=http://"+listen, "RINGGATE_KEY=sk-app",
-		"RINGGATE_LIMITED_KEY=sk-limited", "RINGGATE_MODEL=gpt-4o-mini")
+	cmd.Env = append(childEnv(), "RINGGATE_URL="+url, "RINGGATE_KEY="+key,
+		"RINGGATE_LIMITED_KEY="+limitedKey, "RINGGATE_MODEL=gpt-4o-mini")
 	raw, err := cmd.CombinedOutput()
 	if err != nil {
 		t.Fatalf("node %s: %v\n%s", script, err, raw)
 	}
-	var got struct {
-		Models []string `json:"models"`
-		JSON   struct {
-			Status       string `json:"status"`
-			Text         bool   `json:"text"`
-			InputTokens  int    `json:"input_tokens"`
-			OutputTokens int    `json:"output_tokens"`
-		} `json:"json"`
-		Stream struct {
-			Deltas    int `json:"deltas"`
-			Completed *struct {
-				InputTokens  int `json:"input_tokens"`
-				OutputTokens int `json:"output_tokens"`
-			} `json:"completed"`
-		} `json:"stream"`
-		Limited struct {
-			OK          int      `json:"ok"`
-			RateLimited int      `json:"rateLimited"`
-			RetryAfter  *string  `json:"retryAfter"`
-			Other       []string `json:"other"`
-		} `json:"limited"`
-	}
+	var got sdkResult
 	if err := json.Unmarshal(raw, &got); err != nil {
 		t.Fatalf("the SDK script printed %s: %v", raw, err)
 	}
 	t.Logf("the SDK saw: %s", raw)
-	if !slices.Equal(got.Models, []string{"gpt-4o-mini", "gpt-4o"}) {
-		t.Errorf("models.list: %v", got.Models)
-	}
 	if got.JSON.Status != "completed" || !got.JSON.Text || got.JSON.InputTokens <= 0 || got.JSON.OutputTokens <= 0 {
 		t.Errorf("responses.create: %+v", got.JSON)
 	}
 	if got.Stream.Deltas == 0 || got.Stream.Completed == nil || got.Stream.Completed.OutputTokens != got.Stream.Deltas {
 		t.Errorf("responses.create stream: %d deltas, completed %+v", got.Stream.Deltas, got.Stream.Completed)
 	}
-	if got.Limited.OK != 1 || got.Limited.RateLimited != 2 || len(got.Limited.Other) > 0 || got.Limited.RetryAfter == nil {
-		t.Errorf("at rpm 1: %+v, want 1 admitted and 2 RateLimitError with Retry-After", got.Limited)
+	return got
+}
+
+// needSDK finds node and the installed SDK (.ci/run installs both).
+func needSDK(t *testing.T) string {
+	t.Helper()
+	nodeBin := needTool(t, "node")
+	if _, err := os.Stat(filepath.Join("sdk", "node_modules", "openai", "package.json")); err != nil {
+		msg := "the OpenAI SDK is not installed: npm ci --prefix e2e/sdk (.ci/run does)"
+		if os.Getenv("RINGGATE_E2E_SKIP_MISSING") == "1" {
+			t.Skip(msg)
+		}
+		t.Fatal(msg)
 	}
+	return nodeBin
+}
+
+// launchFake starts the fake provider and returns its address.
+func launchFake(t *testing.T, ps *procs) string {
+	t.Helper()
+	var fakeAddr string
+	_, err := ps.launch("fake-upstream", binary, 10*time.Second, func() ([]string, func() bool, error) {
+		port, err := freePort(false)
+		fakeAddr = addr(port)
+		return []string{"fake-upstream", "-listen", fakeAddr, "-max-records", "0"}, answers("http://"+fakeAddr+"/_records", http.StatusOK), err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return fakeAddr
 }

@@ -1,8 +1,8 @@
 // The official OpenAI Node SDK against a ringgate node: models.list,
 // responses.create (JSON and streaming), and a 429 mapped to the SDK's
 // RateLimitError. Prints one JSON line of what it saw; exits 1 on an
-// unexpected error. Env: RINGGATE_URL, RINGGATE_KEY, RINGGATE_LIMITED_KEY,
-// RINGGATE_MODEL.
+// unexpected error. Env: RINGGATE_URL, RINGGATE_KEY, RINGGATE_MODEL, and
+// RINGGATE_LIMITED_KEY (a tenant with rpm 1; unset: not tried).
 import OpenAI from 'openai';
 
 const base = process.env.RINGGATE_URL + '/v1';
@@ -25,9 +25,10 @@ for await (const ev of stream) {
 }
 out.stream = { deltas, completed };
 
-const limited = new OpenAI({ baseURL: base, apiKey: process.env.RINGGATE_LIMITED_KEY, maxRetries: 0 });
 out.limited = { ok: 0, rateLimited: 0, other: [] };
-for (let i = 0; i < 3; i++) {
+const limitedKey = process.env.RINGGATE_LIMITED_KEY;
+const limited = limitedKey ? new OpenAI({ baseURL: base, apiKey: limitedKey, maxRetries: 0 }) : null;
+for (let i = 0; limited && i < 3; i++) {
   try {
     await limited.responses.create({ model, input: 'hi', max_output_tokens: 5 });
     out.limited.ok++;
