@@ -382,11 +382,12 @@ func spillAudit(t *testing.T, c *clCluster, tenant string, window time.Duration,
 	return got, worst, at
 }
 
-// A spilled tenant at its concurrency, with queues: a request its leased
-// budget has no slot for waits on the node that took it, in the spill's
-// line, for a slot to free (a call's end gives it back to the budget), as
-// it would on the tenant's owner; the limit holds at the provider. The
-// same load without queues, first, is the baseline.
+// A spilled tenant at its concurrency, with queues configured and without:
+// the limit holds at the provider either way. (The spill's own lines are
+// off, router's spillLines: with them, this test once saw 9 calls at once
+// of 8 in CI, in a sequence not yet found; it measured 32 % refused
+// without them and none with them. The refusals and the requests that
+// waited away from the owner are logged, for when they are back on.)
 func TestClusterSpillQueued(t *testing.T) {
 	if testing.Short() {
 		t.Skip("cluster test")
@@ -423,11 +424,5 @@ func TestClusterSpillQueued(t *testing.T) {
 	}
 	if atOnce > limit || bAtOnce > limit {
 		t.Errorf("%d (%d without queues) calls at once at the provider, limit %d", atOnce, bAtOnce, limit)
-	}
-	if refused(codes) > 0.05 {
-		t.Errorf("%.1f %% refused with queues", 100*refused(codes))
-	}
-	if elsewhere == 0 {
-		t.Error("no request waited on the spill's budget away from the owner")
 	}
 }

@@ -322,12 +322,20 @@ func spillPeek(t *tenant, sp *spill, now int64, window time.Duration) limiter.De
 	return spillDecision(t, &bd, window)
 }
 
+// spillLines: a request a spilled tenant's leased budget refuses waits in
+// the spill's line on its node (queue.go) instead of a 429. Off for now:
+// in one CI run a spilled tenant with concurrency 8 and queues had 9 calls
+// at once at the provider (node's TestClusterSpillQueued), in a sequence
+// not yet found; until it is, a spill's refusal answers at once, as before
+// the lines.
+const spillLines = false
+
 // admitSpilled admits a call of a spilled tenant on its budget (and the
 // provider's, taken already) and records it in the ledger for the owner.
 func (r *Router) admitSpilled(ctx *fasthttp.RequestCtx, ep upstream.Endpoint, st *state, c *call, hops int) bool {
 	t, sp := c.t, c.sp
 	class := classOf(t, &ctx.Request.Header)
-	if sp.line.Waiting() > 0 && t.queueWait(class) > 0 && !spillTooLarge(t, c) && !t.shadow {
+	if spillLines && sp.line.Waiting() > 0 && t.queueWait(class) > 0 && !spillTooLarge(t, c) && !t.shadow {
 		// Others wait for the spill's budget here: behind them.
 		d := spillPeek(t, sp, r.clock(), st.cfg.Limits.Window)
 		return r.admitQueued(ctx, ep, st, c, hops, class, &d, nil)
@@ -351,7 +359,7 @@ func (r *Router) admitSpilled(ctx *fasthttp.RequestCtx, ep upstream.Endpoint, st
 	}
 	if !bd.Allowed {
 		sp.mu.RUnlock()
-		if t.queueWait(class) > 0 && !d.TooLarge && mayWait(d.Limited == limiter.Concurrency, d.RetryAfter, time.Now().Add(t.queueWait(class))) {
+		if spillLines && t.queueWait(class) > 0 && !d.TooLarge && mayWait(d.Limited == limiter.Concurrency, d.RetryAfter, time.Now().Add(t.queueWait(class))) {
 			// Room within the wait budget: the request waits for it,
 			// as it would on the tenant's owner.
 			return r.admitQueued(ctx, ep, st, c, hops, class, &d, nil)

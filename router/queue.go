@@ -155,7 +155,7 @@ func (r *Router) admitQueued(ctx *fasthttp.RequestCtx, ep upstream.Endpoint, st 
 	tenantLine := t.lineFor(c.lim, hops)
 	waits := tenantLine != nil // its tenant's refusals are waited for here
 	if c.sp != nil {
-		tenantLine, waits = &c.sp.line, true
+		tenantLine, waits = &c.sp.line, spillLines
 	}
 	if tenantLine == nil {
 		tenantLine = t.queue // never waited in: its tenant's refusals are final
