@@ -171,30 +171,9 @@ func runScaleUpAndDrain(t *testing.T, sc scenario) *outcome {
 	}
 
 	// HAProxy in front of all four server lines.
-	var front, stats string
-	_, err = ps.launch("haproxy", haproxyBin, 10*time.Second, func() ([]string, func() bool, error) {
-		fp, err := freePort(false)
-		if err != nil {
-			return nil, nil, err
-		}
-		sp, err := freePort(false)
-		if err != nil {
-			return nil, nil, err
-		}
-		front, stats = addr(fp), addr(sp)
-		cfg := filepath.Join(dir, "haproxy.cfg")
-		if err := os.WriteFile(cfg, []byte(haproxyConfig(front, stats, nodes)), 0o600); err != nil {
-			return nil, nil, err
-		}
-		return []string{"-f", cfg, "-db"}, func() bool {
-			st, err := haproxyStatus(stats)
-			return err == nil && isUp(st["node-1"]) && isUp(st["node-2"]) && isUp(st["node-3"]) &&
-				strings.HasPrefix(st["node-4"], "DOWN")
-		}, nil
+	front, stats := launchHAProxy(t, ps, haproxyBin, dir, nodes, func(st map[string]string) bool {
+		return isUp(st["node-1"]) && isUp(st["node-2"]) && isUp(st["node-3"]) && strings.HasPrefix(st["node-4"], "DOWN")
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
 	t.Logf("setup took %s: fake %s, haproxy %s (stats %s), nodes %s %s %s, node-4 later at %s",
 		time.Since(begin).Round(time.Millisecond), fakeAddr, front, stats,
 		nodes[0].listen, nodes[1].listen, nodes[2].listen, nodes[3].listen)
@@ -510,6 +489,35 @@ listen stats
     stats uri /stats
 `, stats)
 	return b.String()
+}
+
+// launchHAProxy starts HAProxy in front of nodes (haproxyConfig) on fresh
+// ports, and waits until ready says the servers' states are as wanted.
+func launchHAProxy(t *testing.T, ps *procs, bin, dir string, nodes []*gwNode, ready func(status map[string]string) bool) (front, stats string) {
+	t.Helper()
+	_, err := ps.launch("haproxy", bin, 10*time.Second, func() ([]string, func() bool, error) {
+		fp, err := freePort(false)
+		if err != nil {
+			return nil, nil, err
+		}
+		sp, err := freePort(false)
+		if err != nil {
+			return nil, nil, err
+		}
+		front, stats = addr(fp), addr(sp)
+		cfg := filepath.Join(dir, "haproxy.cfg")
+		if err := os.WriteFile(cfg, []byte(haproxyConfig(front, stats, nodes)), 0o600); err != nil {
+			return nil, nil, err
+		}
+		return []string{"-f", cfg, "-db"}, func() bool {
+			st, err := haproxyStatus(stats)
+			return err == nil && ready(st)
+		}, nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return front, stats
 }
 
 // haproxyStatus reads the status column of the gw servers from the CSV

@@ -92,28 +92,9 @@ func runPausedOwner(t *testing.T, pauseFor time.Duration) {
 	if err := waitCluster(nodes, 3, 10*time.Second); err != nil {
 		t.Fatal(err)
 	}
-	var front, stats string
-	if _, err := ps.launch("haproxy", haproxyBin, 10*time.Second, func() ([]string, func() bool, error) {
-		fp, err := freePort(false)
-		if err != nil {
-			return nil, nil, err
-		}
-		sp, err := freePort(false)
-		if err != nil {
-			return nil, nil, err
-		}
-		front, stats = addr(fp), addr(sp)
-		cfg := filepath.Join(dir, "haproxy.cfg")
-		if err := os.WriteFile(cfg, []byte(haproxyConfig(front, stats, nodes)), 0o600); err != nil {
-			return nil, nil, err
-		}
-		return []string{"-f", cfg, "-db"}, func() bool {
-			st, err := haproxyStatus(stats)
-			return err == nil && isUp(st["node-1"]) && isUp(st["node-2"]) && isUp(st["node-3"])
-		}, nil
-	}); err != nil {
-		t.Fatal(err)
-	}
+	front, _ := launchHAProxy(t, ps, haproxyBin, dir, nodes, func(st map[string]string) bool {
+		return isUp(st["node-1"]) && isUp(st["node-2"]) && isUp(st["node-3"])
+	})
 
 	// The victim: the node that owns the most tenants.
 	owners := map[string]string{}
