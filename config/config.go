@@ -53,6 +53,7 @@ type Config struct {
 	Limits    Limits
 	Queue     Queue
 	Upstreams []Upstream
+	Teams     []Team
 	Tenants   []Tenant
 
 	Path string // file it was loaded from; "" for Default()
@@ -162,6 +163,11 @@ type Upstream struct {
 	// that leaves it out) is valid and means OnRedisDownShare.
 	OnRedisDown string
 
+	// Mode (mode) is ModeEnforce (default; "" too) or ModeShadow: the
+	// provider's limits above are leased and counted as enforced, but
+	// what they refuse is served (and logged, counted, marked).
+	Mode string
+
 	ConnectTimeout    time.Duration // connect_timeout, default 2s
 	Timeout           time.Duration // timeout, default 600s: max wait for response headers / a whole JSON body
 	StreamIdleTimeout time.Duration // stream_idle_timeout, default 120s: max silence between stream chunks
@@ -201,6 +207,31 @@ type Tenant struct {
 	// InteractiveWait and BatchWait (interactive_wait, batch_wait)
 	// override [queue]'s for this tenant; 0: not set.
 	InteractiveWait, BatchWait time.Duration
+	// Team names the [[teams]] entry whose limits the tenant's requests
+	// count on too; "" for none.
+	Team string
+	// ModelLimits ([[tenants.model_limits]]) are the tenant's own limits
+	// on one model, on top of its overall limits; at most one per model.
+	ModelLimits []ModelLimit
+}
+
+// Team is one [[teams]] entry: limits that several tenants share. A
+// request of a tenant with team = Name is admitted only if the tenant and
+// the team both have room, and is charged on both.
+type Team struct {
+	Name                  string
+	RPM, TPM, Concurrency int    // 0 = no limit on that dimension
+	Mode                  string // ModeEnforce (default; "" too) or ModeShadow
+}
+
+// Team returns the team named name.
+func (c *Config) Team(name string) (Team, bool) {
+	for _, t := range c.Teams {
+		if t.Name == name {
+			return t, true
+		}
+	}
+	return Team{}, false
 }
 
 // Waits are the tenant's wait budgets: its own, else q's.
@@ -284,7 +315,12 @@ func defaultUpstream() Upstream {
 		StreamIdleTimeout: 120 * time.Second,
 		AnthropicVersion:  DefaultAnthropicVersion,
 		OnRedisDown:       OnRedisDownShare,
+		Mode:              ModeEnforce,
 	}
+}
+
+func defaultTeam() Team {
+	return Team{Mode: ModeEnforce}
 }
 
 func defaultTenant() Tenant {

@@ -479,6 +479,57 @@ priority = "low"`, `t.toml:5: tenants[0].priority: must be "interactive" or "bat
 name = "a"
 keys = ["k"]
 mode = "dry-run"`, `t.toml:5: tenants[0].mode: must be "enforce" or "shadow" (got "dry-run")`},
+		{"tenant team unknown", `
+[[teams]]
+name = "research"
+
+[[tenants]]
+name = "a"
+keys = ["k"]
+team = "reserch"`, `t.toml:8: tenants[0].team: no [[teams]] entry is named "reserch"`},
+		{"team duplicate", `
+[[teams]]
+name = "research"
+
+[[teams]]
+name = "research"`, `t.toml:6: teams[1].name: duplicate team name "research" (also teams[0])`},
+		{"team mode", `
+[[teams]]
+name = "research"
+mode = "watch"`, `t.toml:4: teams[0].mode: must be "enforce" or "shadow" (got "watch")`},
+		{"team rpm negative", `
+[[teams]]
+name = "research"
+rpm = -1`, `t.toml:4: teams[0].rpm: must be >= 0 (got -1)`},
+		{"team name with slash", `
+[[teams]]
+name = "a/b"`, `t.toml:3: teams[0].name: must not contain '/', spaces or control characters (got "a/b")`},
+		{"team unknown key", `
+[[teams]]
+name = "research"
+tmp = 5`, `t.toml:4: teams[0].tmp: unknown key (did you mean "tpm"?)`},
+		{"tenant model limit duplicate", `
+[[tenants]]
+name = "a"
+keys = ["k"]
+
+[[tenants.model_limits]]
+model = "gpt-4o"
+rpm = 5
+
+[[tenants.model_limits]]
+model = "gpt-4o"
+tpm = 5`, `t.toml:11: tenants[0].model_limits[1].model: duplicate model "gpt-4o" (also tenants[0].model_limits[0])`},
+		{"tenant model limit negative", `
+[[tenants]]
+name = "a"
+keys = ["k"]
+model_limits = [{model = "gpt-4o", tpm = -3}]`, `t.toml:5: tenants[0].model_limits[0].tpm: must be >= 0 (got -3)`},
+		{"upstream mode", `
+[[upstreams]]
+name = "u"
+base_url = "http://127.0.0.1:9"
+mode = "off"`, `t.toml:5: upstreams[0].mode: must be "enforce" or "shadow" (got "off")`},
 		{"tenant concurrency negative inline", `
 tenants = [
   {name = "a", keys = ["k"]},
@@ -637,7 +688,7 @@ keys = ["k"]
 	}
 	wantU := Upstream{Name: "u", Kind: "openai", BaseURL: "https://x.example", ConnectTimeout: 2 * time.Second,
 		Timeout: 600 * time.Second, StreamIdleTimeout: 120 * time.Second, AnthropicVersion: "2023-06-01",
-		OnRedisDown: "share"}
+		OnRedisDown: "share", Mode: "enforce"}
 	if !reflect.DeepEqual(c.Upstreams[0], wantU) {
 		t.Errorf("upstream defaults:\n got %+v\nwant %+v", c.Upstreams[0], wantU)
 	}
@@ -901,6 +952,12 @@ func TestExample(t *testing.T) {
 	if c.Node.HeaderTimeout != d.HeaderTimeout || c.Node.BodyMinRate != d.BodyMinRate || c.Node.BodyGrace != d.BodyGrace {
 		t.Errorf("example slow-client keys %v %d %v, defaults %v %d %v",
 			c.Node.HeaderTimeout, c.Node.BodyMinRate, c.Node.BodyGrace, d.HeaderTimeout, d.BodyMinRate, d.BodyGrace)
+	}
+	// The example shows teams, a tenant's team and its model limits.
+	if len(c.Teams) != 1 || c.Teams[0] != (Team{Name: "research", RPM: 1000, TPM: 300000, Concurrency: 20, Mode: ModeEnforce}) ||
+		c.Tenants[0].Team != "research" || !reflect.DeepEqual(c.Tenants[0].ModelLimits, []ModelLimit{{Model: "gpt-4o", RPM: 60, TPM: 20000}}) ||
+		c.Upstreams[0].Mode != ModeEnforce {
+		t.Errorf("example teams %+v, tenant[0] team %q model_limits %+v, upstream mode %q", c.Teams, c.Tenants[0].Team, c.Tenants[0].ModelLimits, c.Upstreams[0].Mode)
 	}
 	// The example shows the upstream keys on_redis_down and model_limits.
 	if u := c.Upstreams[0]; u.OnRedisDown != OnRedisDownShare ||

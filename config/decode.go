@@ -323,7 +323,7 @@ func fTables(each func(d *decoder, path string, v any)) field {
 	}
 }
 
-// fModelLimits decodes [[upstreams.model_limits]] (or an inline array of
+// fModelLimits decodes [[upstreams.model_limits]] or [[tenants.model_limits]] (or an inline array of
 // tables) into dst.
 func fModelLimits(dst *[]ModelLimit) field {
 	return fTables(func(d *decoder, path string, v any) {
@@ -415,6 +415,7 @@ func (d *decoder) rootFields() map[string]field {
 				"anthropic_version":   fStr(&u.AnthropicVersion),
 				"model_limits":        fModelLimits(&u.ModelLimits),
 				"on_redis_down":       fStr(&u.OnRedisDown),
+				"mode":                fStr(&u.Mode),
 			})
 			u.BaseURL = strings.TrimRight(u.BaseURL, "/")
 			c.Upstreams = append(c.Upstreams, u)
@@ -431,8 +432,21 @@ func (d *decoder) rootFields() map[string]field {
 				"mode":             fStr(&t.Mode),
 				"interactive_wait": fDur(&t.InteractiveWait),
 				"batch_wait":       fDur(&t.BatchWait),
+				"team":             fStr(&t.Team),
+				"model_limits":     fModelLimits(&t.ModelLimits),
 			})
 			c.Tenants = append(c.Tenants, t)
+		}),
+		"teams": fTables(func(d *decoder, path string, v any) {
+			t := defaultTeam()
+			d.table(path, v, map[string]field{
+				"name":        fStr(&t.Name),
+				"rpm":         fInt(&t.RPM),
+				"tpm":         fInt(&t.TPM),
+				"concurrency": fInt(&t.Concurrency),
+				"mode":        fStr(&t.Mode),
+			})
+			c.Teams = append(c.Teams, t)
 		}),
 	}
 }

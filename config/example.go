@@ -70,6 +70,7 @@ stream_idle_timeout = "120s"         # max silence between stream chunks
 on_redis_down = "share"              # while Redis is unreachable: "share" (each node keeps to its
                                      # strict local share of these limits), "open" (not enforced)
                                      # or "closed" (requests to this upstream refused)
+mode = "enforce"                     # or "shadow": these limits are counted, but what they refuse is served (and logged)
 
 # The provider's own limits for one model, on top of the upstream's; one
 # [[upstreams.model_limits]] per model, after the keys of its [[upstreams]].
@@ -90,6 +91,16 @@ tpm = 400000
 concurrency = 0
 anthropic_version = "2023-06-01"
 
+# Teams: limits several tenants share (0 = no limit). A request of a tenant
+# with team = "..." is admitted only if the tenant and its team both have
+# room, and counts on both. A team's tenants share one owner node.
+[[teams]]
+name = "research"
+rpm = 1000
+tpm = 300000
+concurrency = 20
+mode = "enforce"             # or "shadow"
+
 # Tenants: clients, each with bearer keys and limits (0 = no limit).
 [[tenants]]
 name = "acme"
@@ -99,6 +110,15 @@ tpm = 100000
 concurrency = 10
 priority = "interactive"     # or "batch": queued behind interactive traffic
 mode = "enforce"             # or "shadow": decided and counted, but refusals are served (and logged)
+team = "research"            # optional: its requests count on the team's limits too
+
+# The tenant's own limit on one model, on top of its overall limits; one
+# [[tenants.model_limits]] per model, after the keys of its [[tenants]].
+[[tenants.model_limits]]
+model = "gpt-4o"
+rpm = 60
+tpm = 20000
+concurrency = 0
 
 [[tenants]]
 name = "nightly-jobs"

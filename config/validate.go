@@ -24,6 +24,7 @@ func (c *Config) Validate() error {
 	v.nonNegative("queue.batch_wait", v.c.Queue.BatchWait)
 	v.limit("queue.max_depth", v.c.Queue.MaxDepth)
 	v.upstreams()
+	v.teams()
 	v.tenants()
 	return firstError(v.errs)
 }
@@ -167,13 +168,7 @@ func (v *validator) upstreams() {
 	}
 	for i, u := range v.c.Upstreams {
 		p := fmt.Sprintf("upstreams[%d]", i)
-		if v.name(p+".name", u.Name) {
-			if j, dup := names[u.Name]; dup {
-				v.errf(p+".name", "duplicate upstream name %q (also upstreams[%d])", u.Name, j)
-			} else {
-				names[u.Name] = i
-			}
-		}
+		v.uniqueName(p+".name", "upstream", "upstreams", u.Name, i, names)
 		switch u.Kind {
 		case KindOpenAI, KindAnthropic:
 		default:
@@ -214,6 +209,7 @@ func (v *validator) upstreams() {
 		default:
 			v.errf(p+".on_redis_down", "must be %q, %q or %q (got %q)", OnRedisDownShare, OnRedisDownOpen, OnRedisDownClosed, u.OnRedisDown)
 		}
+		v.mode(p+".mode", u.Mode)
 	}
 }
 
@@ -270,13 +266,7 @@ func (v *validator) tenants() {
 	keys := map[[32]byte]string{} // key hash -> path that listed it first
 	for i, t := range v.c.Tenants {
 		p := fmt.Sprintf("tenants[%d]", i)
-		if v.name(p+".name", t.Name) {
-			if j, dup := names[t.Name]; dup {
-				v.errf(p+".name", "duplicate tenant name %q (also tenants[%d])", t.Name, j)
-			} else {
-				names[t.Name] = i
-			}
-		}
+		v.uniqueName(p+".name", "tenant", "tenants", t.Name, i, names)
 		if len(t.Keys) == 0 {
 			v.errf(p+".keys", "needs at least one key")
 		}
@@ -303,10 +293,57 @@ func (v *validator) tenants() {
 		default:
 			v.errf(p+".priority", "must be %q or %q (got %q)", PriorityInteractive, PriorityBatch, t.Priority)
 		}
-		switch t.Mode {
-		case "", ModeEnforce, ModeShadow: // "": a config built in code, enforced
-		default:
-			v.errf(p+".mode", "must be %q or %q (got %q)", ModeEnforce, ModeShadow, t.Mode)
+		v.mode(p+".mode", t.Mode)
+		if _, ok := v.c.Team(t.Team); t.Team != "" && !ok {
+			v.errf(p+".team", "no [[teams]] entry is named %q", t.Team)
 		}
+		seen := map[string]int{}
+		for k, ml := range t.ModelLimits {
+			lp := fmt.Sprintf("%s.model_limits[%d]", p, k)
+			if first, dup := seen[ml.Model]; dup {
+				v.errf(lp+".model", "duplicate model %q (also %s.model_limits[%d])", ml.Model, p, first)
+			} else if ml.Model == "" {
+				v.errf(lp+".model", "must not be empty")
+			} else {
+				seen[ml.Model] = k
+			}
+			v.limit(lp+".rpm", ml.RPM)
+			v.limit(lp+".tpm", ml.TPM)
+			v.limit(lp+".concurrency", ml.Concurrency)
+		}
+	}
+}
+
+func (v *validator) teams() {
+	names := map[string]int{}
+	for i, t := range v.c.Teams {
+		p := fmt.Sprintf("teams[%d]", i)
+		v.uniqueName(p+".name", "team", "teams", t.Name, i, names)
+		v.limit(p+".rpm", t.RPM)
+		v.limit(p+".tpm", t.TPM)
+		v.limit(p+".concurrency", t.Concurrency)
+		v.mode(p+".mode", t.Mode)
+	}
+}
+
+// uniqueName checks the name of entry i of a table array (kind: its
+// singular, plural: the array's key), which names records as seen.
+func (v *validator) uniqueName(path, kind, plural, name string, i int, names map[string]int) {
+	if !v.name(path, name) {
+		return
+	}
+	if j, dup := names[name]; dup {
+		v.errf(path, "duplicate %s name %q (also %s[%d])", kind, name, plural, j)
+		return
+	}
+	names[name] = i
+}
+
+// mode checks a limit's mode.
+func (v *validator) mode(path, m string) {
+	switch m {
+	case "", ModeEnforce, ModeShadow: // "": a config built in code, enforced
+	default:
+		v.errf(path, "must be %q or %q (got %q)", ModeEnforce, ModeShadow, m)
 	}
 }

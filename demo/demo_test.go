@@ -19,6 +19,9 @@ func TestDemoRuns(t *testing.T) {
 	if err := Run(ctx, []string{"-window", "2s", "-windows", "3"}, &out); err != nil {
 		t.Fatalf("demo: %v\n%s", err, out.String())
 	}
+	if i := strings.Index(out.String(), "the auditor's view"); i >= 0 {
+		t.Log(out.String()[i:])
+	}
 	for _, want := range []string{`"msg":"rebalance"`, "adding node-4", "draining node-2", `"msg":"drain"`,
 		"drained cleanly: true", "the auditor's view", "acme", "globex", "initech",
 		"verdict: every tenant within its limits in every sliding window"} {

@@ -450,6 +450,19 @@ concurrency = 1000
 priority = "interactive"
 `, name, "sk-"+name, rpm)
 	}
+	// A tenant whose team allows one request a window (the SDK's
+	// RateLimitError on a team limit).
+	b.WriteString(`
+[[teams]]
+name = "crew"
+rpm = 1
+
+[[tenants]]
+name = "crewmate"
+keys = ["sk-crewmate"]
+rpm = 1000
+team = "crew"
+`)
 	return b.String()
 }
 

@@ -56,10 +56,16 @@ keys = ["sk-app"]
 rpm = 1000
 tpm = 10000000
 
+# limited's own limit is wide; its team's refuses the second call.
+[[teams]]
+name = "small"
+rpm = 1
+
 [[tenants]]
 name = "limited"
 keys = ["sk-limited"]
-rpm = 1
+rpm = 1000
+team = "small"
 `, listen, fakeAddr)
 		if err := os.WriteFile(cfg, []byte(toml), 0o600); err != nil {
 			return nil, nil, err
@@ -75,7 +81,7 @@ rpm = 1
 		t.Errorf("models.list: %v", got.Models)
 	}
 	if got.Limited.OK != 1 || got.Limited.RateLimited != 2 || len(got.Limited.Other) > 0 || got.Limited.RetryAfter == nil {
-		t.Errorf("at rpm 1: %+v, want 1 admitted and 2 RateLimitError with Retry-After", got.Limited)
+		t.Errorf("at its team's rpm 1: %+v, want 1 admitted and 2 RateLimitError with Retry-After", got.Limited)
 	}
 }
 
@@ -124,9 +130,13 @@ func TestOpenAINodeSDKBehindHAProxy(t *testing.T) {
 	front, _ := launchHAProxy(t, ps, haproxyBin, dir, nodes, func(st map[string]string) bool {
 		return isUp(st["node-1"]) && isUp(st["node-2"]) && isUp(st["node-3"])
 	})
-	got := runSDK(t, nodeBin, "http://"+front, "sk-acme", "")
+	got := runSDK(t, nodeBin, "http://"+front, "sk-acme", "sk-crewmate")
 	if !slices.Equal(got.Models, []string{"gpt-4o-mini"}) {
 		t.Errorf("models.list: %v", got.Models)
+	}
+	// Whichever node each call reaches, the team's owner decides.
+	if got.Limited.OK != 1 || got.Limited.RateLimited != 2 || len(got.Limited.Other) > 0 || got.Limited.RetryAfter == nil {
+		t.Errorf("at its team's rpm 1, through HAProxy: %+v, want 1 admitted and 2 RateLimitError with Retry-After", got.Limited)
 	}
 }
 

@@ -475,7 +475,7 @@ func (m *Mover) Take(gained []string, from, to *ring.Ring) Arrival {
 				ms = append(ms, n)
 			}
 		}
-		others = ring.New(0, ms)
+		others = ring.New(0, ms).WithPins(to.Pins()) // placed as to places them
 	}
 	byPrev := make(map[string][]string)
 	for _, t := range gained {

@@ -476,3 +476,57 @@ func TestReconcileMutualFreeze(t *testing.T) {
 		t.Fatalf("c admitted %d after taking the tenant back, want the 70 left", got)
 	}
 }
+
+// A node that joins (its first ring) and gains a pinned tenant asks the
+// node its key placed the tenant on, not the one its own name would: with
+// that node cut off, the state still arrives from the right one.
+func TestJoinerFindsPinnedTenantsOwner(t *testing.T) {
+	three, four := ring.New(1, []string{"a", "b", "c"}), ring.New(2, []string{"a", "b", "c", "d"})
+	// A team key that moves to the joiner d, and a tenant whose own name
+	// is placed elsewhere than the key among a, b, c.
+	var key, tenant, keyOwner, nameOwner string
+	for i := 0; i < 10000 && tenant == ""; i++ {
+		k := fmt.Sprintf("team/%d", i)
+		if o, _ := four.Owner(k); o != "d" {
+			continue
+		}
+		key, keyOwner = k, mustOwner(three, k)
+		for j := range 10000 {
+			n := fmt.Sprintf("t%d", j)
+			if o := mustOwner(three, n); o != keyOwner {
+				tenant, nameOwner = n, o
+				break
+			}
+		}
+	}
+	pins := ring.Pins{tenant: key}
+	before, after := three.WithPins(pins), four.WithPins(pins)
+	c := newTestCluster(t, nil, tenant)
+	for _, n := range []string{"a", "b", "c", "d"} {
+		c.node(n)
+	}
+	for _, n := range []string{"a", "b", "c"} {
+		c.change(n, nil, before)
+	}
+	lim := c.node(keyOwner).mt.lims[tenant]
+	lim.Import(c.clk.Now(), limiter.State{}) // whatever the start left: 7 admitted, no more
+	if a, _ := admitN(lim, c.clk.Now(), 7); a != 7 {
+		t.Fatalf("the owner %s admitted %d of 7", keyOwner, a)
+	}
+	c.net.Partition(nameOwner, true) // the node the unpinned name points at
+	for _, n := range []string{"a", "b", "c"} {
+		c.change(n, before, after)
+	}
+	arr := c.change("d", nil, after)
+	if arr.Peer != 1 {
+		t.Fatalf("d took %s over %+v, want from its previous owner %s (its name alone points at %s)", tenant, arr.Counts(), keyOwner, nameOwner)
+	}
+	if u := c.node("d").mt.lims[tenant].Usage(c.clk.Now()); u.Requests != 7 {
+		t.Errorf("d holds %d requests of %s, want the 7 %s admitted", u.Requests, tenant, keyOwner)
+	}
+}
+
+func mustOwner(r *ring.Ring, key string) string {
+	o, _ := r.Owner(key)
+	return o
+}

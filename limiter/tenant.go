@@ -221,6 +221,25 @@ func (t *Tenant) finishLocked(now int64, tk *Ticket, actual int64) {
 	}
 }
 
+// Cancel takes back what Admit charged for tk (its request, tokens and
+// slot), for a request admitted here that another of its limits then
+// refused: it is charged on all of them or none. The ticket is spent.
+func (t *Tenant) Cancel(now int64, tk *Ticket) {
+	if !tk.admitted {
+		return
+	}
+	t.mu.Lock()
+	t.advance(now)
+	b, slot := t.history.buckets(tk)
+	t.requests.adjust(b, -1)
+	t.tokens.adjust(b, -tk.tokens)
+	if !tk.released {
+		t.slots.adjust(slot, -1)
+	}
+	t.mu.Unlock()
+	*tk = Ticket{}
+}
+
 // Usage is a point-in-time view of a tenant for admin endpoints.
 type Usage struct {
 	Requests, Tokens, InFlight int64

@@ -333,3 +333,28 @@ func TestDecisionAllocatesNothing(t *testing.T) {
 		t.Fatalf("decision allocates %.1f per op", allocs)
 	}
 }
+
+// Cancel leaves the windows as if the request had never been admitted.
+func TestCancelTakesBackAdmission(t *testing.T) {
+	lim := NewTenant(Limits{Requests: 2, Tokens: 100, Concurrency: 1}, time.Second, time.Minute)
+	now := time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC).UnixNano()
+	tk, d := lim.Admit(now, 60)
+	if !d.Allowed {
+		t.Fatal("first admission refused")
+	}
+	if _, d := lim.Admit(now, 10); d.Allowed || d.Limited != Concurrency {
+		t.Fatalf("second admission %+v, want refused on concurrency", d)
+	}
+	lim.Cancel(now+1, &tk)
+	if u := lim.Usage(now + 1); u.Requests != 0 || u.Tokens != 0 || u.InFlight != 0 {
+		t.Fatalf("after Cancel: %+v, want nothing", u)
+	}
+	lim.Cancel(now+1, &tk) // spent: nothing more
+	lim.Finish(now+1, &tk, 5)
+	if u := lim.Usage(now + 1); u.Requests != 0 || u.Tokens != 0 || u.InFlight != 0 {
+		t.Fatalf("a spent ticket changed the windows: %+v", u)
+	}
+	if _, d := lim.Admit(now+2, 100); !d.Allowed {
+		t.Fatalf("after Cancel the whole limit should be free: %+v", d)
+	}
+}

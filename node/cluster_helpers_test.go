@@ -146,6 +146,8 @@ type clOptions struct {
 	// Queue, if set, is the [queue] table; without it refusals answer at
 	// once (the tests of the limits count them).
 	Queue *config.Queue
+	// Teams are the [[teams]] the tenants may name.
+	Teams []config.Team
 }
 
 // clTenant is a tenant with the given requests per window and token and
@@ -270,6 +272,7 @@ func (c *clCluster) addNode() *clNode {
 		c.opts.Upstream(&cfg.Upstreams[0])
 	}
 	cfg.Tenants = slices.Clone(c.tenants)
+	cfg.Teams = slices.Clone(c.opts.Teams)
 	lg := &clLog{}
 	var ln net.Listener
 	if c.opts.Listen != nil {

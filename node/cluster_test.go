@@ -366,12 +366,29 @@ func TestClusterMembership(t *testing.T) {
 // logs the episode once, and hands the tenant back to the owner once it
 // answers again.
 func TestClusterFallback(t *testing.T) {
+	t.Run("tenant", func(t *testing.T) { testClusterFallback(t, false) })
+	// The limit is the team's: the edge's share of it holds, and its
+	// episode ends with the tenant's (a team episode left open would not
+	// be seeded afresh the next time the owner goes silent).
+	t.Run("team", func(t *testing.T) { testClusterFallback(t, true) })
+}
+
+func testClusterFallback(t *testing.T, team bool) {
 	const (
 		rpm    = 30
 		window = 3 * time.Second
 		share  = rpm / 3
 	)
-	c := startCluster(t, 3, window, clTenant("acme", rpm))
+	limited := []string{"acme"} // the entities with a fallback episode
+	var c *clCluster
+	if team {
+		tc := clTenant("acme", 1000)
+		tc.Team = "crew"
+		c = startClusterWith(t, 3, window, clOptions{Teams: []config.Team{{Name: "crew", RPM: rpm}}}, tc)
+		limited = append(limited, "team/crew")
+	} else {
+		c = startCluster(t, 3, window, clTenant("acme", rpm))
+	}
 	o := c.byName(c.owner("acme"))
 	e := c.edge(o.Name())
 	t.Logf("owner %s, edge %s", o.Name(), e.Name())
@@ -408,11 +425,13 @@ func TestClusterFallback(t *testing.T) {
 	if admitted == 0 || len(recs) != admitted {
 		t.Errorf("fallback: %d answers 200, provider got %d requests", admitted, len(recs))
 	}
-	starts := e.log.find(map[string]any{"msg": "fallback", "phase": "start", "tenant": "acme"})
-	if len(starts) != 1 {
-		t.Errorf("edge logged %d fallback starts for acme, want exactly 1: %v", len(starts), starts)
-	} else if starts[0]["owner"] != o.Name() {
-		t.Errorf("fallback start names owner %v, want %s", starts[0]["owner"], o.Name())
+	for _, name := range limited {
+		starts := e.log.find(map[string]any{"msg": "fallback", "phase": "start", "tenant": name})
+		if len(starts) != 1 {
+			t.Errorf("edge logged %d fallback starts for %s, want exactly 1: %v", len(starts), name, starts)
+		} else if starts[0]["owner"] != o.Name() {
+			t.Errorf("fallback start names owner %v, want %s", starts[0]["owner"], o.Name())
+		}
 	}
 	t.Logf("fallback: sent %d to %s, admitted %d, max %d in any %v (share %d)", len(res), e.Name(), admitted, worst, window-clJitter, share)
 
@@ -462,9 +481,10 @@ func TestClusterFallback(t *testing.T) {
 			t.Errorf("via %s: %v %v, want 200 from %s", e.Name(), rep, err, o.Name())
 		}
 	}
-	ends := e.log.find(map[string]any{"msg": "fallback", "phase": "end", "tenant": "acme"})
-	if len(ends) != 1 {
-		t.Errorf("edge logged %d fallback ends for acme, want exactly 1", len(ends))
+	for _, name := range limited {
+		if ends := e.log.find(map[string]any{"msg": "fallback", "phase": "end", "tenant": name}); len(ends) != 1 {
+			t.Errorf("edge logged %d fallback ends for %s, want exactly 1", len(ends), name)
+		}
 	}
 	// What the edge admitted under its share reached the owner, which
 	// counts it (the episode's end delivered it at the latest).

@@ -42,6 +42,9 @@ type Options struct {
 	// turned 503, so load balancers notice (default 1s, capped by the drain
 	// timeout).
 	DrainGrace time.Duration
+	// OnAdmit, if set, is told of every admission the node decides
+	// (router.Options.OnAdmit).
+	OnAdmit func(tenant string, at int64)
 }
 
 // Node is a running ringgate node.
@@ -103,7 +106,7 @@ func Start(cfg *config.Config, o Options) (*Node, error) {
 		leases = rs
 	}
 	leaser := lease.NewLeaser(lease.LeaserConfig{Store: leases, Node: cfg.Node.Name, Clock: o.Clock, Logger: log})
-	rt, err := router.New(router.Options{Config: cfg, Tokenizer: o.Tokenizer, Clock: o.Clock, Logger: log, Leaser: leaser})
+	rt, err := router.New(router.Options{Config: cfg, Tokenizer: o.Tokenizer, Clock: o.Clock, Logger: log, Leaser: leaser, OnAdmit: o.OnAdmit})
 	if err != nil {
 		if conn != nil {
 			_ = conn.Close()
@@ -129,9 +132,7 @@ func Start(cfg *config.Config, o Options) (*Node, error) {
 	if n.grace <= 0 {
 		n.grace = time.Second
 	}
-	for _, t := range cfg.Tenants {
-		n.tenantNames = append(n.tenantNames, t.Name)
-	}
+	n.tenantNames = rt.Names()
 	clock := o.Clock
 	if clock == nil {
 		clock = func() int64 { return time.Now().UnixNano() }
@@ -171,6 +172,7 @@ func Start(cfg *config.Config, o Options) (*Node, error) {
 		}
 		rt.SetReady(false)
 		n.table = ring.NewTable(cfg.Node.Name, o.RingDebounce, n.onRing)
+		n.table.SetPins(rt.Pins())
 		g, err := gossip.Start(gossip.Config{
 			Name:          cfg.Node.Name,
 			BindAddr:      cfg.Node.Gossip,
@@ -342,13 +344,14 @@ func (n *Node) Reload(cfg *config.Config) error {
 	if err := n.router.Reload(cfg); err != nil {
 		return err
 	}
-	names := make([]string, 0, len(cfg.Tenants))
-	for _, t := range cfg.Tenants {
-		names = append(names, t.Name)
-	}
 	n.mu.Lock()
-	n.tenantNames = names
+	n.tenantNames = n.router.Names()
 	n.mu.Unlock()
+	if n.table != nil {
+		// A tenant that joined or left a team moves like in a ring
+		// change (its state handed over to its new owner).
+		n.table.SetPins(n.router.Pins())
+	}
 	return nil
 }
 

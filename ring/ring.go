@@ -38,6 +38,25 @@ type Ring struct {
 	members []string // sorted, no duplicates, no empty names
 	// owners[p] is the owner of partition p; nil for an empty ring.
 	owners []string
+	// pins place some names by another name's key (Pins).
+	pins Pins
+}
+
+// Pins place a name on the ring by another key: a team's tenants are
+// pinned to their team, so that one node owns the team and all its
+// tenants and checks every level of their limits in RAM. A name not in
+// Pins is placed by itself. A Pins value is never changed once a ring
+// holds it.
+type Pins map[string]string
+
+// key is the ring key of name.
+func (r *Ring) key(name string) string {
+	if r != nil && r.pins != nil {
+		if k, ok := r.pins[name]; ok {
+			return k
+		}
+	}
+	return name
 }
 
 // member adapts a name to consistent.Member.
@@ -157,7 +176,7 @@ func (r *Ring) Owner(tenant string) (string, bool) {
 	if r == nil || r.owners == nil {
 		return "", false
 	}
-	return r.owners[partition(tenant)], true
+	return r.owners[partition(r.key(tenant))], true
 }
 
 // partition computes the partition of key exactly as
@@ -190,8 +209,7 @@ func (r *Ring) sameMembers(names []string) bool {
 func Moved(from, to *Ring, tenants []string) []string {
 	var out []string
 	for _, t := range tenants {
-		p := int(partition(t))
-		if from.owner(p) != to.owner(p) {
+		if from.owner(int(partition(from.key(t)))) != to.owner(int(partition(to.key(t)))) {
 			out = append(out, t)
 		}
 	}
@@ -210,6 +228,23 @@ func MovedPartitions(from, to *Ring) int {
 	return n
 }
 
+// samePins reports whether r places names by p.
+func (r *Ring) samePins(p Pins) bool {
+	var have Pins
+	if r != nil {
+		have = r.pins
+	}
+	if len(have) != len(p) {
+		return false
+	}
+	for k, v := range p {
+		if w, ok := have[k]; !ok || w != v {
+			return false
+		}
+	}
+	return true
+}
+
 // Hash identifies the ring's member set: two nodes whose rings hold the same
 // members have the same hash (and the same owners), whatever their local
 // version counters say. Snapshots carry it to say which ring they were
@@ -224,4 +259,23 @@ func (r *Ring) Hash() uint64 {
 		_, _ = d.Write([]byte{0})
 	}
 	return d.Sum64()
+}
+
+// WithPins returns a copy of r (same version and owners) that places names
+// by p: for rings built outside a Table.
+func (r *Ring) WithPins(p Pins) *Ring {
+	if r == nil {
+		r = &Ring{}
+	}
+	c := *r
+	c.pins = p
+	return &c
+}
+
+// Pins are the pins r places names by (nil: none).
+func (r *Ring) Pins() Pins {
+	if r == nil {
+		return nil
+	}
+	return r.pins
 }

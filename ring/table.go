@@ -34,6 +34,10 @@ type Table struct {
 	first   time.Time // arrival of the oldest unapplied Update
 	last    time.Time // arrival of the newest unapplied Update
 	closed  bool
+	// pins are the Pins every ring built from now holds; pinsDirty: a
+	// ring with them is still to be built (SetPins).
+	pins      Pins
+	pinsDirty bool
 
 	kick  chan struct{}      // cap 1: "pending changed"
 	flush chan chan struct{} // Flush requests
@@ -105,6 +109,35 @@ func (t *Table) Update(members []string) {
 	select {
 	case t.kick <- struct{}{}:
 	default: // the worker has a kick waiting already
+	}
+}
+
+// SetPins gives the rings built from now on the pins p (the caller must
+// not change p afterwards). If they place any name differently, a ring of
+// the same members with p is built, as for a member change: onChange
+// reports it, so tenants that moved are handed over like in any change.
+func (t *Table) SetPins(p Pins) {
+	now := time.Now()
+	t.mu.Lock()
+	if t.closed {
+		t.mu.Unlock()
+		return
+	}
+	t.pins = p
+	if t.cur.Load().Len() == 0 && !t.dirty {
+		// No ring owns anything yet: the first one is built with p.
+		t.mu.Unlock()
+		return
+	}
+	t.pinsDirty = true
+	if !t.dirty {
+		t.pending, t.dirty, t.first = t.target, true, now
+	}
+	t.last = now
+	t.mu.Unlock()
+	select {
+	case t.kick <- struct{}{}:
+	default:
 	}
 }
 
@@ -192,16 +225,17 @@ func (t *Table) apply() {
 		t.mu.Unlock()
 		return
 	}
-	names := t.pending
+	names, pins := t.pending, t.pins
 	t.target = names
-	t.dirty, t.pending = false, nil
+	t.dirty, t.pending, t.pinsDirty = false, nil, false
 	t.mu.Unlock()
 
 	from := t.cur.Load()
-	if from.sameMembers(names) {
+	if from.sameMembers(names) && from.samePins(pins) {
 		return
 	}
 	to := build(from.version+1, names)
+	to.pins = pins
 	// If Close was called while we built, neither publish nor report:
 	// Current keeps the last ring onChange was told about. (Close waits
 	// for this goroutine, so a callback that starts after this check

@@ -10,6 +10,8 @@ import (
 	"github.com/valyala/fasthttp"
 	"github.com/valyala/fasthttp/fasthttpadaptor"
 
+	"github.com/ringgate/ringgate/config"
+	"github.com/ringgate/ringgate/limiter"
 	"github.com/ringgate/ringgate/queue"
 )
 
@@ -34,7 +36,7 @@ func (r *Router) serveAdmin(ctx *fasthttp.RequestCtx) {
 		writeJSON(ctx, fasthttp.StatusOK, map[string]string{"status": "ready"})
 		return
 	}
-	if path != "/cluster" && path != "/metrics" && path != "/upstreams" && !strings.HasPrefix(path, "/tenants/") {
+	if path != "/cluster" && path != "/metrics" && path != "/upstreams" && !strings.HasPrefix(path, "/tenants/") && !strings.HasPrefix(path, "/teams/") {
 		fail(ctx, fasthttp.StatusNotFound, "invalid_request_error", "not_found", "Unknown path "+path+".")
 		return
 	}
@@ -55,6 +57,8 @@ func (r *Router) serveAdmin(ctx *fasthttp.RequestCtx) {
 		writeJSON(ctx, fasthttp.StatusOK, r.clusterView())
 	case path == "/upstreams":
 		r.serveUpstreams(ctx)
+	case strings.HasPrefix(path, "/teams/"):
+		r.serveTeam(ctx, strings.TrimPrefix(path, "/teams/"))
 	default:
 		r.serveTenant(ctx, strings.TrimPrefix(path, "/tenants/"))
 	}
@@ -141,12 +145,71 @@ type tenantView struct {
 	// Spillover says who decides for the tenant: its owner, or every node
 	// on its leased budget (spill.go).
 	Spillover spillView `json:"spillover"`
+	// Team is the tenant's team ("" for none); ModelLimits its own
+	// per-model limits, by model.
+	Team        string               `json:"team,omitempty"`
+	ModelLimits map[string]usageView `json:"model_limits,omitempty"`
+	Mode        string               `json:"mode"`
+}
+
+// usageView is one level's windows against its limits.
+type usageView struct {
+	Requests dimension `json:"requests"`
+	Tokens   dimension `json:"tokens"`
+	InFlight dimension `json:"in_flight"`
+}
+
+func viewUsage(u limiter.Usage) usageView {
+	return usageView{
+		Requests: dimension{Used: u.Requests, Limit: max(u.Limits.Requests, 0)},
+		Tokens:   dimension{Used: u.Tokens, Limit: max(u.Limits.Tokens, 0)},
+		InFlight: dimension{Used: u.InFlight, Limit: max(u.Limits.Concurrency, 0)},
+	}
+}
+
+func (t *tenant) mode() string {
+	if t.shadow {
+		return config.ModeShadow
+	}
+	return config.ModeEnforce
+}
+
+// teamView is /teams/{name}: the team's windows against its limits, and
+// each of its tenants' own usage.
+type teamView struct {
+	Name   string `json:"name"`
+	Owner  string `json:"owner"`
+	Node   string `json:"node"`
+	Window string `json:"window"`
+	Mode   string `json:"mode"`
+	usageView
+	Tenants map[string]usageView `json:"tenants"`
+}
+
+func (r *Router) serveTeam(ctx *fasthttp.RequestCtx, name string) {
+	st := r.state.Load()
+	e := st.byName[teamEntity(name)]
+	if e == nil || e.kind != kindTeam || strings.Contains(name, "/") {
+		fail(ctx, fasthttp.StatusNotFound, "invalid_request_error", "unknown_team", "No team named "+name+".")
+		return
+	}
+	now := r.clock()
+	owner := r.view.Load().owner(e.name)
+	if owner == "" {
+		owner = r.node
+	}
+	tv := teamView{Name: name, Owner: owner, Node: r.node, Window: st.cfg.Limits.Window.String(), Mode: e.mode(),
+		usageView: viewUsage(e.lim.Usage(now)), Tenants: make(map[string]usageView, len(e.members))}
+	for _, m := range e.members {
+		tv.Tenants[m.name] = viewUsage(m.lim.Usage(now))
+	}
+	writeJSON(ctx, fasthttp.StatusOK, tv)
 }
 
 func (r *Router) serveTenant(ctx *fasthttp.RequestCtx, name string) {
 	st := r.state.Load()
 	t := st.byName[name]
-	if t == nil {
+	if t == nil || t.kind != kindTenant {
 		fail(ctx, fasthttp.StatusNotFound, "invalid_request_error", "unknown_tenant", "No tenant named "+name+".")
 		return
 	}
@@ -168,7 +231,27 @@ func (r *Router) serveTenant(ctx *fasthttp.RequestCtx, name string) {
 		Queued:    int64(q.Interactive.Waiting + q.Batch.Waiting),
 		Queue:     q,
 		Spillover: r.spillView(t),
+		Team:      strings.TrimPrefix(teamName(t), "team/"),
+		ModelLimits: func() map[string]usageView {
+			if t.models == nil {
+				return nil
+			}
+			out := make(map[string]usageView, len(t.models))
+			for model, e := range t.models {
+				out[model] = viewUsage(e.lim.Usage(r.clock()))
+			}
+			return out
+		}(),
+		Mode: t.mode(),
 	})
+}
+
+// teamName is the entity name of t's team, "" for none.
+func teamName(t *tenant) string {
+	if t.team == nil {
+		return ""
+	}
+	return t.team.name
 }
 
 func (r *Router) metricsHandler(ctx *fasthttp.RequestCtx) {

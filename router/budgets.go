@@ -37,6 +37,11 @@ type budgetLine struct {
 	limits limiter.Limits // configured: what a tenant's weight in the line is measured on
 	what   string         // "upstream x", "model y": named in a refusal
 	closed bool           // on_redis_down = closed: nothing to wait for while degraded
+	// shadow: the upstream's limits are in shadow mode: a refusal is
+	// served (budgetShadowed), logged as shadowName.
+	shadow     bool
+	shadowName string
+	meter      shadowMeter
 }
 
 // budgetTake is what one request took of one budget.
@@ -70,7 +75,7 @@ func (r *Router) buildBudgets(cfg *config.Config, provs []*upstream.Provider) ma
 	if r.lines == nil {
 		r.lines = make(map[string]*queue.Queue)
 	}
-	lineOf := func(c lease.Config, what string) *budgetLine {
+	lineOf := func(c lease.Config, what, name string, shadow bool) *budgetLine {
 		b := r.leaser.Budget(c, members)
 		q := r.lines[c.Key]
 		if q == nil {
@@ -79,22 +84,23 @@ func (r *Router) buildBudgets(cfg *config.Config, provs []*upstream.Provider) ma
 		}
 		b.Watch(q.Kick, q.Waiting)
 		keep[c.Key] = true
-		return &budgetLine{Budget: b, line: q, limits: c.Limits, what: what, closed: c.OnStoreDown == lease.Closed}
+		return &budgetLine{Budget: b, line: q, limits: c.Limits, what: what, closed: c.OnStoreDown == lease.Closed, shadow: shadow, shadowName: name}
 	}
 	for i, uc := range cfg.Upstreams {
 		pb := &provBudgets{models: make(map[string]*budgetLine), single: len(uc.Models) <= 1}
+		shadow := uc.Mode == config.ModeShadow
 		base := lease.Config{Window: cfg.Limits.Window, Settles: uc.Kind == config.KindAnthropic, OnStoreDown: onStoreDown(uc.OnRedisDown)}
 		if uc.RPM > 0 || uc.TPM > 0 || uc.Concurrency > 0 {
 			c := base
 			c.Key = "up:" + uc.Name
 			c.Limits = limiter.Limits{Requests: int64(uc.RPM), Tokens: int64(uc.TPM), Concurrency: int64(uc.Concurrency)}
-			pb.up = lineOf(c, "upstream "+uc.Name)
+			pb.up = lineOf(c, "upstream "+uc.Name, "upstream/"+uc.Name, shadow)
 		}
 		for _, ml := range uc.ModelLimits {
 			c := base
 			c.Key = "up:" + uc.Name + ":model:" + ml.Model
 			c.Limits = limiter.Limits{Requests: int64(ml.RPM), Tokens: int64(ml.TPM), Concurrency: int64(ml.Concurrency)}
-			pb.models[ml.Model] = lineOf(c, "model "+ml.Model)
+			pb.models[ml.Model] = lineOf(c, "model "+ml.Model, "upstream/"+uc.Name+"/model/"+ml.Model, shadow)
 		}
 		if pb.up != nil || len(pb.models) > 0 {
 			out[provs[i]] = pb
@@ -178,12 +184,13 @@ func (r *Router) takeBudgets(st *state, c *call, at stage) (budgetRefusal, bool)
 		return budgetRefusal{}, true
 	}
 	tokens := providerTokens(c)
+	c.shadowBudget = nil
 	for i, b := range [2]*budgetLine{pb.up, pb.models[c.req.Model]} {
 		if b == nil {
 			continue
 		}
 		passed := (at == inUpstreamLine || at == inModelLine) && stage(i+1) <= at
-		if !passed && stage(i+1) != at && b.line.Waiting() > 0 {
+		if !passed && stage(i+1) != at && !b.shadow && b.line.Waiting() > 0 {
 			r.cancelBudgets(c)
 			return budgetRefusal{d: b.behindDecision(r.clock()), on: b, stage: stage(i + 1), behind: true}, false
 		}
@@ -201,6 +208,13 @@ func (r *Router) takeBudgets(st *state, c *call, at stage) (budgetRefusal, bool)
 			case <-timer.C:
 			}
 			timer.Stop()
+		}
+		if !d.Allowed && b.shadow {
+			// Served without it (budgetShadowed): nothing taken.
+			if c.shadowBudget == nil {
+				c.shadowBudget, c.shadowBudgetD = b, d
+			}
+			continue
 		}
 		if !d.Allowed {
 			r.cancelBudgets(c)

@@ -62,6 +62,8 @@ type envConfig struct {
 	queue *config.Queue
 	// openAI, if set, changes the OpenAI upstream (its provider limits).
 	openAI func(*config.Upstream)
+	// teams are the [[teams]] the tenants may name.
+	teams []config.Team
 }
 
 // env is a running fake upstream and a ringgate node in front of it.
@@ -149,6 +151,7 @@ func newEnv(t testing.TB, ec envConfig) *env {
 		ec.openAI(&cfg.Upstreams[0])
 	}
 	cfg.Tenants = ec.tenants
+	cfg.Teams = ec.teams
 	cfg.Node.Gossip = "127.0.0.1:0"
 	if err := cfg.Validate(); err != nil {
 		_ = fake.Close()

@@ -296,11 +296,20 @@ func (r *Router) SetFallbackSeed(seed func(tenant string) (limiter.State, bool))
 	r.fallbackSeed.Store(&seed)
 }
 
-// endFallback logs the end of a tenant's fallback episode, once.
+// endFallback logs the end of a tenant's fallback episode, once, and
+// ends its levels' (levels.go): the owner that answers for the tenant owns
+// them too, and a level's episode left open would not be seeded afresh
+// when the owner next goes silent.
 func (r *Router) endFallback(t *tenant, owner string) {
 	if t.inFallback.Load() && t.inFallback.CompareAndSwap(true, false) {
 		r.log.Info("fallback", "phase", "end", "tenant", t.name, "owner", owner)
 		t.fbQueue.Kick() // those waiting on the share go to the owner
 		r.reportFallback(t)
+	}
+	if t.team != nil {
+		r.endFallback(t.team, owner)
+	}
+	for _, e := range t.models {
+		r.endFallback(e, owner)
 	}
 }

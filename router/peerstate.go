@@ -5,12 +5,14 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/valyala/fasthttp"
 
 	"github.com/ringgate/ringgate/handoff"
 	"github.com/ringgate/ringgate/limiter"
+	"github.com/ringgate/ringgate/ring"
 )
 
 // The router's part in moving state peer to peer: the signed endpoint a new
@@ -151,15 +153,22 @@ func (r *Router) Others() []string {
 	return out
 }
 
-// Names are the configured tenants (handoff.Tenants).
+// Names are the configured tenants and their teams' and model limits'
+// entities (handoff.Tenants), sorted.
 func (r *Router) Names() []string {
-	cfg := r.state.Load().cfg
-	out := make([]string, len(cfg.Tenants))
-	for i, t := range cfg.Tenants {
-		out[i] = t.Name
+	st := r.state.Load()
+	out := make([]string, 0, len(st.byName))
+	for name := range st.byName {
+		out = append(out, name)
 	}
+	slices.Sort(out)
 	return out
 }
+
+// Pins place every tenant's levels of limits on the ring by the top of its
+// hierarchy (its team, else itself): the ring the node builds must hold
+// them.
+func (r *Router) Pins() ring.Pins { return r.state.Load().pins }
 
 // OwnedWithin reports whether this node owns the tenant or owned it within
 // the last d (handoff.Tenants).

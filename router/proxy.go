@@ -36,6 +36,16 @@ type call struct {
 	// (budgets.go).
 	budgets  [2]budgetTake
 	nBudgets int
+	// levels: what the call holds of its tenant's other levels of
+	// limits, its model's and its team's (levels.go); refusedBy names
+	// the level that refused it.
+	levels    [2]level
+	nLevels   int
+	refusedBy string
+	// shadowBudget is the provider budget in shadow mode that refused
+	// the call (shadowBudgetD), which is served without it.
+	shadowBudget  *budgetLine
+	shadowBudgetD lease.Decision
 	// spill: what the call took of its tenant's spillover budget
 	// (spill.go); sp the spill it was admitted on.
 	spill budgetTake
@@ -228,7 +238,10 @@ func (r *Router) serveLocalOnce(ctx *fasthttp.RequestCtx, ep upstream.Endpoint, 
 		c.res.Completion *= req.Choices
 		c.res.Total = c.res.Prompt + c.res.Completion
 	}
-	if owned && !t.awaitHandoff() {
+	if sp == nil && !r.setLevels(c) {
+		return r.refuseZeroShare(ctx)
+	}
+	if owned && (!t.awaitHandoff() || !c.awaitLevels()) {
 		ctx.Response.Header.Set("Retry-After", "1")
 		fail(ctx, fasthttp.StatusServiceUnavailable, "server_error", "tenant_moving",
 			"This tenant's limits are moving between gateway nodes; retry in 1s.")
@@ -268,9 +281,22 @@ func (r *Router) serveLocalOnce(ctx *fasthttp.RequestCtx, ep upstream.Endpoint, 
 		}
 		return r.movedOn(ctx, t, lim, hops)
 	}
-	if !d.Allowed && t.shadow {
-		// Would be refused: served uncharged (shadow.go).
+	shadowed := !d.Allowed && t.shadow
+	if d.Allowed || shadowed {
+		if ok, ld, moved := r.admitLevels(c, &d); !ok {
+			if ld.Moved {
+				r.cancelBudgets(c)
+				return r.movedOn(ctx, t, moved, hops)
+			}
+			d, shadowed = ld, false // refused by a level, like by the tenant
+		}
+	}
+	if shadowed {
+		// Would be refused: served uncharged (shadow.go), on its levels
+		// as they decided.
 		r.shadowRefused(ctx, t, &d)
+		r.levelsShadowed(ctx, c)
+		r.levelsAdmitted(c)
 		return r.forward(ctx, c)
 	}
 	if !d.Allowed && !d.TooLarge && t.lineFor(lim, hops) != nil {
@@ -284,14 +310,15 @@ func (r *Router) serveLocalOnce(ctx *fasthttp.RequestCtx, ep upstream.Endpoint, 
 	if !d.Allowed {
 		r.cancelBudgets(c)
 		t.counts.refused(d.Limited)
-		refuse(ctx, &d, st.cfg.Limits.Window, int64(c.res.Total))
+		refuseOn(ctx, &d, st.cfg.Limits.Window, int64(c.res.Total), c.refusedBy)
 		return false
 	}
-	t.counts.allowed.Inc()
-	t.counts.reserved.Add(float64(c.res.Total))
+	r.admitted(c)
 	if lim == t.fallback {
 		c.fb = r.fallbackAdmitted(t, &c.tk, 0)
 	}
+	r.levelsShadowed(ctx, c)
+	r.levelsAdmitted(c)
 	return r.forward(ctx, c)
 }
 
@@ -374,9 +401,18 @@ func (r *Router) admitSpilled(ctx *fasthttp.RequestCtx, ep upstream.Endpoint, st
 	c.tk, _ = c.lim.Admit(r.clock(), int64(c.res.Total)) // the mirror: no limits
 	c.fb = r.fallbackAdmitted(t, &c.tk, sp.epoch)
 	sp.mu.RUnlock()
-	t.counts.allowed.Inc()
-	t.counts.reserved.Add(float64(c.res.Total))
+	r.admitted(c)
 	return r.forward(ctx, c)
+}
+
+// admitted counts an admitted call (it goes upstream now) and tells the
+// OnAdmit hook.
+func (r *Router) admitted(c *call) {
+	c.t.counts.allowed.Inc()
+	c.t.counts.reserved.Add(float64(c.res.Total))
+	if r.onAdmit != nil {
+		r.onAdmit(c.t.name, r.clock())
+	}
 }
 
 // promptTokens counts the prompt with the local tokenizer, plus the few
@@ -410,6 +446,7 @@ func (st *state) authenticate(h *fasthttp.RequestHeader) *tenant {
 // forward sends an admitted call upstream and answers the client. It reports
 // true when the answer is a stream that finishes later.
 func (r *Router) forward(ctx *fasthttp.RequestCtx, c *call) bool {
+	r.budgetShadowed(ctx, c)
 	body, err := upstream.PrepareBody(c.req, ctx.PostBody())
 	if err != nil {
 		r.finish(c, upstream.Usage{}, false, 0)
@@ -634,6 +671,7 @@ func (r *Router) finish(c *call, u upstream.Usage, ok bool, countedCompletion in
 			c.t.fbQueue.Kick() // a slot of the share freed, tokens settled
 		}
 	}
+	r.finishLevels(c, int64(actual))
 	c.t.counts.settled.Add(float64(actual))
 }
 

@@ -251,7 +251,9 @@ func (r *Router) admitQueued(ctx *fasthttp.RequestCtx, ep upstream.Endpoint, st 
 		return true, 0
 	}
 	r.cancelBudgets(c) // each try takes them afresh
+	movedLim := c.lim  // the limiter handed over, for movedAway
 	try := func() (bool, time.Duration) {
+		c.refusedBy = ""
 		switch {
 		case r.state.Load() != st:
 			// Reloaded: its budgets and limits may be others now.
@@ -274,7 +276,11 @@ func (r *Router) admitQueued(ctx *fasthttp.RequestCtx, ep upstream.Endpoint, st 
 			// Its tenant first: the head of the tenant's line waits
 			// here for the tenant's room, not in a provider's line it
 			// would only leave again when its turn came there.
-			if d := c.lim.Check(r.clock(), int64(c.res.Total)); !d.Allowed && !d.Moved {
+			d := c.lim.Check(r.clock(), int64(c.res.Total))
+			if !d.Allowed && !d.Moved {
+				return tenantRefused(d)
+			}
+			if d = r.checkLevels(c, d); !d.Allowed && !d.Moved {
 				return tenantRefused(d)
 			}
 		}
@@ -308,6 +314,17 @@ func (r *Router) admitQueued(ctx *fasthttp.RequestCtx, ep upstream.Endpoint, st 
 			return true, -1
 		}
 		tk, d := c.lim.Admit(r.clock(), int64(c.res.Total))
+		if d.Allowed || (t.shadow && !d.Moved) {
+			c.tk = tk // its levels next: all or none
+			if ok, ld, moved := r.admitLevels(c, &d); !ok {
+				r.cancelBudgets(c)
+				if ld.Moved {
+					movedLim, out = moved, movedAway
+					return true, -1
+				}
+				return tenantRefused(ld)
+			}
+		}
 		switch {
 		case d.Moved:
 			r.cancelBudgets(c)
@@ -378,14 +395,14 @@ func (r *Router) admitQueued(ctx *fasthttp.RequestCtx, ep upstream.Endpoint, st 
 		}
 		setRateHeaders(&ctx.Response.Header, &last)
 		t.counts.queue.Inc()
-		refuse(ctx, &last, st.cfg.Limits.Window, int64(c.res.Total))
+		refuseOn(ctx, &last, st.cfg.Limits.Window, int64(c.res.Total), c.refusedBy)
 		return false
 	}
 	switch out {
 	case reloaded:
 		return r.redecideReloaded(ctx, ep, t, owned, hops)
 	case movedAway:
-		return r.movedOn(ctx, t, c.lim, hops)
+		return r.movedOn(ctx, t, movedLim, hops)
 	case spilled:
 		return r.serveLocalOnce(ctx, ep, st, t, t.lim, hops, retrySpill)
 	case spillEnded:
@@ -395,6 +412,8 @@ func (r *Router) admitQueued(ctx *fasthttp.RequestCtx, ep upstream.Endpoint, st 
 		return r.serveAPI(ctx, ep)
 	case shadowed:
 		r.shadowRefused(ctx, t, &last)
+		r.levelsShadowed(ctx, c)
+		r.levelsAdmitted(c)
 		return r.forward(ctx, c)
 	case refusedByBudget:
 		d := c.lim.Peek(r.clock())
@@ -405,15 +424,16 @@ func (r *Router) admitQueued(ctx *fasthttp.RequestCtx, ep upstream.Endpoint, st 
 	case refusedForGood:
 		setRateHeaders(&ctx.Response.Header, &last)
 		t.counts.refused(last.Limited)
-		refuse(ctx, &last, st.cfg.Limits.Window, int64(c.res.Total))
+		refuseOn(ctx, &last, st.cfg.Limits.Window, int64(c.res.Total), c.refusedBy)
 		return false
 	}
 	setRateHeaders(&ctx.Response.Header, &last)
-	t.counts.allowed.Inc()
-	t.counts.reserved.Add(float64(c.res.Total))
+	r.admitted(c)
 	if c.lim == t.fallback {
 		c.fb = r.fallbackAdmitted(t, &c.tk, 0)
 	}
+	r.levelsShadowed(ctx, c)
+	r.levelsAdmitted(c)
 	return r.forward(ctx, c)
 }
 

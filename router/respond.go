@@ -58,23 +58,34 @@ func appendReset(b []byte, d time.Duration) []byte {
 // refuse answers a limiter refusal: 429, Retry-After in whole seconds
 // (rounded up) and in milliseconds, and a message naming the dimension.
 func refuse(ctx *fasthttp.RequestCtx, d *limiter.Decision, window time.Duration, requested int64) {
+	refuseOn(ctx, d, window, requested, "")
+}
+
+// refuseOn is refuse for a refusal by a level of the tenant's limits
+// other than its own (by: "team research", "model gpt-4o"), which the
+// message names.
+func refuseOn(ctx *fasthttp.RequestCtx, d *limiter.Decision, window time.Duration, requested int64, by string) {
 	setRetryAfter(&ctx.Response.Header, d.RetryAfter)
+	of := ""
+	if by != "" {
+		of = " (" + by + ")"
+	}
 	var msg string
 	switch d.Limited {
 	case limiter.Requests:
-		msg = fmt.Sprintf("Rate limit reached for requests: limit %d per %s. Please try again in %s.",
-			d.LimitRequests, window, roundUp(d.RetryAfter))
+		msg = fmt.Sprintf("Rate limit reached for requests%s: limit %d per %s. Please try again in %s.",
+			of, d.LimitRequests, window, roundUp(d.RetryAfter))
 	case limiter.Tokens:
 		if d.TooLarge {
-			msg = fmt.Sprintf("Request too large: it needs about %d tokens, more than the limit of %d per %s. Lower max_tokens or the prompt.",
-				requested, d.LimitTokens, window)
+			msg = fmt.Sprintf("Request too large: it needs about %d tokens, more than the limit%s of %d per %s. Lower max_tokens or the prompt.",
+				requested, of, d.LimitTokens, window)
 		} else {
-			msg = fmt.Sprintf("Rate limit reached for tokens: limit %d per %s, requested %d. Please try again in %s.",
-				d.LimitTokens, window, requested, roundUp(d.RetryAfter))
+			msg = fmt.Sprintf("Rate limit reached for tokens%s: limit %d per %s, requested %d. Please try again in %s.",
+				of, d.LimitTokens, window, requested, roundUp(d.RetryAfter))
 		}
 	case limiter.Concurrency:
-		msg = fmt.Sprintf("Too many concurrent requests: limit %d in flight. Please try again in %s.",
-			d.LimitConcurrency, roundUp(d.RetryAfter))
+		msg = fmt.Sprintf("Too many concurrent requests%s: limit %d in flight. Please try again in %s.",
+			of, d.LimitConcurrency, roundUp(d.RetryAfter))
 	}
 	fail(ctx, fasthttp.StatusTooManyRequests, d.Limited.String(), "rate_limit_exceeded", msg)
 }

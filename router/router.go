@@ -32,6 +32,10 @@ type Options struct {
 	// Leaser keeps the node's part of the providers' limits; nil: one
 	// without a store (every budget on this node's strict share).
 	Leaser *lease.Leaser
+	// OnAdmit, if set, is told of every admission this node decides: the
+	// tenant and when (Clock), for an auditor that counts decisions
+	// rather than arrivals at the provider. It must not block.
+	OnAdmit func(tenant string, at int64)
 }
 
 // Router serves one node's HTTP: the client API and the admin endpoints.
@@ -42,6 +46,7 @@ type Router struct {
 	tok     *reserve.Tokenizer
 	est     *reserve.Estimator
 	metrics *metrics
+	onAdmit func(tenant string, at int64)
 
 	state    atomic.Pointer[state]
 	reloadMu sync.Mutex
@@ -101,6 +106,7 @@ func New(o Options) (*Router, error) {
 		metrics: newMetrics(),
 		ids:     newDeltaIDs(),
 		leaser:  o.Leaser,
+		onAdmit: o.OnAdmit,
 		started: time.Now(),
 		// A cluster node owns nothing until it has joined and holds a
 		// ring; a standalone one owns everything.

@@ -1,6 +1,7 @@
 package router
 
 import (
+	"sync/atomic"
 	"time"
 
 	"github.com/valyala/fasthttp"
@@ -20,20 +21,40 @@ import (
 // shadowLogEvery bounds the shadow_refusal lines of one tenant.
 const shadowLogEvery = time.Second
 
+// shadowMeter rate-limits one limit's shadow_refusal lines.
+type shadowMeter struct {
+	last atomic.Int64 // when the last line was written (ns)
+	mute atomic.Int64 // refusals not logged since
+}
+
 // shadowRefused marks, counts and logs a request t's limits refused (d)
 // and that is served anyway.
 func (r *Router) shadowRefused(ctx *fasthttp.RequestCtx, t *tenant, d *limiter.Decision) {
-	dim := d.Limited.String()
-	ctx.Response.Header.Set("x-ringgate-shadow-refused", dim)
 	setRateHeaders(&ctx.Response.Header, d)
 	t.counts.refused(d.Limited)
-	r.metrics.shadow.WithLabelValues(t.name, dim).Inc()
+	r.shadowRefusal(ctx, t.name, &t.shadowLog, d.Limited, d.RetryAfter)
+}
+
+// shadowRefusal marks, counts and logs (at most once a shadowLogEvery
+// per limit) a refusal on dim by the shadow limit name.
+func (r *Router) shadowRefusal(ctx *fasthttp.RequestCtx, name string, m *shadowMeter, dim limiter.Dimension, retry time.Duration) {
+	ctx.Response.Header.Set("x-ringgate-shadow-refused", dim.String())
+	r.metrics.shadow.WithLabelValues(name, dim.String()).Inc()
 	now := time.Now().UnixNano()
-	last := t.shadowLog.Load()
-	if now-last < int64(shadowLogEvery) || !t.shadowLog.CompareAndSwap(last, now) {
-		t.shadowMute.Add(1)
+	last := m.last.Load()
+	if now-last < int64(shadowLogEvery) || !m.last.CompareAndSwap(last, now) {
+		m.mute.Add(1)
 		return
 	}
-	r.log.Info("shadow_refusal", "tenant", t.name, "limit", dim, "retry_after_ms", d.RetryAfter.Milliseconds(),
-		"not_logged", t.shadowMute.Swap(0))
+	r.log.Info("shadow_refusal", "tenant", name, "limit", dim.String(), "retry_after_ms", retry.Milliseconds(),
+		"not_logged", m.mute.Swap(0))
+}
+
+// budgetShadowed marks, counts and logs the refusal of c's provider
+// budget in shadow mode ([[upstreams]] mode = "shadow"), for a call that
+// is served.
+func (r *Router) budgetShadowed(ctx *fasthttp.RequestCtx, c *call) {
+	if b := c.shadowBudget; b != nil {
+		r.shadowRefusal(ctx, b.shadowName, &b.meter, c.shadowBudgetD.Limited, c.shadowBudgetD.RetryAfter)
+	}
 }

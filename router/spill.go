@@ -184,6 +184,13 @@ func (st *state) spillKeys(keep map[string]bool) {
 	}
 }
 
+// spillable reports whether the tenant may spill: a tenant with a team or
+// model limits does not (its spill's budget would not charge them; those
+// levels are decided on its owner only).
+func (t *tenant) spillable() bool {
+	return t.kind == kindTenant && t.team == nil && t.models == nil
+}
+
 // canSpill reports whether this node can spill a tenant it owns: the
 // budget needs Redis, the announcements signatures, and a second node.
 func (r *Router) canSpill() bool {
@@ -308,7 +315,7 @@ func (r *Router) RunSpillover(ctx context.Context) {
 				continue // the owner's spill loop measures it
 			}
 			n := t.arrivals.Swap(0)
-			if !can || t.ownedUntil.Load() != ownedNow {
+			if !can || t.ownedUntil.Load() != ownedNow || !t.spillable() {
 				delete(hot, name)
 				continue
 			}
@@ -436,7 +443,7 @@ func (r *Router) runOwnerSpill(ctx context.Context, name string, sp *spill) {
 		switch {
 		case r.draining.Load():
 			reason = "drain"
-		case st.cfg.Limits.SpilloverRPS <= 0:
+		case st.cfg.Limits.SpilloverRPS <= 0 || !t.spillable():
 			reason = "disabled"
 		case t.ownedUntil.Load() != ownedNow:
 			reason = "owner_changed"

@@ -9,6 +9,7 @@ import (
 	"github.com/ringgate/ringgate/config"
 	"github.com/ringgate/ringgate/limiter"
 	"github.com/ringgate/ringgate/queue"
+	"github.com/ringgate/ringgate/ring"
 	"github.com/ringgate/ringgate/upstream"
 )
 
@@ -55,10 +56,19 @@ type tenant struct {
 	queue, fbQueue *queue.Queue
 	waits          [2]time.Duration
 
+	// kind says what the entity is (kindTenant, kindTeam, kindModel);
+	// team and models are a tenant's other levels of limits (levels),
+	// members a team's or a model limit's tenants, whose lines wait for
+	// its room too.
+	kind    uint8
+	label   string // "team <name>", "model <model>": a level in messages
+	team    *tenant
+	models  map[string]*tenant
+	members []*tenant
+
 	// shadow: the tenant's limits are in shadow mode (shadow.go).
-	shadow     bool
-	shadowLog  atomic.Int64 // when the last shadow_refusal line was written (ns)
-	shadowMute atomic.Int64 // shadow refusals not logged since
+	shadow    bool
+	shadowLog shadowMeter
 }
 
 // state is everything a reload replaces at once; requests read it through an
@@ -72,6 +82,9 @@ type state struct {
 	// budgets are the provider limits of the upstreams that have them
 	// (budgets.go).
 	budgets map[*upstream.Provider]*provBudgets
+	// pins place each tenant of a team, and each of a tenant's model
+	// limits, on the ring by the top of its hierarchy (ring.Pins).
+	pins ring.Pins
 }
 
 // buildState makes a state from cfg, keeping the limiter (and so the usage) of
@@ -110,40 +123,35 @@ func buildState(cfg *config.Config, prev *state, m *metrics, now int64) (*state,
 			st.byModel[model] = p
 		}
 	}
-	var rebucket []*limiter.Tenant
+	b := entityBuilder{st: st, prev: prev, cfg: cfg, m: m, pins: ring.Pins{}}
+	for _, tc := range cfg.Teams {
+		lim := limiter.Limits{Requests: int64(tc.RPM), Tokens: int64(tc.TPM), Concurrency: int64(tc.Concurrency)}
+		e := b.entity(teamEntity(tc.Name), lim, tc.Mode)
+		e.kind, e.label = kindTeam, "team "+tc.Name
+	}
 	for _, tc := range cfg.Tenants {
 		limits := limiter.Limits{Requests: int64(tc.RPM), Tokens: int64(tc.TPM), Concurrency: int64(tc.Concurrency)}
-		var lim, fallback *limiter.Tenant
-		if prev != nil {
-			if old := prev.byName[tc.Name]; old != nil {
-				lim, fallback = old.lim, old.fallback
-				lim.SetLimits(limits)
-				if prev.cfg.Limits.Window != cfg.Limits.Window || prev.cfg.Limits.SlotTTL != cfg.Limits.SlotTTL {
-					rebucket = append(rebucket, lim, fallback)
-				}
-			}
-		}
-		if lim == nil {
-			lim = limiter.NewTenant(limits, cfg.Limits.Window, cfg.Limits.SlotTTL)
-			fallback = limiter.NewTenant(limits, cfg.Limits.Window, cfg.Limits.SlotTTL)
-		}
-		t := &tenant{name: tc.Name, priority: tc.Priority, shadow: tc.Mode == config.ModeShadow, limits: limits, lim: lim, fallback: fallback, counts: m.tenant(tc.Name),
-			fb: &fallbackLedger{}, spill: &spillHolder{}, queue: &queue.Queue{}, fbQueue: &queue.Queue{}}
+		t := b.entity(tc.Name, limits, tc.Mode)
+		t.priority = tc.Priority
 		t.waits[queue.Interactive], t.waits[queue.Batch] = tc.Waits(cfg.Queue)
-		if prev != nil {
-			if old := prev.byName[tc.Name]; old != nil {
-				t.ownedUntil.Store(old.ownedUntil.Load())
-				// A fallback episode goes on across a reload, its
-				// share kept (old.fallback): not started and seeded
-				// again on top of what it admitted.
-				t.inFallback.Store(old.inFallback.Load())
-				t.seen.at.Store(old.seen.at.Load())
-				t.seen.requests.Store(old.seen.requests.Load())
-				t.seen.tokens.Store(old.seen.tokens.Load())
-				t.fb, t.spill, t.queue, t.fbQueue = old.fb, old.spill, old.queue, old.fbQueue
-			}
+		key := tc.Name // the ring key of the tenant and all its levels
+		if tc.Team != "" {
+			t.team = st.byName[teamEntity(tc.Team)]
+			t.team.members = append(t.team.members, t)
+			key = t.team.name
+			b.pins[tc.Name] = key
 		}
-		st.byName[tc.Name] = t
+		for _, ml := range tc.ModelLimits {
+			lim := limiter.Limits{Requests: int64(ml.RPM), Tokens: int64(ml.TPM), Concurrency: int64(ml.Concurrency)}
+			e := b.entity(modelEntity(tc.Name, ml.Model), lim, tc.Mode)
+			e.kind, e.label = kindModel, "model "+ml.Model
+			e.members = []*tenant{t}
+			b.pins[e.name] = key
+			if t.models == nil {
+				t.models = make(map[string]*tenant, len(tc.ModelLimits))
+			}
+			t.models[ml.Model] = e
+		}
 		hashes, err := tc.KeyHashes()
 		if err != nil {
 			return nil, fmt.Errorf("tenant %s: %w", tc.Name, err)
@@ -152,10 +160,87 @@ func buildState(cfg *config.Config, prev *state, m *metrics, now int64) (*state,
 			st.byKey[h] = t
 		}
 	}
+	st.pins = b.pins
+	rebucket := b.rebucket
 	for _, lim := range rebucket {
 		lim.Rebucket(now, cfg.Limits.Window, cfg.Limits.SlotTTL)
 	}
 	return st, nil
+}
+
+// Entity names: every level of limits is kept in a tenant struct under a
+// name of its own, so that handoffs, snapshots, deltas and fallback shares
+// move and count it like a tenant. Tenant and team names hold no '/', so
+// these never meet a tenant's name or each other.
+func teamEntity(team string) string           { return "team/" + team }
+func modelEntity(tenant, model string) string { return tenant + "/model/" + model }
+
+// kinds of entity
+const (
+	kindTenant = iota // a configured tenant: keys, requests
+	kindTeam          // a [[teams]] entry's limits
+	kindModel         // one of a tenant's [[tenants.model_limits]]
+)
+
+// entityBuilder makes the entities of a new state, keeping the limiter
+// (and so the usage) of each one prev had under the same name.
+type entityBuilder struct {
+	st, prev *state
+	cfg      *config.Config
+	m        *metrics
+	pins     ring.Pins
+	rebucket []*limiter.Tenant
+}
+
+func (b *entityBuilder) entity(name string, limits limiter.Limits, mode string) *tenant {
+	cfg := b.cfg
+	var lim, fallback *limiter.Tenant
+	var old *tenant
+	if b.prev != nil {
+		old = b.prev.byName[name]
+	}
+	if old != nil {
+		lim, fallback = old.lim, old.fallback
+		lim.SetLimits(limits)
+		if b.prev.cfg.Limits.Window != cfg.Limits.Window || b.prev.cfg.Limits.SlotTTL != cfg.Limits.SlotTTL {
+			b.rebucket = append(b.rebucket, lim, fallback)
+		}
+	} else {
+		lim = limiter.NewTenant(limits, cfg.Limits.Window, cfg.Limits.SlotTTL)
+		fallback = limiter.NewTenant(limits, cfg.Limits.Window, cfg.Limits.SlotTTL)
+	}
+	t := &tenant{name: name, shadow: mode == config.ModeShadow, limits: limits, lim: lim, fallback: fallback, counts: b.m.tenant(name),
+		fb: &fallbackLedger{}, spill: &spillHolder{}, queue: &queue.Queue{}, fbQueue: &queue.Queue{}}
+	if old != nil {
+		t.ownedUntil.Store(old.ownedUntil.Load())
+		// A fallback episode goes on across a reload, its share kept
+		// (old.fallback): not started and seeded again on top of what
+		// it admitted.
+		t.inFallback.Store(old.inFallback.Load())
+		t.seen.at.Store(old.seen.at.Load())
+		t.seen.requests.Store(old.seen.requests.Load())
+		t.seen.tokens.Store(old.seen.tokens.Load())
+		t.fb, t.spill, t.queue, t.fbQueue = old.fb, old.spill, old.queue, old.fbQueue
+	}
+	b.st.byName[name] = t
+	return t
+}
+
+// levels are the entities besides t itself whose limits a request of t
+// for model counts on: its limit on that model, then its team. Nil for a
+// tenant with neither (the common case: no allocation).
+func (t *tenant) levels(model string, buf *[2]*tenant) []*tenant {
+	if t.team == nil && t.models == nil {
+		return nil
+	}
+	out := buf[:0]
+	if e := t.models[model]; e != nil {
+		out = append(out, e)
+	}
+	if t.team != nil {
+		out = append(out, t.team)
+	}
+	return out
 }
 
 // provider picks the upstream serving model; unknown models go to the first.
