@@ -246,6 +246,14 @@ func (t *Tenant) Waits(q Queue) (interactive, batch time.Duration) {
 	return interactive, batch
 }
 
+// Name lengths: a tenant's per-model limit is kept under the name
+// "<tenant>/model/<model>", which must fit the 256 bytes a snapshot or a
+// handoff carries for a name.
+const (
+	MaxNameBytes  = 128 // upstream, team and tenant names
+	MaxModelBytes = 120 // the model of a [[tenants.model_limits]] entry
+)
+
 // Upstream kinds, upstream on_redis_down values and tenant priorities.
 const (
 	KindOpenAI          = "openai"

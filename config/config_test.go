@@ -520,6 +520,14 @@ rpm = 5
 [[tenants.model_limits]]
 model = "gpt-4o"
 tpm = 5`, `t.toml:11: tenants[0].model_limits[1].model: duplicate model "gpt-4o" (also tenants[0].model_limits[0])`},
+		{"tenant model limit model too long", `
+[[tenants]]
+name = "a"
+keys = ["k"]
+model_limits = [{model = "mmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmm", rpm = 1}]`, `t.toml:5: tenants[0].model_limits[0].model: must be at most 120 bytes (got 121)`},
+		{"team name too long", `
+[[teams]]
+name = "ttttttttttttttttttttttttttttttttttttttttttttttttttttttttttttttttttttttttttttttttttttttttttttttttttttttttttttttttttttttttttttttttt"`, `t.toml:3: teams[0].name: must be at most 128 bytes (got 129)`},
 		{"tenant model limit negative", `
 [[tenants]]
 name = "a"

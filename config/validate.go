@@ -87,6 +87,10 @@ func (v *validator) name(path, s string) bool {
 		v.errf(path, "must not be empty")
 		return false
 	}
+	if len(s) > MaxNameBytes {
+		v.errf(path, "must be at most %d bytes (got %d)", MaxNameBytes, len(s))
+		return false
+	}
 	for _, r := range s {
 		if r == '/' || unicode.IsSpace(r) || !unicode.IsPrint(r) {
 			v.errf(path, "must not contain '/', spaces or control characters (got %q)", s)
@@ -304,6 +308,8 @@ func (v *validator) tenants() {
 				v.errf(lp+".model", "duplicate model %q (also %s.model_limits[%d])", ml.Model, p, first)
 			} else if ml.Model == "" {
 				v.errf(lp+".model", "must not be empty")
+			} else if len(ml.Model) > MaxModelBytes {
+				v.errf(lp+".model", "must be at most %d bytes (got %d)", MaxModelBytes, len(ml.Model))
 			} else {
 				seen[ml.Model] = k
 			}

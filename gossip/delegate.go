@@ -117,9 +117,9 @@ func (d *delegate) NotifyLeave(n *memberlist.Node)  { d.record("leave", n) }
 
 func (d *delegate) record(kind string, n *memberlist.Node) {
 	m := Member{Name: n.Name, GossipAddr: n.Address()}
-	httpAddr, st, err := decodeMeta(n.Meta)
+	wm, err := decodeMeta(n.Meta)
 	if err == nil {
-		m.HTTPAddr, m.State = httpAddr, st
+		m.HTTPAddr, m.State, m.Pins = wm.H, wm.S, wm.P
 	}
 
 	d.viewMu.Lock()

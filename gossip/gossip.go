@@ -38,6 +38,9 @@ type Member struct {
 	GossipAddr string // host:port memberlist advertises
 	HTTPAddr   string // from the member's metadata
 	State      State
+	// Pins is the hash of the placement the member's config asks for
+	// (Config.Pins, SetPins); 0 for none.
+	Pins uint64
 }
 
 // Config configures a Node. Only Name is required.
@@ -53,6 +56,10 @@ type Config struct {
 	AdvertiseAddr string
 	// HTTPAddr is carried in the node metadata for the other members.
 	HTTPAddr string
+	// Pins is carried in the node metadata too: the hash of the placement
+	// this node's config asks for, so that members can tell when they all
+	// ask for the same (SetPins changes it).
+	Pins uint64
 	// Seeds are gossip addresses (host:port) to join. Empty: start a new
 	// cluster. This node's own address is skipped if listed.
 	Seeds []string
@@ -97,6 +104,7 @@ const (
 type Node struct {
 	name       string
 	httpAddr   string
+	pins       atomic.Uint64 // what the metadata carries as Pins
 	gossipAddr string
 	timing     Timing
 	log        *slog.Logger
@@ -138,7 +146,7 @@ func Start(cfg Config) (*Node, error) {
 	default:
 		return nil, fmt.Errorf("gossip: SecretKey must be 16, 24 or 32 bytes, got %d", len(cfg.SecretKey))
 	}
-	meta, err := encodeMeta(cfg.HTTPAddr, StateActive)
+	meta, err := encodeMeta(cfg.HTTPAddr, StateActive, cfg.Pins)
 	if err != nil {
 		return nil, err
 	}
@@ -202,6 +210,7 @@ func Start(cfg Config) (*Node, error) {
 		d:          d,
 		done:       make(chan struct{}),
 	}
+	n.pins.Store(cfg.Pins)
 	if len(cfg.SecretKey) == 0 {
 		logger.Warn("gossip", "event", "plaintext", "detail", "no SecretKey: gossip is neither encrypted nor authenticated")
 	}
@@ -262,7 +271,7 @@ func (n *Node) otherSeeds(seeds []string, bindAddr, advertiseAddr string) []stri
 // Self returns this node as other members see it.
 func (n *Node) Self() Member {
 	_, st := n.d.currentMeta()
-	return Member{Name: n.name, GossipAddr: n.gossipAddr, HTTPAddr: n.httpAddr, State: st}
+	return Member{Name: n.name, GossipAddr: n.gossipAddr, HTTPAddr: n.httpAddr, State: st, Pins: n.pins.Load()}
 }
 
 // Members returns the live members, self included, sorted by name; nil after
@@ -315,6 +324,43 @@ func (n *Node) SetState(s State) error {
 	if !s.valid() {
 		return fmt.Errorf("gossip: invalid state %q", s)
 	}
+	var old State
+	err := n.updateMeta(func(st State, pins uint64) (State, uint64, bool) {
+		old = st
+		return s, pins, st != s
+	})
+	if errors.Is(err, ErrStopped) {
+		return err
+	}
+	if err != nil {
+		n.log.Warn("gossip", "event", "state", "member", n.name, "from", old, "to", s, "error", err)
+		return fmt.Errorf("gossip: state %q: %w", s, err)
+	}
+	if old != s {
+		n.log.Info("gossip", "event", "state", "member", n.name, "from", old, "to", s)
+	}
+	return nil
+}
+
+// SetPins changes the placement hash this node's metadata carries and
+// broadcasts it, like SetState; the same value again is a no-op.
+func (n *Node) SetPins(p uint64) error {
+	err := n.updateMeta(func(st State, pins uint64) (State, uint64, bool) { return st, p, pins != p })
+	if errors.Is(err, ErrStopped) {
+		return err
+	}
+	if err != nil {
+		n.log.Warn("gossip", "event", "pins", "member", n.name, "error", err)
+		return fmt.Errorf("gossip: pins: %w", err)
+	}
+	return nil
+}
+
+// updateMeta changes this node's metadata as change says (nothing if it
+// reports no change) and broadcasts it. An error after the change was made
+// locally says the broadcast was not confirmed; gossip and push/pull still
+// carry it to the peers.
+func (n *Node) updateMeta(change func(State, uint64) (State, uint64, bool)) error {
 	n.setMu.Lock()
 	defer n.setMu.Unlock()
 	n.life.RLock()
@@ -322,22 +368,22 @@ func (n *Node) SetState(s State) error {
 	if n.stopped.Load() {
 		return ErrStopped
 	}
-	meta, err := encodeMeta(n.httpAddr, s)
+	_, st := n.d.currentMeta()
+	s, pins, changed := change(st, n.pins.Load())
+	if !changed {
+		return nil
+	}
+	meta, err := encodeMeta(n.httpAddr, s, pins)
 	if err != nil {
 		return err
 	}
-	_, old := n.d.currentMeta()
-	if old == s {
-		return nil
-	}
+	n.pins.Store(pins)
 	n.d.setMeta(meta, s)
 	// UpdateNode re-reads NodeMeta, bumps our incarnation, updates our own
 	// entry (which fires our update event) and broadcasts.
 	if err := n.ml.UpdateNode(n.timing.updateTimeout()); err != nil {
-		n.log.Warn("gossip", "event", "state", "member", n.name, "from", old, "to", s, "error", err)
-		return fmt.Errorf("gossip: state %q set locally, broadcast not confirmed: %w", s, err)
+		return fmt.Errorf("set locally, broadcast not confirmed: %w", err)
 	}
-	n.log.Info("gossip", "event", "state", "member", n.name, "from", old, "to", s)
 	return nil
 }
 

@@ -607,3 +607,36 @@ func TestNewClusterDeliversFirstView(t *testing.T) {
 		_ = n.Shutdown()
 	}
 }
+
+// A member's placement hash (Config.Pins, then SetPins) reaches the others,
+// and changing it keeps its state.
+func TestSetPinsSeenByPeers(t *testing.T) {
+	t.Parallel()
+	lc := newLogCapture(t)
+	nodes := startCluster(t, lc, []string{"a", "b"}, false, func(c *Config) { c.Pins = 7 })
+	a, b := nodes[0], nodes[1]
+	waitFor(t, 5*time.Second, "a sees b's pins", func() bool {
+		m, ok := findMember(a.Members(), "b")
+		return ok && m.Pins == 7
+	})
+	if err := b.SetState(StateDraining); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.SetPins(9); err != nil {
+		t.Fatalf("SetPins: %v", err)
+	}
+	if s := b.Self(); s.Pins != 9 || s.State != StateDraining {
+		t.Fatalf("Self() = %+v, want pins 9, still draining", s)
+	}
+	waitFor(t, 5*time.Second, "a sees b's new pins, b still draining", func() bool {
+		m, ok := findMember(a.Members(), "b")
+		return ok && m.Pins == 9 && m.State == StateDraining
+	})
+	if err := b.SetState(StateActive); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 5*time.Second, "a sees b active, pins kept", func() bool {
+		m, ok := findMember(a.Members(), "b")
+		return ok && m.Pins == 9 && m.State == StateActive
+	})
+}

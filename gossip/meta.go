@@ -19,13 +19,17 @@ type wireMeta struct {
 	V int    `json:"v"`
 	H string `json:"h"` // HTTP address
 	S State  `json:"s"` // state
+	// P is the hash of the placement the member's config asks for
+	// (Config.Pins); absent (0) from a member that has none or predates
+	// it.
+	P uint64 `json:"p,omitempty"`
 }
 
 var errBadMeta = errors.New("gossip: invalid member metadata")
 
 // encodeMeta encodes the metadata and checks memberlist's size limit.
-func encodeMeta(httpAddr string, s State) ([]byte, error) {
-	b, err := json.Marshal(wireMeta{V: metaVersion, H: httpAddr, S: s})
+func encodeMeta(httpAddr string, s State, pins uint64) ([]byte, error) {
+	b, err := json.Marshal(wireMeta{V: metaVersion, H: httpAddr, S: s, P: pins})
 	if err != nil {
 		return nil, err
 	}
@@ -37,19 +41,19 @@ func encodeMeta(httpAddr string, s State) ([]byte, error) {
 
 // decodeMeta decodes metadata received from the network. Any input, however
 // malformed, returns an error rather than panicking.
-func decodeMeta(b []byte) (httpAddr string, s State, err error) {
+func decodeMeta(b []byte) (wireMeta, error) {
 	if len(b) == 0 || len(b) > memberlist.MetaMaxSize {
-		return "", "", errBadMeta
+		return wireMeta{}, errBadMeta
 	}
 	var m wireMeta
 	if err := json.Unmarshal(b, &m); err != nil {
-		return "", "", fmt.Errorf("%w: %v", errBadMeta, err)
+		return wireMeta{}, fmt.Errorf("%w: %v", errBadMeta, err)
 	}
 	if m.V != metaVersion {
-		return "", "", fmt.Errorf("%w: version %d", errBadMeta, m.V)
+		return wireMeta{}, fmt.Errorf("%w: version %d", errBadMeta, m.V)
 	}
 	if !m.S.valid() {
-		return "", "", fmt.Errorf("%w: state %q", errBadMeta, m.S)
+		return wireMeta{}, fmt.Errorf("%w: state %q", errBadMeta, m.S)
 	}
-	return m.H, m.S, nil
+	return m, nil
 }

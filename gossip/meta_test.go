@@ -7,26 +7,30 @@ import (
 
 func TestMetaRoundTrip(t *testing.T) {
 	for _, s := range []State{StateActive, StateDraining} {
-		b, err := encodeMeta("10.1.2.3:8080", s)
+		b, err := encodeMeta("10.1.2.3:8080", s, 0)
 		if err != nil {
 			t.Fatal(err)
 		}
 		if len(b) > 64 {
 			t.Errorf("meta is %d bytes: %s", len(b), b)
 		}
-		h, got, err := decodeMeta(b)
-		if err != nil || h != "10.1.2.3:8080" || got != s {
-			t.Fatalf("decode(%s) = %q %q %v", b, h, got, err)
+		m, err := decodeMeta(b)
+		if err != nil || m.H != "10.1.2.3:8080" || m.S != s || m.P != 0 {
+			t.Fatalf("decode(%s) = %+v %v", b, m, err)
 		}
 	}
-	t.Logf("meta example: %s", must(encodeMeta("10.1.2.3:8080", StateActive)))
+	b := must(encodeMeta("10.1.2.3:8080", StateActive, 1<<63+5))
+	if m, err := decodeMeta(b); err != nil || m.P != 1<<63+5 {
+		t.Fatalf("decode(%s) = %+v %v, want the pins hash", b, m, err)
+	}
+	t.Logf("meta example: %s", b)
 }
 
 func TestMetaSizeLimit(t *testing.T) {
-	if _, err := encodeMeta(strings.Repeat("a", 480), StateActive); err != nil {
-		t.Fatalf("480-byte address rejected: %v", err)
+	if _, err := encodeMeta(strings.Repeat("a", 450), StateActive, 1<<64-1); err != nil {
+		t.Fatalf("450-byte address with a pins hash rejected: %v", err)
 	}
-	if _, err := encodeMeta(strings.Repeat("a", 500), StateDraining); err == nil {
+	if _, err := encodeMeta(strings.Repeat("a", 500), StateDraining, 0); err == nil {
 		t.Fatal("meta over 512 bytes accepted")
 	}
 }
@@ -37,7 +41,7 @@ func TestDecodeMetaRejects(t *testing.T) {
 		`{"v":"1","h":"x","s":"active"}`, `{"v":2,"h":"x","s":"active"}`, `{"v":1,"h":3,"s":"active"}`,
 		strings.Repeat(" ", 600),
 	} {
-		if _, _, err := decodeMeta([]byte(b)); err == nil {
+		if _, err := decodeMeta([]byte(b)); err == nil {
 			t.Errorf("decodeMeta(%q) succeeded", b)
 		}
 	}
@@ -48,19 +52,20 @@ func TestDecodeMetaRejects(t *testing.T) {
 func FuzzDecodeMeta(f *testing.F) {
 	f.Add([]byte(`{"v":1,"h":"10.0.0.1:8080","s":"active"}`))
 	f.Add([]byte(`{"v":1,"h":"","s":"draining"}`))
+	f.Add([]byte(`{"v":1,"h":"10.0.0.1:8080","s":"active","p":12345}`))
 	f.Add([]byte("\x00\x01\x02"))
 	f.Fuzz(func(t *testing.T, b []byte) {
-		h, s, err := decodeMeta(b)
+		m, err := decodeMeta(b)
 		if err != nil {
 			return
 		}
-		b2, err := encodeMeta(h, s)
+		b2, err := encodeMeta(m.H, m.S, m.P)
 		if err != nil {
 			return // decodable but an address too long to re-encode: fine
 		}
-		h2, s2, err := decodeMeta(b2)
-		if err != nil || h2 != h || s2 != s {
-			t.Fatalf("round trip %q -> %q %q %v", b, h2, s2, err)
+		m2, err := decodeMeta(b2)
+		if err != nil || m2 != m {
+			t.Fatalf("round trip %q -> %+v %v", b, m2, err)
 		}
 	})
 }

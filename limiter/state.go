@@ -251,6 +251,15 @@ type Delta struct {
 	Epoch int64 `json:",omitempty"`
 }
 
+// Tally is a ticket for a request charged on no window here, admitted at
+// now with tokens: the node that counts the tenant applies what DeltaOf and
+// FinishDelta make of it. Finish, Release and Cancel ignore it.
+func (t *Tenant) Tally(now, tokens int64) Ticket {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return Ticket{bucket: now / t.requests.width, slotBucket: now / t.slots.width, tokens: tokens}
+}
+
 // DeltaOf describes a ticket's effect so far (an admission), for reporting
 // a call admitted elsewhere (a fallback share) to the tenant's owner.
 func DeltaOf(tk *Ticket) Delta {

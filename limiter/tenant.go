@@ -225,19 +225,36 @@ func (t *Tenant) finishLocked(now int64, tk *Ticket, actual int64) {
 // slot), for a request admitted here that another of its limits then
 // refused: it is charged on all of them or none. The ticket is spent.
 func (t *Tenant) Cancel(now int64, tk *Ticket) {
+	t.CancelOrHand(now, tk)
+}
+
+// CancelOrHand is Cancel for a tenant that may have been handed over since
+// tk was admitted (Freeze): then the state handed over holds the charge,
+// nothing is taken back here, and the delta that takes it back is returned
+// for the new owner, with handed true.
+func (t *Tenant) CancelOrHand(now int64, tk *Ticket) (d Delta, handed bool) {
 	if !tk.admitted {
-		return
+		return Delta{}, false
 	}
 	t.mu.Lock()
 	t.advance(now)
 	b, slot := t.history.buckets(tk)
-	t.requests.adjust(b, -1)
-	t.tokens.adjust(b, -tk.tokens)
-	if !tk.released {
-		t.slots.adjust(slot, -1)
+	if t.frozen {
+		d = Delta{Bucket: b, SlotBucket: slot, Requests: -1, Tokens: -tk.tokens}
+		if !tk.released {
+			d.Slots = -1
+		}
+		handed = true
+	} else {
+		t.requests.adjust(b, -1)
+		t.tokens.adjust(b, -tk.tokens)
+		if !tk.released {
+			t.slots.adjust(slot, -1)
+		}
 	}
 	t.mu.Unlock()
 	*tk = Ticket{}
+	return d, handed
 }
 
 // Usage is a point-in-time view of a tenant for admin endpoints.

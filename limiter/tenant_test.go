@@ -358,3 +358,25 @@ func TestCancelTakesBackAdmission(t *testing.T) {
 		t.Fatalf("after Cancel the whole limit should be free: %+v", d)
 	}
 }
+
+// A request cancelled after its tenant was handed over: the new owner,
+// which imported the charge, takes it back with the delta.
+func TestCancelAfterHandover(t *testing.T) {
+	now := time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC).UnixNano()
+	old := NewTenant(Limits{Requests: 5, Tokens: 1000, Concurrency: 1}, time.Second, time.Minute)
+	tk, d := old.Admit(now, 100)
+	if !d.Allowed {
+		t.Fatal("refused")
+	}
+	st := old.Freeze(now, "n2")
+	neu := NewTenant(Limits{Requests: 5, Tokens: 1000, Concurrency: 1}, time.Second, time.Minute)
+	neu.Import(now, st)
+	delta, handed := old.CancelOrHand(now+1, &tk)
+	if !handed {
+		t.Fatal("cancel on a frozen tenant applied here")
+	}
+	neu.Apply(now+1, delta)
+	if u := neu.Usage(now + 1); u.Requests != 0 || u.Tokens != 0 || u.InFlight != 0 {
+		t.Fatalf("new owner after the cancel delta: %+v, want nothing", u)
+	}
+}

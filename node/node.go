@@ -76,6 +76,8 @@ type Node struct {
 	tenantNames []string
 
 	wake waker // pause watchdog and catch-up (wake.go)
+
+	pins pinsAgreement // where teams place their tenants (pins.go)
 }
 
 // Start builds and starts a node; it serves until Drain or Close. With
@@ -172,7 +174,11 @@ func Start(cfg *config.Config, o Options) (*Node, error) {
 		}
 		rt.SetReady(false)
 		n.table = ring.NewTable(cfg.Node.Name, o.RingDebounce, n.onRing)
-		n.table.SetPins(rt.Pins())
+		// Until the members are known, the placement its config asks for
+		// (agreePins).
+		n.pins.want = rt.Pins()
+		n.pins.use = n.pins.want
+		n.table.SetPins(n.pins.use)
 		g, err := gossip.Start(gossip.Config{
 			Name:          cfg.Node.Name,
 			BindAddr:      cfg.Node.Gossip,
@@ -183,6 +189,7 @@ func Start(cfg *config.Config, o Options) (*Node, error) {
 			Timing:        o.Timing,
 			Logger:        o.Logger, // gossip adds the node name itself
 			OnChange:      n.onMembers,
+			Pins:          n.pins.want.Hash(),
 		})
 		if err != nil {
 			n.table.Close()
@@ -228,6 +235,7 @@ func (n *Node) onMembers(ms []gossip.Member) {
 	n.members = ms
 	n.changedAt = time.Now()
 	n.mu.Unlock()
+	n.agreePins(ms)
 	n.wake.mu.Lock()
 	n.table.Update(n.activeLocked(ms)) // the active members (without self while catching up: wake.go)
 	n.wake.mu.Unlock()
@@ -349,8 +357,17 @@ func (n *Node) Reload(cfg *config.Config) error {
 	n.mu.Unlock()
 	if n.table != nil {
 		// A tenant that joined or left a team moves like in a ring
-		// change (its state handed over to its new owner).
-		n.table.SetPins(n.router.Pins())
+		// change (its state handed over to its new owner), once every
+		// member asks for the new placement (agreePins).
+		n.pins.mu.Lock()
+		n.pins.want = n.router.Pins()
+		n.pins.mu.Unlock()
+		if n.gossip != nil {
+			if err := n.gossip.SetPins(n.pins.want.Hash()); err != nil {
+				n.log.Warn("pins", "phase", "announce", "error", err.Error())
+			}
+			n.agreePins(n.gossip.Members())
+		}
 	}
 	return nil
 }

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/ringgate/ringgate/config"
+	"github.com/ringgate/ringgate/internal/audit"
 	"github.com/ringgate/ringgate/internal/redistest"
 	"github.com/ringgate/ringgate/ring"
 )
@@ -155,13 +156,18 @@ func mustOwner(r *ring.Ring, key string) string {
 	return o
 }
 
-// TestClusterReloadMovesTenantToTeam: a reload that puts a tenant in a
-// team pins it to the team's owner, another node: every node reloads in
-// turn, under load at twice the tenant's limit, and the tenant's state
-// moves to its new owner like in a ring change. Its limit holds at the
-// provider in every sliding window, and it is not locked out.
+// TestClusterReloadMovesTenantToTeam: a rolling reload (700 ms between
+// nodes, about a third of the window) puts tenant alpha in the team of
+// beta, whose owner is another node, under load at twice their limits.
+// Every node keeps the placement in use until all members' configs ask
+// for the new one, then all switch within a gossip round: alpha moves to
+// the team's owner once, with its state, as in a ring change. Before that
+// the team is not alpha's yet, but its owner counts alpha's calls. At the
+// provider alpha stays within its own limit in every sliding window, the
+// team within its limit in every window after the switch, nobody is
+// locked out, and nothing answers other than 200 and 429.
 func TestClusterReloadMovesTenantToTeam(t *testing.T) {
-	const ownRPM = 30
+	const ownRPM, teamRPM = 30, 40
 	nodes := []string{"n1", "n2", "n3"}
 	r3 := ring.New(1, nodes)
 	tenantOwner := mustOwner(r3, "alpha")
@@ -172,51 +178,78 @@ func TestClusterReloadMovesTenantToTeam(t *testing.T) {
 			break
 		}
 	}
-	c := startCluster(t, 3, hoWindow, clTenant("alpha", ownRPM))
-	c.warm([]string{"alpha"})
-	start := time.Now()
-	load := c.startLoad([]string{"alpha"}, c.live(), hoWindow/(2*ownRPM))
+	teamOwner := mustOwner(r3, "team/"+team)
+	beta := clTenant("beta", ownRPM)
+	beta.Team = team
+	c := startClusterWith(t, 3, hoWindow, clOptions{Teams: []config.Team{{Name: team, RPM: teamRPM}}}, clTenant("alpha", ownRPM), beta)
+	c.warm([]string{"alpha", "beta"})
+	marks := c.logMarks()
+	load := c.startLoad([]string{"alpha", "beta"}, c.live(), hoWindow/(2*ownRPM))
 	time.Sleep(hoWindow + hoWindow/4)
 	changeAt := time.Now()
 	for _, nd := range c.live() {
 		cfg := *nd.cfg
-		cfg.Teams = []config.Team{{Name: team, RPM: 1000}}
 		cfg.Tenants = slices.Clone(cfg.Tenants)
 		cfg.Tenants[0].Team = team
 		if err := nd.Reload(&cfg); err != nil {
 			t.Fatalf("reload %s: %v", nd.Name(), err)
 		}
-		time.Sleep(30 * time.Millisecond) // an operator's rollout: one node after the other
+		time.Sleep(700 * time.Millisecond) // an operator's rollout: one node after the other
 	}
-	want := mustOwner(r3, "team/"+team)
 	if !pollUntil(5*time.Second, func() bool {
 		for _, nd := range c.live() {
-			if o, _ := nd.Ring().Owner("alpha"); o != want {
+			if o, _ := nd.Ring().Owner("alpha"); o != teamOwner {
 				return false
 			}
 		}
 		return true
 	}) {
-		t.Fatalf("alpha is not owned by %s (its team's owner) on every node", want)
+		t.Fatalf("alpha is not owned by %s (its team's owner) on every node", teamOwner)
 	}
+	agreedAt := time.Now()
 	time.Sleep(hoWindow + 300*time.Millisecond)
 	res := load.finish()
 	for _, r := range res {
 		if r.err != nil || (r.rep.status != http.StatusOK && r.rep.status != http.StatusTooManyRequests) {
-			t.Errorf("alpha via %s: %v %v", r.via, r.rep, r.err)
+			t.Errorf("%s via %s: %v %v", r.tenant, r.via, r.rep, r.err)
 		}
 	}
-	times := clReceived(c.records("alpha"))
-	worst, at := clMaxSliding(times, hoWindow-clJitter)
-	after := clCountIn(times, changeAt.Add(100*time.Millisecond), changeAt.Add(100*time.Millisecond+hoWindow))
-	t.Logf("alpha moved %s -> %s by the reload: fullest window %d/%d at %+.2fs from the reload; the window from 0.1 s after it %d; %d answers",
-		tenantOwner, want, worst, ownRPM, at.Sub(changeAt).Seconds(), after, len(res))
+	alpha, betas := clReceived(c.records("alpha")), clReceived(c.records("beta"))
+	worst, at := clMaxSliding(alpha, hoWindow-clJitter)
+	// Not locked out: what alpha got from the first reload on, against
+	// its limit until the switch and its half of the team's after.
+	end := time.Now()
+	during := clCountIn(alpha, changeAt, end)
+	ideal := (float64(ownRPM)*agreedAt.Sub(changeAt).Seconds() + float64(teamRPM)/2*end.Sub(agreedAt).Seconds()) / hoWindow.Seconds()
+	after := clCountIn(alpha, agreedAt.Add(100*time.Millisecond), agreedAt.Add(100*time.Millisecond+hoWindow))
+	all := slices.SortedFunc(slices.Values(append(slices.Clone(alpha), betas...)), func(a, b time.Time) int { return a.Compare(b) })
+	teamAfter := audit.MaxIn(slices.DeleteFunc(all, func(at time.Time) bool { return at.Before(agreedAt) }), hoWindow-clJitter).Count
+	// One ring change per node for the pins, not one per reload.
+	repins := 0
+	for _, nd := range c.live() {
+		for _, e := range nd.log.entries()[marks[nd.Name()]:] {
+			if e["msg"] == "rebalance" {
+				repins++
+			}
+		}
+	}
+	t.Logf("alpha %s -> %s by the reload (agreed %v after the first): fullest window %d/%d at %+.2fs; %d admitted from the first reload on (%.0f at its limits), %d in the window from the switch; team after the switch %d/%d; ring changes %d on 3 nodes",
+		tenantOwner, teamOwner, agreedAt.Sub(changeAt).Round(time.Millisecond), worst, ownRPM, at.Sub(changeAt).Seconds(), during, ideal, after, teamAfter, teamRPM, repins)
 	if worst > ownRPM {
-		t.Errorf("alpha: %d requests reached the provider within %v (at %+.2fs from the reload), want <= %d",
+		t.Errorf("alpha: %d requests reached the provider within %v (at %+.2fs from the first reload), want <= %d",
 			worst, hoWindow-clJitter, at.Sub(changeAt).Seconds(), ownRPM)
 	}
-	if full := clCountIn(times, start.Add(hoWindow), start.Add(2*hoWindow)); full < ownRPM*9/10 || after < ownRPM*9/10 {
-		t.Errorf("alpha let %d and %d through in two windows, want about %d: locked out", full, after, ownRPM)
+	if teamAfter > teamRPM {
+		t.Errorf("the team: %d requests within %v in a window starting after the switch, want <= %d", teamAfter, hoWindow-clJitter, teamRPM)
+	}
+	if float64(during) < 0.85*ideal {
+		t.Errorf("alpha let %d through from the first reload on, want about %.0f: locked out", during, ideal)
+	}
+	if after < teamRPM/4 {
+		t.Errorf("alpha let %d through in the window after the switch: locked out", after)
+	}
+	if repins != 3 {
+		t.Errorf("%d ring changes on 3 nodes, want 3 (one each, once all agreed)", repins)
 	}
 }
 

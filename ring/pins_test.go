@@ -80,3 +80,23 @@ func TestTableSetPins(t *testing.T) {
 	case <-time.After(50 * time.Millisecond):
 	}
 }
+
+// New pins followed at once by the same members (gossip's next event):
+// the ring with the pins is still built, after the debounce.
+func TestTableSetPinsThenSameMembers(t *testing.T) {
+	changes := make(chan [2]*Ring, 8)
+	tb := NewTable("a", 20*time.Millisecond, func(from, to *Ring) { changes <- [2]*Ring{from, to} })
+	defer tb.Close()
+	tb.Update([]string{"a", "b", "c"})
+	<-changes
+	tb.SetPins(Pins{"t": "k"})
+	tb.Update([]string{"c", "a", "b"})
+	select {
+	case c := <-changes:
+		if !c[1].samePins(Pins{"t": "k"}) {
+			t.Fatalf("v%d without the pins", c[1].Version())
+		}
+	case <-time.After(2 * time.Second):
+		t.Fatal("the same members cancelled the ring the pins asked for")
+	}
+}

@@ -279,3 +279,27 @@ func (r *Ring) Pins() Pins {
 	}
 	return r.pins
 }
+
+// Hash identifies the pins: equal pins hash the same whatever the map's
+// order; 0 for none.
+func (p Pins) Hash() uint64 {
+	if len(p) == 0 {
+		return 0
+	}
+	names := make([]string, 0, len(p))
+	for n := range p {
+		names = append(names, n)
+	}
+	slices.Sort(names)
+	d := xxhash.New()
+	for _, n := range names {
+		_, _ = d.WriteString(n)
+		_, _ = d.Write([]byte{0})
+		_, _ = d.WriteString(p[n])
+		_, _ = d.Write([]byte{0})
+	}
+	if h := d.Sum64(); h != 0 {
+		return h
+	}
+	return 1
+}

@@ -95,8 +95,13 @@ func (t *Table) Update(members []string) {
 	}
 	if equalSets(names, t.target) {
 		// Back to (or still at) what we have or are building: nothing
-		// to do, and a pending different set is cancelled.
-		t.dirty, t.pending = false, nil
+		// to do, and a pending different set is cancelled; a ring with
+		// new pins (SetPins) is still due.
+		if t.pinsDirty {
+			t.pending = t.target
+		} else {
+			t.dirty, t.pending = false, nil
+		}
 		t.mu.Unlock()
 		return
 	}

@@ -186,6 +186,12 @@ type ownerSeen struct {
 // noteOwnerUsage records what the owner's answer says the tenant has used.
 // It allocates nothing: two header lookups and integer parses.
 func (r *Router) noteOwnerUsage(t *tenant, h *fasthttp.ResponseHeader) {
+	if t.team != nil || t.models != nil {
+		// The x-ratelimit headers report the tightest level, not the
+		// tenant's: the owner says what each level used (levels.go).
+		r.noteLevelsUsed(t, h.Peek(levelsUsedHeader))
+		return
+	}
 	used := func(limit, remaining string) int64 {
 		l, err1 := strconv.ParseInt(string(h.Peek(limit)), 10, 64)
 		rem, err2 := strconv.ParseInt(string(h.Peek(remaining)), 10, 64)

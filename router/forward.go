@@ -226,6 +226,7 @@ func isConnHeader(k []byte) bool {
 var connHeaders = [][]byte{
 	[]byte("Connection"), []byte("Keep-Alive"), []byte("Transfer-Encoding"), []byte("Content-Length"),
 	[]byte("Te"), []byte("Trailer"), []byte("Upgrade"), []byte("Date"), []byte("Server"),
+	[]byte(levelsUsedHeader), // between nodes only (levels.go)
 }
 
 // fallbackLimiter returns the tenant's strict local limiter, set to its share

@@ -1,6 +1,9 @@
 package router
 
 import (
+	"bytes"
+	"strconv"
+
 	"github.com/valyala/fasthttp"
 
 	"github.com/ringgate/ringgate/limiter"
@@ -26,11 +29,20 @@ type level struct {
 	// is served without a charge on it.
 	shadow bool
 	sd     limiter.Decision
+	// used is what the level's windows held once it admitted the call
+	// (requests, tokens), for the edge that relays the answer.
+	used [2]int64
+	// away: the ring places the level on another node than the tenant
+	// (the members do not agree on the pins yet: node/pins.go). It is not
+	// decided here; the call is reported to the level's owner, which
+	// counts it (tk is a tally, fb its ledger entry).
+	away bool
 }
 
 // setLevels picks, for each level of c's limits, the limiter matching the
 // tenant's (c.lim): the level's owner limiter on the owner, its fallback
-// share on a node that serves the tenant on its share. A spilled tenant's
+// share on a node that serves the tenant on its share, or that owns the
+// tenant but not the level. A spilled tenant's
 // levels are not enforced on the spill (tenants with levels do not spill:
 // spill.go). It reports false when a level's share is zero.
 func (r *Router) setLevels(c *call) bool {
@@ -40,6 +52,14 @@ func (r *Router) setLevels(c *call) bool {
 		lim := e.lim
 		switch c.lim {
 		case c.t.lim:
+			if o := r.view.Load().owner(e.name); o != "" && o != r.node {
+				// Placed elsewhere until the members agree on the pins:
+				// the change that put the tenant on this level is not in
+				// force yet; its owner is told of the call.
+				c.levels[c.nLevels] = level{e: e, away: true}
+				c.nLevels++
+				continue
+			}
 		case c.t.fallback:
 			v := r.view.Load()
 			var open bool
@@ -59,7 +79,7 @@ func (r *Router) setLevels(c *call) bool {
 // (awaitHandoff); false when the wait ran out.
 func (c *call) awaitLevels() bool {
 	for i := range c.nLevels {
-		if l := &c.levels[i]; l.lim == l.e.lim && !l.e.awaitHandoff() {
+		if l := &c.levels[i]; !l.away && l.lim == l.e.lim && !l.e.awaitHandoff() {
 			return false
 		}
 	}
@@ -73,6 +93,9 @@ func (r *Router) checkLevels(c *call, d limiter.Decision) limiter.Decision {
 	now := r.clock()
 	for i := range c.nLevels {
 		l := &c.levels[i]
+		if l.away {
+			continue
+		}
 		ld := l.lim.Check(now, int64(c.res.Total))
 		if !ld.Allowed && (ld.Moved || !l.e.shadow) {
 			c.refusedBy = l.e.label
@@ -95,19 +118,27 @@ func (r *Router) admitLevels(c *call, d *limiter.Decision) (bool, limiter.Decisi
 	now := r.clock()
 	for i := range c.nLevels {
 		l := &c.levels[i]
+		if l.away {
+			l.tk = l.e.lim.Tally(now, int64(c.res.Total))
+			continue
+		}
 		tk, ld := l.lim.Admit(now, int64(c.res.Total))
 		switch {
 		case ld.Allowed:
-			l.tk = tk
+			l.tk, l.used = tk, usedOf(&ld)
 		case !ld.Moved && l.e.shadow:
 			l.shadow, l.sd = true, ld
 		default:
 			for j := range i {
-				c.levels[j].lim.Cancel(now, &c.levels[j].tk)
+				if lj := &c.levels[j]; !lj.away {
+					r.cancelOn(lj.e, lj.lim, &lj.tk)
+				}
 				c.levels[j].shadow = false
 			}
-			c.lim.Cancel(now, &c.tk)
-			tighten(&ld, d)
+			r.cancelOn(c.t, c.lim, &c.tk)
+			// What was taken back may have refused a waiting head.
+			c.t.queue.Kick()
+			c.t.fbQueue.Kick()
 			c.refusedBy = l.e.label
 			return false, ld, l.lim
 		}
@@ -116,12 +147,23 @@ func (r *Router) admitLevels(c *call, d *limiter.Decision) (bool, limiter.Decisi
 	return true, limiter.Decision{}, nil
 }
 
+// cancelOn takes back what lim (e's owner limiter, or a share) charged for
+// tk; if e was handed over since, its new owner is told.
+func (r *Router) cancelOn(e *tenant, lim *limiter.Tenant, tk *limiter.Ticket) {
+	if d, handed := lim.CancelOrHand(r.clock(), tk); handed && lim == e.lim {
+		r.reportDelta(e, d)
+	}
+}
+
 // levelsShadowed marks, counts and logs the refusals of c's levels in
 // shadow mode, for a call that is served.
 func (r *Router) levelsShadowed(ctx *fasthttp.RequestCtx, c *call) {
 	for i := range c.nLevels {
 		if l := &c.levels[i]; l.shadow {
-			r.shadowRefused(ctx, l.e, &l.sd)
+			// Counted and marked; the rate-limit headers keep reporting
+			// the limits that are enforced.
+			l.e.counts.refused(l.sd.Limited)
+			r.shadowRefusal(ctx, l.e.name, &l.e.shadowLog, l.sd.Limited, l.sd.RetryAfter)
 		}
 	}
 }
@@ -130,7 +172,7 @@ func (r *Router) levelsShadowed(ctx *fasthttp.RequestCtx, c *call) {
 // their ledgers, like the tenant's (fallbackAdmitted).
 func (r *Router) levelsAdmitted(c *call) {
 	for i := range c.nLevels {
-		if l := &c.levels[i]; l.lim == l.e.fallback && !l.shadow {
+		if l := &c.levels[i]; l.away || l.lim == l.e.fallback && !l.shadow {
 			l.fb = r.fallbackAdmitted(l.e, &l.tk, 0)
 		}
 	}
@@ -139,16 +181,30 @@ func (r *Router) levelsAdmitted(c *call) {
 // finishLevels settles and frees what c holds of its levels, as finish
 // does for its tenant, and lets the lines of the level's tenants try.
 func (r *Router) finishLevels(c *call, actual int64) {
+	var st *state
 	for i := range c.nLevels {
 		l := &c.levels[i]
 		if l.shadow {
+			continue
+		}
+		members := l.e.members
+		if st == nil {
+			st = r.state.Load()
+		}
+		if e := st.byName[l.e.name]; e != nil && e != l.e {
+			members = e.members // reloaded since: its tenants now
+		}
+		if l.away {
+			if l.fb != nil {
+				r.fallbackFinished(l.e, l.fb, limiter.FinishDelta(&l.tk, actual))
+			}
 			continue
 		}
 		if l.lim == l.e.lim {
 			if d, handed := l.lim.FinishOrHand(r.clock(), &l.tk, actual); handed {
 				r.reportDelta(l.e, d)
 			}
-			for _, m := range l.e.members {
+			for _, m := range members {
 				m.queue.Kick()
 			}
 			continue
@@ -161,7 +217,7 @@ func (r *Router) finishLevels(c *call, actual int64) {
 		if l.fb != nil {
 			r.fallbackFinished(l.e, l.fb, d)
 		}
-		for _, m := range l.e.members {
+		for _, m := range members {
 			m.fbQueue.Kick()
 		}
 	}
@@ -178,5 +234,86 @@ func tighten(d, o *limiter.Decision) {
 	}
 	if o.LimitConcurrency > 0 && (d.LimitConcurrency <= 0 || o.LimitConcurrency-o.InFlight < d.LimitConcurrency-d.InFlight) {
 		d.LimitConcurrency, d.InFlight = o.LimitConcurrency, o.InFlight
+	}
+}
+
+// levelsUsedHeader carries, on an owner's answer to a hop for a tenant with
+// levels, what the tenant and each level had used once the call was
+// admitted: "<name>=<requests>,<tokens>;…". The edge keeps it to seed its
+// fallback shares (noteOwnerUsage), and never passes it to the client.
+const levelsUsedHeader = "x-ringgate-levels-used"
+
+func usedOf(d *limiter.Decision) [2]int64 {
+	var u [2]int64
+	if d.LimitRequests > 0 {
+		u[0] = max(0, d.LimitRequests-d.RemainingRequests)
+	}
+	if d.LimitTokens > 0 {
+		u[1] = max(0, d.LimitTokens-d.RemainingTokens)
+	}
+	return u
+}
+
+// setLevelsUsed writes levelsUsedHeader on a hop's answer: own is what the
+// tenant had used (its own decision, before tighten).
+func setLevelsUsed(h *fasthttp.ResponseHeader, c *call, own [2]int64) {
+	b := make([]byte, 0, 96)
+	add := func(name string, u [2]int64) {
+		if len(b) > 0 {
+			b = append(b, ';')
+		}
+		b = append(b, name...)
+		b = append(b, '=')
+		b = strconv.AppendInt(b, u[0], 10)
+		b = append(b, ',')
+		b = strconv.AppendInt(b, u[1], 10)
+	}
+	add(c.t.name, own)
+	for i := range c.nLevels {
+		if l := &c.levels[i]; !l.away && !l.shadow && l.lim == l.e.lim {
+			add(l.e.name, l.used)
+		}
+	}
+	h.SetBytesV(levelsUsedHeader, b)
+}
+
+// noteLevelsUsed records, for t and its levels, what the owner's answer
+// says they used (levelsUsedHeader); an answer without it changes nothing.
+func (r *Router) noteLevelsUsed(t *tenant, v []byte) {
+	now := r.clock()
+	for len(v) > 0 {
+		var part []byte
+		part, v, _ = bytes.Cut(v, []byte{';'})
+		name, nums, ok := bytes.Cut(part, []byte{'='})
+		if !ok {
+			return
+		}
+		rq, tk, ok := bytes.Cut(nums, []byte{','})
+		if !ok {
+			return
+		}
+		requests, err1 := strconv.ParseInt(string(rq), 10, 64)
+		tokens, err2 := strconv.ParseInt(string(tk), 10, 64)
+		if err1 != nil || err2 != nil {
+			return
+		}
+		var e *tenant
+		switch {
+		case string(name) == t.name:
+			e = t
+		case t.team != nil && string(name) == t.team.name:
+			e = t.team
+		default:
+			for _, m := range t.models {
+				if string(name) == m.name {
+					e = m
+				}
+			}
+		}
+		if e != nil {
+			e.seen.requests.Store(requests)
+			e.seen.tokens.Store(tokens)
+			e.seen.at.Store(now)
+		}
 	}
 }

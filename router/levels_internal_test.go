@@ -4,6 +4,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/valyala/fasthttp"
+
 	"github.com/ringgate/ringgate/config"
 	"github.com/ringgate/ringgate/limiter"
 	"github.com/ringgate/ringgate/upstream"
@@ -104,4 +106,41 @@ func testRouter(tb testing.TB, o Options) (*Router, *config.Config) {
 	}
 	c := *cfg
 	return r, &c
+}
+
+// An edge seeds its fallback shares from what the owner's answers say the
+// tenant and each level used: for a tenant with levels, the owner says so
+// in levelsUsedHeader, never through the x-ratelimit headers (they report
+// the tightest level: a model limit at 5 of 5 would have seeded the
+// tenant's share with 5 while it had used 990 of 1000).
+func TestEdgeSeesEachLevelsUsage(t *testing.T) {
+	r, cfg := testRouter(t, Options{})
+	cfg.Teams = []config.Team{{Name: "research", RPM: 2000}}
+	cfg.Tenants = []config.Tenant{{Name: "a", Keys: []string{"k"}, RPM: 1000,
+		Team: "research", ModelLimits: []config.ModelLimit{{Model: "gpt-4o", RPM: 5}}}}
+	if err := r.Reload(cfg); err != nil {
+		t.Fatal(err)
+	}
+	tn := r.state.Load().byName["a"]
+	c := &call{t: tn, lim: tn.lim, req: upstream.Request{Model: "gpt-4o"}}
+	r.setLevels(c)
+	c.levels[0].used = [2]int64{5, 0}    // the model's
+	c.levels[1].used = [2]int64{1500, 0} // the team's
+	var h fasthttp.ResponseHeader
+	setRateHeaders(&h, &limiter.Decision{LimitRequests: 5, RemainingRequests: 0}) // the tightest: the model's
+	setLevelsUsed(&h, c, [2]int64{990, 0})
+	r.noteOwnerUsage(tn, &h)
+	for e, want := range map[*tenant]int64{tn: 990, tn.models["gpt-4o"]: 5, tn.team: 1500} {
+		if got := e.seen.requests.Load(); got != want || e.seen.at.Load() == 0 {
+			t.Errorf("%s seen using %d, want %d", e.name, got, want)
+		}
+	}
+	// Without the header (an owner that predates it), nothing is learnt:
+	// the tightest level's figures are not the tenant's.
+	var bare fasthttp.ResponseHeader
+	setRateHeaders(&bare, &limiter.Decision{LimitRequests: 5, RemainingRequests: 0})
+	r.noteOwnerUsage(tn, &bare)
+	if got := tn.seen.requests.Load(); got != 990 {
+		t.Errorf("a bare answer changed the tenant's seen usage to %d", got)
+	}
 }

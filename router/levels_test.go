@@ -127,38 +127,49 @@ func TestModelLimitHoldsWhileOthersPass(t *testing.T) {
 	if g := got[openAIModel]; g != [2]int{10, 0} {
 		t.Errorf("%s: %v admitted/refused, want all 10 in", openAIModel, g)
 	}
+	byModel := map[string]int{}
+	for _, rec := range e.fake.Records() {
+		byModel[rec.Model]++
+	}
+	if byModel["gpt-4o"] != modelRPM || byModel[openAIModel] != 10 {
+		t.Errorf("the provider got %v, want %d gpt-4o and 10 %s", byModel, modelRPM, openAIModel)
+	}
 	v, err := e.tenant("acme")
 	if err != nil || v.Requests.Used != 10+modelRPM {
 		t.Errorf("acme's window holds %d (%v), want %d: refused model calls charged nothing", v.Requests.Used, err, 10+modelRPM)
 	}
 }
 
-// A team in shadow mode refuses nothing; what it would have refused is
-// marked and counted; the tenants' own limits still refuse.
-func TestTeamShadow(t *testing.T) {
-	const team = 5
-	a := tenantCfg("alpha", 100, 1_000_000_000, 100)
-	a.Team = "research"
-	e := newEnv(t, envConfig{
-		tenants: []config.Tenant{a},
-		teams:   []config.Team{{Name: "research", RPM: team, Mode: config.ModeShadow}},
-	})
-	marked := 0
-	for range 12 {
-		r := e.post("/v1/chat/completions", keyOf("alpha"), chatBody(openAIModel, 5, false, false), nil)
-		if r.status != http.StatusOK {
-			t.Fatalf("shadow team refused: %s", r)
+// A team in shadow mode refuses nothing: what it would have refused is
+// marked and counted, exactly what the same team enforced refuses under
+// the same load; the team's window counts what enforcement admits.
+func TestTeamShadowCountsWhatEnforcementRefuses(t *testing.T) {
+	const team, sent = 5, 12
+	got := map[string][3]int{} // mode -> served, refused, marked
+	for _, mode := range []string{config.ModeEnforce, config.ModeShadow} {
+		a := tenantCfg("alpha", 100, 1_000_000_000, 100)
+		a.Team = "research"
+		e := newEnv(t, envConfig{
+			tenants: []config.Tenant{a},
+			teams:   []config.Team{{Name: "research", RPM: team, Mode: mode}},
+		})
+		g := shadowRun(t, e, "alpha", sent)
+		got[mode] = g
+		metrics := string(e.get("/metrics", "").body)
+		want := fmt.Sprintf(`ringgate_shadow_refusals_total{dimension="requests",tenant="team/research"} %d`, g[2])
+		if mode == config.ModeShadow && !strings.Contains(metrics, want) {
+			t.Errorf("/metrics lacks %s", want)
 		}
-		if r.header.Get("x-ringgate-shadow-refused") == "requests" {
-			marked++
+		var tv struct {
+			Requests struct{ Used int64 } `json:"requests"`
+		}
+		if r := e.get("/teams/research", ""); json.Unmarshal(r.body, &tv) != nil || tv.Requests.Used != team {
+			t.Errorf("%s: the team's window holds %d, want the %d enforcement admits", mode, tv.Requests.Used, team)
 		}
 	}
-	if marked != 12-team {
-		t.Errorf("%d marked, want %d", marked, 12-team)
-	}
-	metrics := string(e.get("/metrics", "").body)
-	if want := fmt.Sprintf(`ringgate_shadow_refusals_total{dimension="requests",tenant="team/research"} %d`, 12-team); !strings.Contains(metrics, want) {
-		t.Errorf("/metrics lacks %s", want)
+	t.Logf("served/refused/marked: %v", got)
+	if en, sh := got[config.ModeEnforce], got[config.ModeShadow]; en != [3]int{team, sent - team, 0} || sh != [3]int{sent, 0, en[1]} {
+		t.Errorf("enforced %v, shadow %v: want %v and %v", en, sh, [3]int{team, sent - team, 0}, [3]int{sent, 0, sent - team})
 	}
 }
 
@@ -172,21 +183,7 @@ func TestUpstreamShadowCountsWhatEnforcementRefuses(t *testing.T) {
 			tenants: []config.Tenant{tenantCfg("acme", 100, 1_000_000_000, 100)},
 			openAI:  func(u *config.Upstream) { u.RPM, u.Mode = rpm, mode },
 		})
-		var g [3]int
-		for range sent {
-			r := e.post("/v1/chat/completions", keyOf("acme"), chatBody(openAIModel, 5, false, false), nil)
-			switch r.status {
-			case http.StatusOK:
-				g[0]++
-			case http.StatusTooManyRequests:
-				g[1]++
-			default:
-				t.Fatalf("%s: %s", mode, r)
-			}
-			if r.header.Get("x-ringgate-shadow-refused") == "requests" {
-				g[2]++
-			}
-		}
+		g := shadowRun(t, e, "acme", sent)
 		got[mode] = g
 		metrics := string(e.get("/metrics", "").body)
 		if mode == config.ModeShadow {
@@ -200,4 +197,26 @@ func TestUpstreamShadowCountsWhatEnforcementRefuses(t *testing.T) {
 	if en, sh := got[config.ModeEnforce], got[config.ModeShadow]; en != [3]int{rpm, sent - rpm, 0} || sh != [3]int{sent, 0, en[1]} {
 		t.Errorf("enforced %v, shadow %v: want %v and %v", en, sh, [3]int{rpm, sent - rpm, 0}, [3]int{sent, 0, sent - rpm})
 	}
+}
+
+// shadowRun sends n chat completions for tenant and counts the answers:
+// served, refused, and marked x-ringgate-shadow-refused: requests.
+func shadowRun(t *testing.T, e *env, tenant string, n int) [3]int {
+	t.Helper()
+	var g [3]int
+	for range n {
+		r := e.post("/v1/chat/completions", keyOf(tenant), chatBody(openAIModel, 5, false, false), nil)
+		switch r.status {
+		case http.StatusOK:
+			g[0]++
+		case http.StatusTooManyRequests:
+			g[1]++
+		default:
+			t.Fatalf("%s: %s", tenant, r)
+		}
+		if r.header.Get("x-ringgate-shadow-refused") == "requests" {
+			g[2]++
+		}
+	}
+	return g
 }

@@ -282,6 +282,7 @@ func (r *Router) serveLocalOnce(ctx *fasthttp.RequestCtx, ep upstream.Endpoint, 
 		return r.movedOn(ctx, t, lim, hops)
 	}
 	shadowed := !d.Allowed && t.shadow
+	own := usedOf(&d)
 	if d.Allowed || shadowed {
 		if ok, ld, moved := r.admitLevels(c, &d); !ok {
 			if ld.Moved {
@@ -319,6 +320,9 @@ func (r *Router) serveLocalOnce(ctx *fasthttp.RequestCtx, ep upstream.Endpoint, 
 	}
 	r.levelsShadowed(ctx, c)
 	r.levelsAdmitted(c)
+	if hops > 0 && c.nLevels > 0 && lim == t.lim {
+		setLevelsUsed(&ctx.Response.Header, c, own)
+	}
 	return r.forward(ctx, c)
 }
 

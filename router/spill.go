@@ -241,6 +241,9 @@ func (r *Router) edgeSpill(t *tenant, owner string) *spill {
 	if sp == nil || sp.owner != owner || sp.closed.Load() || r.clock() > sp.until.Load() || sp.budget.Degraded() || sp.budget.Fenced() {
 		return nil
 	}
+	if !t.spillable() {
+		return nil // given a team or model limits since (a reload): its owner decides them
+	}
 	sp.arrivals.Add(1)
 	return sp
 }

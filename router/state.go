@@ -136,7 +136,9 @@ func buildState(cfg *config.Config, prev *state, m *metrics, now int64) (*state,
 		t.waits[queue.Interactive], t.waits[queue.Batch] = tc.Waits(cfg.Queue)
 		key := tc.Name // the ring key of the tenant and all its levels
 		if tc.Team != "" {
-			t.team = st.byName[teamEntity(tc.Team)]
+			if t.team = st.byName[teamEntity(tc.Team)]; t.team == nil {
+				return nil, fmt.Errorf("tenant %s: no team %q", tc.Name, tc.Team) // a config that skipped Validate
+			}
 			t.team.members = append(t.team.members, t)
 			key = t.team.name
 			b.pins[tc.Name] = key
