@@ -129,7 +129,10 @@ func (w *Window) rebucket(m remap) {
 	old := w.buckets
 	lo, hi := max(w.head-ring+1, 0), w.head
 	w.width, w.head, w.newest, w.total = m.to, m.top, 0, 0
-	w.buckets = [ring]int64{}
+	w.buckets = nil
+	if old == nil {
+		return
+	}
 	for b := lo; b <= hi; b++ {
 		v := old[b%ring]
 		if v == 0 {
@@ -139,7 +142,7 @@ func (w *Window) rebucket(m remap) {
 		if n <= w.head-ring {
 			continue // out of the new window already
 		}
-		w.buckets[n%ring] += v
+		w.add(n%ring, v)
 		w.total += v
 		if v > 0 && n > w.newest {
 			w.newest = n

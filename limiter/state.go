@@ -41,7 +41,7 @@ func (s State) Empty() bool {
 func (w *Window) export() WindowState {
 	ws := WindowState{Width: w.width, Head: w.head}
 	for b := w.head - ring + 1; b <= w.head; b++ {
-		if v := w.buckets[b%ring]; v != 0 {
+		if v := w.at(b % ring); v != 0 {
 			ws.Buckets = append(ws.Buckets, Bucket{Index: b, Value: v})
 		}
 	}
@@ -72,7 +72,7 @@ func (w *Window) merge(ws WindowState) {
 			// charge now rather than drop it.
 			b.Index = w.head
 		}
-		w.buckets[b.Index%ring] += b.Value
+		w.add(b.Index%ring, b.Value)
 		w.total += b.Value
 		if b.Index > w.newest {
 			w.newest = b.Index
@@ -81,8 +81,7 @@ func (w *Window) merge(ws WindowState) {
 }
 
 func (w *Window) reset() {
-	w.buckets = [ring]int64{}
-	w.total = 0
+	w.buckets, w.total = nil, 0
 }
 
 // Export returns the tenant's state at now.
@@ -224,7 +223,7 @@ func (w *Window) chargeGap(ws WindowState) int64 {
 		if n <= 0 {
 			break
 		}
-		w.buckets[b%ring] += n
+		w.add(b%ring, n)
 		w.total += n
 		w.newest = max(w.newest, b)
 		charged += n

@@ -288,9 +288,15 @@ func (t *Tenant) Peek(now int64) Decision {
 }
 
 func (t *Tenant) advance(now int64) {
-	t.requests.advance(now)
-	t.tokens.advance(now)
-	t.slots.advance(now)
+	if cur, ok := t.requests.due(now); ok {
+		t.requests.roll(cur)
+	}
+	if cur, ok := t.tokens.due(now); ok {
+		t.tokens.roll(cur)
+	}
+	if cur, ok := t.slots.due(now); ok {
+		t.slots.roll(cur)
+	}
 	if len(t.away) > 0 { // ranging over an empty map is not free
 		for _, w := range t.away {
 			w.advance(now)

@@ -380,3 +380,36 @@ func TestCancelAfterHandover(t *testing.T) {
 		t.Fatalf("new owner after the cancel delta: %+v, want nothing", u)
 	}
 }
+
+// An idle tenant holds no buckets; a charge allocates a window's, and they
+// go once everything in it has left the window.
+func TestBucketsOnlyWhileCharged(t *testing.T) {
+	now := time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC).UnixNano()
+	lim := NewTenant(Limits{Requests: 5, Tokens: 1000, Concurrency: 2}, time.Second, time.Minute)
+	held := func() (n int) {
+		for _, w := range []*Window{&lim.requests, &lim.tokens, &lim.slots} {
+			if w.buckets != nil {
+				n++
+			}
+		}
+		return n
+	}
+	if n := held(); n != 0 {
+		t.Fatalf("a new tenant holds %d windows' buckets", n)
+	}
+	tk, _ := lim.Admit(now, 100)
+	if n := held(); n != 3 {
+		t.Fatalf("after an admission %d windows hold buckets, want 3", n)
+	}
+	lim.Finish(now, &tk, 80)
+	lim.Usage(now + int64(2*time.Second)) // the requests and tokens left the window
+	if lim.requests.buckets != nil || lim.tokens.buckets != nil {
+		t.Error("an empty request or token window still holds its buckets")
+	}
+	if u := lim.Usage(now + int64(2*time.Second)); u.Requests != 0 || u.InFlight != 0 {
+		t.Errorf("usage %+v after the window", u)
+	}
+	if _, d := lim.Admit(now+int64(2*time.Second), 1000); !d.Allowed {
+		t.Errorf("a fresh window refused: %+v", d)
+	}
+}

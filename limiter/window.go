@@ -15,12 +15,34 @@ const ring = Buckets + 1
 // Window is a sliding-window counter with O(1) memory and amortised O(1) time.
 // It is not safe for concurrent use; Tenant serialises access.
 type Window struct {
-	limit   int64 // <= 0: unlimited (still counted, for reporting)
-	width   int64 // bucket width in nanoseconds
-	head    int64 // absolute index of the newest bucket seen
-	newest  int64 // absolute index of the newest bucket holding a charge
-	total   int64 // sum of the live buckets
-	buckets [ring]int64
+	limit  int64 // <= 0: unlimited (still counted, for reporting)
+	width  int64 // bucket width in nanoseconds
+	head   int64 // absolute index of the newest bucket seen
+	newest int64 // absolute index of the newest bucket holding a charge
+	total  int64 // sum of the live buckets
+	// buckets is allocated at the first charge and dropped once nothing
+	// was charged for a whole window: an idle tenant's window costs a few
+	// words (a node configured with 100 000 tenants holds 6 windows each).
+	buckets *[ring]int64
+}
+
+// at is the charge in ring slot i.
+func (w *Window) at(i int64) int64 {
+	if w.buckets == nil {
+		return 0
+	}
+	return w.buckets[i]
+}
+
+// add adds v to ring slot i (the caller keeps total).
+func (w *Window) add(i, v int64) {
+	if w.buckets == nil {
+		if v == 0 {
+			return
+		}
+		w.buckets = new([ring]int64)
+	}
+	w.buckets[i] += v
 }
 
 // NewWindow returns a window of the given length and limit. A length shorter
@@ -42,18 +64,35 @@ func (w *Window) Length() time.Duration { return time.Duration(w.width * Buckets
 // advance moves the window to now, dropping buckets that left it. Time that
 // runs backwards (a clock step) is treated as the newest time already seen.
 func (w *Window) advance(now int64) {
-	cur := now / w.width
-	if cur <= w.head {
-		return
+	if cur, ok := w.due(now); ok {
+		w.roll(cur)
 	}
-	if cur-w.head >= ring {
-		w.buckets = [ring]int64{}
-		w.total = 0
-	} else {
+}
+
+// due is now's bucket, and whether the head must roll to it: inlined on
+// the decision's path, where most calls stay in the head bucket.
+func (w *Window) due(now int64) (int64, bool) {
+	cur := now / w.width
+	return cur, cur > w.head
+}
+
+// roll moves the head to bucket cur (> head), dropping what left.
+func (w *Window) roll(cur int64) {
+	switch {
+	case w.buckets == nil:
+	case cur-w.head >= ring:
+		w.buckets, w.total = nil, 0
+	default:
 		for i := w.head + 1; i <= cur; i++ {
 			slot := i % ring
 			w.total -= w.buckets[slot]
 			w.buckets[slot] = 0
+		}
+		if w.total == 0 && cur-w.newest >= ring {
+			// Nothing charged for a whole window (charges are never
+			// negative): a slot window whose calls all ended keeps its
+			// buckets while calls keep coming.
+			w.buckets = nil
 		}
 	}
 	w.head = cur
@@ -67,7 +106,7 @@ func (w *Window) fits(n int64) bool {
 // charge adds n to the newest bucket and returns that bucket's index, which
 // the caller keeps to adjust the charge later.
 func (w *Window) charge(n int64) int64 {
-	w.buckets[w.head%ring] += n
+	w.add(w.head%ring, n)
 	w.total += n
 	if n > 0 {
 		w.newest = w.head
@@ -89,10 +128,10 @@ func (w *Window) adjust(b, delta int64) {
 	case delta == 0:
 	case w.live(b):
 		slot := b % ring
-		if w.buckets[slot]+delta < 0 {
-			delta = -w.buckets[slot]
+		if v := w.at(slot); v+delta < 0 {
+			delta = -v
 		}
-		w.buckets[slot] += delta
+		w.add(slot, delta)
 		w.total += delta
 		if delta > 0 && b > w.newest {
 			w.newest = b
@@ -132,7 +171,7 @@ func (w *Window) untilFits(now, n int64) int64 {
 	}
 	excess := w.total + n - w.limit
 	for b := w.head - ring + 1; b <= w.head; b++ {
-		excess -= w.buckets[b%ring]
+		excess -= w.at(b % ring)
 		if excess <= 0 {
 			return w.expiry(b) - now
 		}

@@ -2,26 +2,42 @@ package reserve
 
 import (
 	"fmt"
+	"strings"
 	"testing"
 )
 
-// BenchmarkEstimate is the per-request hot path: count a ~1k-token prompt
-// locally, then estimate the reservation.
+// BenchmarkEstimate is the per-request hot path: estimate a prompt of 1k,
+// 10k and 100k tokens, then the reservation. "ratio" is what the router
+// does for a prompt over ExactBytes once its key has a ratio (its size
+// times the ratio); "tokenizer" counts it exactly, as it did before.
 func BenchmarkEstimate(b *testing.B) {
 	tok := newTokenizer(b)
-	prompt := loadPrompt(b)
+	base := loadPrompt(b) // 945 tokens (gpt-4o)
 	e := NewEstimator(500)
-	for _, model := range []string{"gpt-4", "gpt-4o"} {
-		k := Key{"acme", model}
-		seed(e, k, 150, 3)
-		tok.Count(model, prompt) // load the encoding outside the timer
-		b.Run(model, func(b *testing.B) {
+	k := Key{"acme", "gpt-4o"}
+	seed(e, k, 150, 3)
+	for _, tokens := range []int{1_000, 10_000, 100_000} {
+		prompt := strings.Repeat(base, max(1, tokens/945))
+		rk := RatioKey{"acme", "gpt-4o", ScriptOf(prompt)}
+		r := NewRatios()
+		exact := tok.Count("gpt-4o", prompt)
+		r.Learn(rk, len(prompt), exact)
+		b.Run(fmt.Sprintf("%dk/ratio", tokens/1000), func(b *testing.B) {
 			b.ReportAllocs()
-			var r Reservation
+			var res Reservation
 			for b.Loop() {
-				r = e.Estimate(k, tok.Count(model, prompt), 2000, true)
+				n := r.Estimate(tok, RatioKey{"acme", "gpt-4o", ScriptOf(prompt)}, len(prompt), prompt)
+				res = e.Estimate(k, n, 2000, true)
 			}
-			b.ReportMetric(float64(r.Prompt), "tokens")
+			b.ReportMetric(float64(res.Prompt), "tokens")
+			b.ReportMetric(float64(exact), "exact")
+		})
+		b.Run(fmt.Sprintf("%dk/tokenizer", tokens/1000), func(b *testing.B) {
+			var res Reservation
+			for b.Loop() {
+				res = e.Estimate(k, tok.Count("gpt-4o", prompt), 2000, true)
+			}
+			b.ReportMetric(float64(res.Prompt), "tokens")
 		})
 	}
 }

@@ -117,13 +117,16 @@ func (a *ewma) load() (float64, bool) {
 	return math.Float64frombits(b - 1), true
 }
 
-func (a *ewma) add(x float64) {
+func (a *ewma) add(x float64) { a.addWeighted(x, alpha) }
+
+// addWeighted is add with the weight w of the new sample.
+func (a *ewma) addWeighted(x, w float64) {
 	for {
 		old := a.bits.Load()
 		v := x
 		if old != 0 {
 			avg := math.Float64frombits(old - 1)
-			v = avg + alpha*(x-avg)
+			v = avg + w*(x-avg)
 		}
 		// x >= 0, so v is a non-negative finite float whose bits are far
 		// below MaxUint64: +1 cannot wrap.

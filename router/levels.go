@@ -162,7 +162,7 @@ func (r *Router) levelsShadowed(ctx *fasthttp.RequestCtx, c *call) {
 		if l := &c.levels[i]; l.shadow {
 			// Counted and marked; the rate-limit headers keep reporting
 			// the limits that are enforced.
-			l.e.counts.refused(l.sd.Limited)
+			l.e.counters().refused(l.sd.Limited)
 			r.shadowRefusal(ctx, l.e.name, &l.e.shadowLog, l.sd.Limited, l.sd.RetryAfter)
 		}
 	}

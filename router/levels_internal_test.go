@@ -1,6 +1,10 @@
 package router
 
 import (
+	"fmt"
+	"math"
+	"runtime"
+	"strings"
 	"testing"
 	"time"
 
@@ -142,5 +146,70 @@ func TestEdgeSeesEachLevelsUsage(t *testing.T) {
 	r.noteOwnerUsage(tn, &bare)
 	if got := tn.seen.requests.Load(); got != 990 {
 		t.Errorf("a bare answer changed the tenant's seen usage to %d", got)
+	}
+}
+
+// A large prompt is estimated from its size with the ratio the provider's
+// reports teach at settlement; a small one is counted exactly.
+func TestPromptEstimateLearnsFromSettlement(t *testing.T) {
+	r, cfg := testRouter(t, Options{})
+	cfg.Tenants = []config.Tenant{{Name: "a", Keys: []string{"k"}}}
+	if err := r.Reload(cfg); err != nil {
+		t.Fatal(err)
+	}
+	tn := r.state.Load().byName["a"]
+	big := strings.Repeat("The quick brown fox jumps over the lazy dog. ", 1000) // 45 000 bytes
+	newCall := func(text string) *call {
+		c := &call{t: tn, lim: tn.lim, req: upstream.Request{Model: "gpt-4o", Texts: []string{text}, Messages: 1}}
+		return c
+	}
+	small := newCall("hello there")
+	if got, want := r.promptTokens(small), r.tok.Count("gpt-4o", "hello there")+6; got != want || small.prompt.bytes != 0 {
+		t.Fatalf("small prompt: %d (bytes %d), want %d counted exactly", got, small.prompt.bytes, want)
+	}
+	c := newCall(big)
+	first := r.promptTokens(c) // the sample's ratio
+	if c.prompt.bytes != len(big) {
+		t.Fatalf("a large prompt was not estimated from its size: %+v", c.prompt)
+	}
+	// The provider reports twice the sample's count (say, another
+	// tokenizer): settlement teaches the ratio.
+	reported := 2 * (first - c.prompt.fixed)
+	for range 5 {
+		c := newCall(big)
+		r.promptTokens(c)
+		c.tk, _ = c.lim.Admit(r.clock(), 100)
+		r.finish(c, upstream.Usage{Reported: true, Prompt: reported + c.prompt.fixed, Completion: 10}, true, 0)
+	}
+	got := r.promptTokens(newCall(big)) - c.prompt.fixed
+	if math.Abs(float64(got-reported)) > 0.1*float64(reported) {
+		t.Errorf("after 5 settlements the estimate is %d, want about the reported %d (the sample said %d)", got, reported, first-c.prompt.fixed)
+	}
+}
+
+// BenchmarkStateMemory: the heap a node's state takes per configured
+// tenant (limits on all three dimensions), before any request.
+func BenchmarkStateMemory(b *testing.B) {
+	const n = 20_000
+	for b.Loop() {
+		cfg := config.Default()
+		cfg.Node.Name = "t"
+		cfg.Upstreams = []config.Upstream{{Name: "up", Kind: config.KindOpenAI, BaseURL: "http://127.0.0.1:1"}}
+		cfg.Tenants = make([]config.Tenant, n)
+		for i := range cfg.Tenants {
+			name := fmt.Sprintf("tenant-%06d", i)
+			cfg.Tenants[i] = config.Tenant{Name: name, Keys: []string{"k-" + name}, RPM: 600, TPM: 100000, Concurrency: 10}
+		}
+		runtime.GC()
+		var before, after runtime.MemStats
+		runtime.ReadMemStats(&before)
+		r, err := New(Options{Config: cfg})
+		if err != nil {
+			b.Fatal(err)
+		}
+		runtime.GC()
+		runtime.ReadMemStats(&after)
+		b.ReportMetric(float64(after.HeapAlloc-before.HeapAlloc)/n, "heap-bytes/tenant")
+		runtime.KeepAlive(r)
 	}
 }

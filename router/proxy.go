@@ -42,6 +42,8 @@ type call struct {
 	levels    [2]level
 	nLevels   int
 	refusedBy string
+	// prompt: how its prompt was estimated (promptTokens).
+	prompt promptEstimate
 	// shadowBudget is the provider budget in shadow mode that refused
 	// the call (shadowBudgetD), which is served without it.
 	shadowBudget  *budgetLine
@@ -232,7 +234,7 @@ func (r *Router) serveLocalOnce(ctx *fasthttp.RequestCtx, ep upstream.Endpoint, 
 		}
 	}
 	c := &call{t: t, lim: lim, prov: prov, req: req, hops: hops, sp: sp}
-	c.res = r.est.Estimate(reserve.Key{Tenant: t.name, Model: req.Model}, r.promptTokens(&req), req.MaxTokens, req.Generates)
+	c.res = r.est.Estimate(reserve.Key{Tenant: t.name, Model: req.Model}, r.promptTokens(c), req.MaxTokens, req.Generates)
 	if req.Choices > 1 {
 		// n completions are generated and billed; history stays per completion.
 		c.res.Completion *= req.Choices
@@ -255,7 +257,7 @@ func (r *Router) serveLocalOnce(ctx *fasthttp.RequestCtx, ep upstream.Endpoint, 
 		}
 		d := lim.Peek(r.clock())
 		setRateHeaders(&ctx.Response.Header, &d)
-		t.counts.upstream.Inc()
+		t.counters().upstream.Inc()
 		refuseBudget(ctx, &br.d, br.on.what)
 		return false
 	}
@@ -310,7 +312,7 @@ func (r *Router) serveLocalOnce(ctx *fasthttp.RequestCtx, ep upstream.Endpoint, 
 	setRateHeaders(&ctx.Response.Header, &d)
 	if !d.Allowed {
 		r.cancelBudgets(c)
-		t.counts.refused(d.Limited)
+		t.counters().refused(d.Limited)
 		refuseOn(ctx, &d, st.cfg.Limits.Window, int64(c.res.Total), c.refusedBy)
 		return false
 	}
@@ -397,7 +399,7 @@ func (r *Router) admitSpilled(ctx *fasthttp.RequestCtx, ep upstream.Endpoint, st
 		}
 		setRateHeaders(&ctx.Response.Header, &d)
 		r.cancelBudgets(c)
-		t.counts.refused(bd.Limited)
+		t.counters().refused(bd.Limited)
 		refuse(ctx, &d, st.cfg.Limits.Window, int64(c.res.Total))
 		return false
 	}
@@ -412,24 +414,47 @@ func (r *Router) admitSpilled(ctx *fasthttp.RequestCtx, ep upstream.Endpoint, st
 // admitted counts an admitted call (it goes upstream now) and tells the
 // OnAdmit hook.
 func (r *Router) admitted(c *call) {
-	c.t.counts.allowed.Inc()
-	c.t.counts.reserved.Add(float64(c.res.Total))
+	c.t.counters().allowed.Inc()
+	c.t.counters().reserved.Add(float64(c.res.Total))
 	if r.onAdmit != nil {
 		r.onAdmit(c.t.name, r.clock())
 	}
 }
 
-// promptTokens counts the prompt with the local tokenizer, plus the few
-// tokens of framing every chat message costs.
-func (r *Router) promptTokens(req *upstream.Request) int {
-	n := req.TokenInputs
-	for _, text := range req.Texts {
-		n += r.tok.Count(req.Model, text)
-	}
+// promptTokens estimates c's prompt: its text counted with the local
+// tokenizer when small, else its bytes times the ratio learned for its
+// tenant, model and script (reserve.Ratios), plus the few tokens of
+// framing every chat message costs.
+func (r *Router) promptTokens(c *call) int {
+	req := &c.req
+	fixed := req.TokenInputs
 	if req.Messages > 0 {
-		n += 3*req.Messages + 3
+		fixed += 3*req.Messages + 3
 	}
-	return n
+	size, largest := 0, ""
+	for _, text := range req.Texts {
+		size += len(text)
+		if len(text) > len(largest) {
+			largest = text
+		}
+	}
+	if size <= reserve.ExactBytes {
+		n := fixed
+		for _, text := range req.Texts {
+			n += r.tok.Count(req.Model, text)
+		}
+		return n
+	}
+	k := reserve.RatioKey{Tenant: c.t.name, Model: req.Model, Script: reserve.ScriptOf(largest)}
+	c.prompt = promptEstimate{key: k, bytes: size, fixed: fixed}
+	return fixed + r.ratios.Estimate(r.tok, k, size, largest)
+}
+
+// promptEstimate is how a call's prompt was estimated from its size, for
+// the ratio to learn from what the provider reports (bytes 0: counted).
+type promptEstimate struct {
+	key          reserve.RatioKey
+	bytes, fixed int
 }
 
 // authenticate finds the tenant by the hash of the presented key: no
@@ -628,6 +653,9 @@ func (r *Router) finish(c *call, u upstream.Usage, ok bool, countedCompletion in
 	switch {
 	case u.Reported:
 		actual = u.Prompt + u.Completion
+		if c.prompt.bytes > 0 {
+			r.ratios.Learn(c.prompt.key, c.prompt.bytes, u.Prompt-c.prompt.fixed)
+		}
 		if ok {
 			r.learn(c, u.Prompt, u.Completion)
 		}
@@ -676,7 +704,7 @@ func (r *Router) finish(c *call, u upstream.Usage, ok bool, countedCompletion in
 		}
 	}
 	r.finishLevels(c, int64(actual))
-	c.t.counts.settled.Add(float64(actual))
+	c.t.counters().settled.Add(float64(actual))
 }
 
 // learn feeds a finished call's completion length to the estimator, per

@@ -384,7 +384,7 @@ func (r *Router) admitQueued(ctx *fasthttp.RequestCtx, ep upstream.Endpoint, st 
 		// Full, or the wait budget spent, waiting for a provider's limit.
 		d := c.lim.Peek(r.clock())
 		setRateHeaders(&ctx.Response.Header, &d)
-		t.counts.queue.Inc()
+		t.counters().queue.Inc()
 		refuseBudget(ctx, &budget.d, budget.on.what)
 		return false
 	case err != nil:
@@ -394,7 +394,7 @@ func (r *Router) admitQueued(ctx *fasthttp.RequestCtx, ep upstream.Endpoint, st 
 			last = refusalNow(c.lim.Peek(r.clock()))
 		}
 		setRateHeaders(&ctx.Response.Header, &last)
-		t.counts.queue.Inc()
+		t.counters().queue.Inc()
 		refuseOn(ctx, &last, st.cfg.Limits.Window, int64(c.res.Total), c.refusedBy)
 		return false
 	}
@@ -418,12 +418,12 @@ func (r *Router) admitQueued(ctx *fasthttp.RequestCtx, ep upstream.Endpoint, st 
 	case refusedByBudget:
 		d := c.lim.Peek(r.clock())
 		setRateHeaders(&ctx.Response.Header, &d)
-		t.counts.upstream.Inc()
+		t.counters().upstream.Inc()
 		refuseBudget(ctx, &budget.d, budget.on.what)
 		return false
 	case refusedForGood:
 		setRateHeaders(&ctx.Response.Header, &last)
-		t.counts.refused(last.Limited)
+		t.counters().refused(last.Limited)
 		refuseOn(ctx, &last, st.cfg.Limits.Window, int64(c.res.Total), c.refusedBy)
 		return false
 	}

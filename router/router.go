@@ -45,6 +45,7 @@ type Router struct {
 	log     *slog.Logger
 	tok     *reserve.Tokenizer
 	est     *reserve.Estimator
+	ratios  *reserve.Ratios // prompt tokens per byte (promptTokens)
 	metrics *metrics
 	onAdmit func(tenant string, at int64)
 
@@ -103,6 +104,7 @@ func New(o Options) (*Router, error) {
 		log:     o.Logger,
 		tok:     o.Tokenizer,
 		est:     reserve.NewEstimator(o.Config.Limits.DefaultCompletion),
+		ratios:  reserve.NewRatios(),
 		metrics: newMetrics(),
 		ids:     newDeltaIDs(),
 		leaser:  o.Leaser,

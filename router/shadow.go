@@ -31,7 +31,7 @@ type shadowMeter struct {
 // and that is served anyway.
 func (r *Router) shadowRefused(ctx *fasthttp.RequestCtx, t *tenant, d *limiter.Decision) {
 	setRateHeaders(&ctx.Response.Header, d)
-	t.counts.refused(d.Limited)
+	t.counters().refused(d.Limited)
 	r.shadowRefusal(ctx, t.name, &t.shadowLog, d.Limited, d.RetryAfter)
 }
 

@@ -19,7 +19,10 @@ type tenant struct {
 	priority string
 	limits   limiter.Limits
 	lim      *limiter.Tenant
-	counts   *tenantCounters
+	// counts are the tenant's metric series, made at its first count
+	// (counters): a node serves few of many configured tenants.
+	metrics *metrics
+	counts  atomic.Pointer[tenantCounters]
 
 	// fallback enforces this node's strict share of the limits while the
 	// tenant's owner cannot be reached; inFallback marks the episode so it
@@ -211,7 +214,7 @@ func (b *entityBuilder) entity(name string, limits limiter.Limits, mode string) 
 		lim = limiter.NewTenant(limits, cfg.Limits.Window, cfg.Limits.SlotTTL)
 		fallback = limiter.NewTenant(limits, cfg.Limits.Window, cfg.Limits.SlotTTL)
 	}
-	t := &tenant{name: name, shadow: mode == config.ModeShadow, limits: limits, lim: lim, fallback: fallback, counts: b.m.tenant(name),
+	t := &tenant{name: name, shadow: mode == config.ModeShadow, limits: limits, lim: lim, fallback: fallback, metrics: b.m,
 		fb: &fallbackLedger{}, spill: &spillHolder{}, queue: &queue.Queue{}, fbQueue: &queue.Queue{}}
 	if old != nil {
 		t.ownedUntil.Store(old.ownedUntil.Load())
@@ -226,6 +229,16 @@ func (b *entityBuilder) entity(name string, limits limiter.Limits, mode string) 
 	}
 	b.st.byName[name] = t
 	return t
+}
+
+// counters are t's metric series (made at the first call).
+func (t *tenant) counters() *tenantCounters {
+	if c := t.counts.Load(); c != nil {
+		return c
+	}
+	c := t.metrics.tenant(t.name)
+	t.counts.Store(c)
+	return c
 }
 
 // levels are the entities besides t itself whose limits a request of t

@@ -1,0 +1,124 @@
+package reserve
+
+import (
+	"math"
+	"math/rand"
+	"os"
+	"strings"
+	"testing"
+)
+
+func TestScriptOf(t *testing.T) {
+	for _, tc := range []struct {
+		text string
+		want Script
+	}{
+		{"", Latin},
+		{"Hello, world. The quick brown fox.", Latin},
+		{"func main() { fmt.Println(\"héllo\") }", Latin},
+		{"在大型语言模型服务的前面放置一个网关", Wide},
+		{"東京の天気は晴れです。", Wide},
+		{"Résumé: naïve café — déjà vu", Latin},
+		{strings.Repeat("a", 300) + "漢字", Latin}, // only the first bytes count
+	} {
+		if got := ScriptOf(tc.text); got != tc.want {
+			t.Errorf("ScriptOf(%.20q) = %d, want %d", tc.text, got, tc.want)
+		}
+	}
+}
+
+// corpus builds n prompts of one kind of text, each a run of random
+// pieces of the sample, between 2 and 40 KiB.
+func corpus(tb testing.TB, file string, n int, rng *rand.Rand) []string {
+	tb.Helper()
+	b, err := os.ReadFile("testdata/" + file)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	lines := strings.SplitAfter(string(b), "\n")
+	out := make([]string, n)
+	for i := range out {
+		size := 2048 + rng.Intn(38*1024)
+		var sb strings.Builder
+		for sb.Len() < size {
+			sb.WriteString(lines[rng.Intn(len(lines))])
+		}
+		out[i] = sb.String()
+	}
+	return out
+}
+
+// After a few settled requests, the estimate of a prompt from its size is
+// within 10 % of the tokenizer's exact count, on English, code and CJK
+// text, for both encodings; and before any, the sample's ratio is the
+// estimate.
+func TestRatioEstimateAccuracy(t *testing.T) {
+	tok := newTokenizer(t)
+	for _, file := range []string{"prompt_en.txt", "prompt_code.txt", "prompt_cjk.txt"} {
+		for _, model := range []string{"gpt-4o", "gpt-4"} {
+			t.Run(file+"/"+model, func(t *testing.T) {
+				rng := rand.New(rand.NewSource(1))
+				prompts := corpus(t, file, 23, rng)
+				r := NewRatios()
+				k := RatioKey{Tenant: "acme", Model: model, Script: ScriptOf(prompts[0])}
+				worstFirst, worst := 0.0, 0.0
+				for i, p := range prompts {
+					est := r.Estimate(tok, k, len(p), p)
+					exact := tok.Count(model, p)
+					err := math.Abs(float64(est-exact)) / float64(exact)
+					if i == 0 {
+						worstFirst = err
+					}
+					if i >= 3 {
+						worst = max(worst, err)
+					}
+					r.Learn(k, len(p), exact) // what the provider reports
+				}
+				t.Logf("%s %s: first estimate (sample) off by %.1f%%, after 3 settled at most %.1f%%", file, model, 100*worstFirst, 100*worst)
+				if worst > 0.10 {
+					t.Errorf("after 3 settled requests an estimate was off by %.1f%%, want <= 10%%", 100*worst)
+				}
+			})
+		}
+	}
+}
+
+// A tenant's CJK traffic does not skew its English estimates: one ratio
+// per script, each estimate within 10 % with the two interleaved; with one
+// shared ratio they would be off by the difference.
+func TestRatioPerScript(t *testing.T) {
+	tok := newTokenizer(t)
+	rng := rand.New(rand.NewSource(2))
+	en, cjk := corpus(t, "prompt_en.txt", 10, rng), corpus(t, "prompt_cjk.txt", 10, rng)
+	r := NewRatios()
+	worst := 0.0
+	for i := range 10 {
+		for _, p := range []string{en[i], cjk[i]} {
+			k := RatioKey{Tenant: "acme", Model: "gpt-4", Script: ScriptOf(p)}
+			est, exact := r.Estimate(tok, k, len(p), p), tok.Count("gpt-4", p)
+			if i >= 3 {
+				worst = max(worst, math.Abs(float64(est-exact))/float64(exact))
+			}
+			r.Learn(k, len(p), exact)
+		}
+	}
+	le, _ := r.Ratio(RatioKey{"acme", "gpt-4", Latin})
+	lc, _ := r.Ratio(RatioKey{"acme", "gpt-4", Wide})
+	t.Logf("tokens per byte: English %.3f, CJK %.3f; worst estimate off by %.1f%%", le, lc, 100*worst)
+	if r.Len() != 2 || worst > 0.10 {
+		t.Errorf("%d ratios, worst estimate off by %.1f%%: want 2, <= 10%%", r.Len(), 100*worst)
+	}
+}
+
+// A bogus report (more tokens than bytes times 4, or none) teaches nothing.
+func TestRatioIgnoresBogusReports(t *testing.T) {
+	r := NewRatios()
+	k := RatioKey{"acme", "m", Latin}
+	r.Learn(k, 1000, 250)
+	r.Learn(k, 1000, 1_000_000)
+	r.Learn(k, 1000, 0)
+	r.Learn(k, 0, 10)
+	if got, _ := r.Ratio(k); got != 0.25 {
+		t.Errorf("ratio %v, want 0.25", got)
+	}
+}
