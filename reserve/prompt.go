@@ -2,6 +2,7 @@ package reserve
 
 import (
 	"math"
+	"strings"
 	"sync"
 	"unicode/utf8"
 )
@@ -29,10 +30,19 @@ const (
 	// ratioAlpha weighs a settled request in a key's ratio: after 3
 	// reports the sample's prior weighs 34 %, after 6 12 %.
 	ratioAlpha = 0.3
-	// maxRatioKeys bounds the learned ratios; past it, a new key learns
-	// into its model's and script's shared ratio (Tenant "").
-	maxRatioKeys = 1 << 16
+	// maxRatioKeys and maxModelsPerTenant bound the learned ratios.
+	maxRatioKeys       = 1 << 16
+	maxModelsPerTenant = 2 * DefaultModelsPerTenant // a ratio per script
+	// maxRatio: a report of more tokens a byte is not the text's.
+	maxRatio = 1.0
 )
+
+// minRatio is the least tokens a byte an estimate assumes, by script: about
+// English prose's with o200k (0.20; code 0.25–0.3) and CJK's (0.24 with
+// o200k, 0.36 with cl100k). Sparser text (runs of spaces) is over-reserved,
+// and credited back at settlement; denser text (random strings, 0.7) is
+// under-reserved until its reports teach its ratio.
+var minRatio = [...]float64{Latin: 0.20, Wide: 0.22}
 
 // Script is the kind of text a ratio is learned for: tokens per byte differ
 // between ASCII-heavy text (English, code) and multi-byte scripts (CJK:
@@ -70,22 +80,20 @@ type RatioKey struct {
 // Ratios are learned tokens-per-byte ratios. Safe for concurrent use; a
 // lookup takes one shared lock and allocates nothing.
 type Ratios struct {
-	mu sync.RWMutex
-	m  map[RatioKey]*ewma
+	mu        sync.RWMutex
+	m         map[RatioKey]*ewma
+	perTenant map[string]int
 }
 
 // NewRatios returns an empty set of ratios.
-func NewRatios() *Ratios { return &Ratios{m: make(map[RatioKey]*ewma)} }
+func NewRatios() *Ratios {
+	return &Ratios{m: make(map[RatioKey]*ewma), perTenant: make(map[string]int)}
+}
 
-// Ratio is k's learned ratio, or its model's and script's shared one;
-// false when neither has one yet.
+// Ratio is k's learned ratio; false when it has none yet.
 func (r *Ratios) Ratio(k RatioKey) (float64, bool) {
 	r.mu.RLock()
 	a := r.m[k]
-	if a == nil {
-		k.Tenant = ""
-		a = r.m[k]
-	}
 	r.mu.RUnlock()
 	if a == nil {
 		return 0, false
@@ -100,13 +108,20 @@ func (r *Ratios) Learn(k RatioKey, bytes, tokens int) {
 		return
 	}
 	x := float64(tokens) / float64(bytes)
-	if x > 4 { // no tokenizer makes more than a token per UTF-8 byte; a bogus report
+	if x > maxRatio {
+		// More than a token a byte: not the text's tokens (images, audio,
+		// history held by the provider), or a bogus report.
 		return
 	}
-	r.entry(k).addWeighted(x, ratioAlpha)
+	if a := r.entry(k); a != nil {
+		a.addWeighted(x, ratioAlpha)
+	}
 }
 
-// entry is k's ratio, made if missing (k's shared one past maxRatioKeys).
+// entry is k's ratio, made if missing; nil past maxRatioKeys, past
+// maxModelsPerTenant for k's tenant, or for a model name over
+// MaxModelNameLen (model names are the client's: such keys are estimated
+// from their own sample each time, and learn nothing).
 func (r *Ratios) entry(k RatioKey) *ewma {
 	r.mu.RLock()
 	a := r.m[k]
@@ -119,14 +134,14 @@ func (r *Ratios) entry(k RatioKey) *ewma {
 	if a = r.m[k]; a != nil {
 		return a
 	}
-	if len(r.m) >= maxRatioKeys {
-		k.Tenant = ""
-		if a = r.m[k]; a != nil {
-			return a
-		}
+	if len(r.m) >= maxRatioKeys || r.perTenant[k.Tenant] >= maxModelsPerTenant || len(k.Model) > MaxModelNameLen {
+		return nil
 	}
+	// Copies: the request's strings share its whole body.
+	k.Tenant, k.Model = strings.Clone(k.Tenant), strings.Clone(k.Model)
 	a = &ewma{}
 	r.m[k] = a
+	r.perTenant[k.Tenant]++
 	return a
 }
 
@@ -143,6 +158,10 @@ func (r *Ratios) Estimate(tok *Tokenizer, k RatioKey, size int, largest string) 
 		r.Learn(k, len(sample), n)
 		ratio = float64(n) / float64(max(1, len(sample)))
 	}
+	// Never below a floor that no ordinary text of the script comes
+	// under: a tenant that teaches a low ratio (a run of prompts of
+	// spaces) cannot get dense prompts reserved at next to nothing.
+	ratio = max(ratio, minRatio[k.Script])
 	return int(math.Ceil(ratio * float64(size)))
 }
 
@@ -153,14 +172,24 @@ func (r *Ratios) Len() int {
 	return len(r.m)
 }
 
-// Sample is the first SampleBytes of text, cut at a rune's start.
+// Sample is SampleBytes of text: its head, middle and tail, each cut at a
+// rune's start, so that a prompt whose head is unlike the rest (a run of
+// spaces, a header) does not set its key's first ratio alone.
 func Sample(text string) string {
 	if len(text) <= SampleBytes {
 		return text
 	}
-	n := SampleBytes
-	for n > 0 && !utf8.RuneStart(text[n]) {
-		n--
+	part := SampleBytes / 3
+	piece := func(at int) string {
+		lo := at
+		for lo > 0 && !utf8.RuneStart(text[lo]) {
+			lo--
+		}
+		hi := min(len(text), lo+part)
+		for hi < len(text) && !utf8.RuneStart(text[hi]) {
+			hi--
+		}
+		return text[lo:hi]
 	}
-	return text[:n]
+	return piece(0) + piece(len(text)/2-part/2) + piece(len(text)-part)
 }

@@ -1,6 +1,7 @@
 package reserve
 
 import (
+	"fmt"
 	"math"
 	"math/rand"
 	"os"
@@ -116,9 +117,44 @@ func TestRatioIgnoresBogusReports(t *testing.T) {
 	k := RatioKey{"acme", "m", Latin}
 	r.Learn(k, 1000, 250)
 	r.Learn(k, 1000, 1_000_000)
+	r.Learn(k, 1000, 1001) // more than a token a byte
 	r.Learn(k, 1000, 0)
 	r.Learn(k, 0, 10)
 	if got, _ := r.Ratio(k); got != 0.25 {
 		t.Errorf("ratio %v, want 0.25", got)
+	}
+}
+
+// Client-chosen model names cannot grow the ratios without bound, nor
+// fill them for other tenants: a tenant keeps at most maxModelsPerTenant.
+func TestRatiosBounded(t *testing.T) {
+	r := NewRatios()
+	for i := range 5000 {
+		r.Learn(RatioKey{Tenant: "acme", Model: fmt.Sprintf("m-%d", i), Script: Latin}, 1000, 250)
+	}
+	if n := r.Len(); n != maxModelsPerTenant {
+		t.Fatalf("%d ratios after 5000 model names, want %d", n, maxModelsPerTenant)
+	}
+	r.Learn(RatioKey{Tenant: "other", Model: "m", Script: Latin}, 1000, 250)
+	if _, ok := r.Ratio(RatioKey{Tenant: "other", Model: "m", Script: Latin}); !ok {
+		t.Error("another tenant could not learn a ratio")
+	}
+}
+
+// A tenant that teaches a low ratio with prompts of spaces does not get a
+// dense prompt reserved at next to nothing: the floor holds.
+func TestRatioFloor(t *testing.T) {
+	tok := newTokenizer(t)
+	r := NewRatios()
+	k := RatioKey{"acme", "gpt-4o", Latin}
+	spaces := strings.Repeat(" ", 20000)
+	for range 5 {
+		r.Estimate(tok, k, len(spaces), spaces)
+		r.Learn(k, len(spaces), tok.Count("gpt-4o", spaces))
+	}
+	dense := strings.Repeat("The quick brown fox jumps over the lazy dog. ", 2000)
+	est, exact := r.Estimate(tok, k, len(dense), dense), tok.Count("gpt-4o", dense)
+	if float64(est) < 0.85*float64(exact) {
+		t.Errorf("after prompts of spaces an English prompt is estimated at %d, exact %d", est, exact)
 	}
 }

@@ -65,7 +65,7 @@ type clientWatch struct {
 func (r *Router) watchClient(ctx *fasthttp.RequestCtx, c *call) *clientWatch {
 	return r.watch(ctx, func() {
 		r.metrics.clientGone.Inc()
-		r.finish(c, upstream.Usage{Prompt: c.res.Prompt, Completion: c.res.Total - c.res.Prompt, Reported: true}, false, 0)
+		r.finish(c, upstream.Usage{Prompt: r.exactPrompt(c), Completion: c.res.Total - c.res.Prompt, Reported: true}, false, 0)
 	})
 }
 

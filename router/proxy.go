@@ -235,6 +235,14 @@ func (r *Router) serveLocalOnce(ctx *fasthttp.RequestCtx, ep upstream.Endpoint, 
 	}
 	c := &call{t: t, lim: lim, prov: prov, req: req, hops: hops, sp: sp}
 	c.res = r.est.Estimate(reserve.Key{Tenant: t.name, Model: req.Model}, r.promptTokens(c), req.MaxTokens, req.Generates)
+	if c.prompt.bytes > 0 {
+		if l := lim.Limits(); l.Tokens > 0 && int64(c.res.Prompt) > l.Tokens/2 {
+			// Near the limit on an estimate alone: counted, so that
+			// neither a 429 "too large" nor an admission rests on it.
+			c.res = r.est.Estimate(reserve.Key{Tenant: t.name, Model: req.Model}, r.exactPrompt(c), req.MaxTokens, req.Generates)
+			c.prompt.bytes = 0
+		}
+	}
 	if req.Choices > 1 {
 		// n completions are generated and billed; history stays per completion.
 		c.res.Completion *= req.Choices
@@ -450,6 +458,21 @@ func (r *Router) promptTokens(c *call) int {
 	return fixed + r.ratios.Estimate(r.tok, k, size, largest)
 }
 
+// exactPrompt is c's prompt as the tokenizer counts it: its estimate when
+// it was counted, else counted now (off the decision's path), for a call
+// that settles without the provider's count (a cut stream, a client gone):
+// an estimate from the size must not become the charge.
+func (r *Router) exactPrompt(c *call) int {
+	if c.prompt.bytes == 0 {
+		return c.res.Prompt
+	}
+	n := c.prompt.fixed
+	for _, text := range c.req.Texts {
+		n += r.tok.Count(c.req.Model, text)
+	}
+	return n
+}
+
 // promptEstimate is how a call's prompt was estimated from its size, for
 // the ratio to learn from what the provider reports (bytes 0: counted).
 type promptEstimate struct {
@@ -627,9 +650,9 @@ func (r *Router) stream(ctx *fasthttp.RequestCtx, c *call, resp *fasthttp.Respon
 		if !complete {
 			// A cut stream is billed for what was generated, and kept out
 			// of the completion-length history it would bias low.
-			prompt := c.res.Prompt
-			if u.Reported && u.Prompt > 0 {
-				prompt = u.Prompt
+			prompt := u.Prompt
+			if !u.Reported || u.Prompt <= 0 {
+				prompt = r.exactPrompt(c)
 			}
 			r.finish(c, upstream.Usage{Prompt: prompt, Completion: completion, Reported: true}, false, 0)
 			r.log.Info("stream_cut", "tenant", c.t.name, "client_gone", clientGone != nil, "upstream_error", errString(upstreamErr))
@@ -653,7 +676,9 @@ func (r *Router) finish(c *call, u upstream.Usage, ok bool, countedCompletion in
 	switch {
 	case u.Reported:
 		actual = u.Prompt + u.Completion
-		if c.prompt.bytes > 0 {
+		if c.prompt.bytes > 0 && ok {
+			// Only a complete call's report: a cut one's prompt may be
+			// this node's own estimate (exactPrompt).
 			r.ratios.Learn(c.prompt.key, c.prompt.bytes, u.Prompt-c.prompt.fixed)
 		}
 		if ok {
