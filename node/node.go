@@ -176,8 +176,8 @@ func Start(cfg *config.Config, o Options) (*Node, error) {
 		n.table = ring.NewTable(cfg.Node.Name, o.RingDebounce, n.onRing)
 		// Until the members are known, the placement its config asks for
 		// (agreePins).
-		n.pins.want = rt.Pins()
-		n.pins.use = n.pins.want
+		n.pins.setWant(rt.Pins())
+		n.pins.use, n.pins.useHash = n.pins.want, n.pins.wantHash
 		n.table.SetPins(n.pins.use)
 		g, err := gossip.Start(gossip.Config{
 			Name:          cfg.Node.Name,
@@ -189,7 +189,7 @@ func Start(cfg *config.Config, o Options) (*Node, error) {
 			Timing:        o.Timing,
 			Logger:        o.Logger, // gossip adds the node name itself
 			OnChange:      n.onMembers,
-			Pins:          n.pins.want.Hash(),
+			Pins:          n.pins.wantHash,
 		})
 		if err != nil {
 			n.table.Close()
@@ -360,10 +360,11 @@ func (n *Node) Reload(cfg *config.Config) error {
 		// change (its state handed over to its new owner), once every
 		// member asks for the new placement (agreePins).
 		n.pins.mu.Lock()
-		n.pins.want = n.router.Pins()
+		n.pins.setWant(n.router.Pins())
+		hash := n.pins.wantHash
 		n.pins.mu.Unlock()
 		if n.gossip != nil {
-			if err := n.gossip.SetPins(n.pins.want.Hash()); err != nil {
+			if err := n.gossip.SetPins(hash); err != nil {
 				n.log.Warn("pins", "phase", "announce", "error", err.Error())
 			}
 			n.agreePins(n.gossip.Members())

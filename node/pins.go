@@ -23,9 +23,15 @@ import (
 // configs are placed differently on it until the others catch up.
 
 type pinsAgreement struct {
-	mu        sync.Mutex
-	want, use ring.Pins // the config's; the table's
-	disagree  bool      // logged: members ask for other pins
+	mu                sync.Mutex
+	want, use         ring.Pins // the config's; the table's
+	wantHash, useHash uint64    // their hashes (Hash sorts every pinned name)
+	disagree          bool      // logged: members ask for other pins
+}
+
+// setWant makes p the config's pins; n.pins.mu is held.
+func (a *pinsAgreement) setWant(p ring.Pins) {
+	a.want, a.wantHash = p, p.Hash()
 }
 
 // agreePins switches the table to the config's pins once every active
@@ -36,7 +42,7 @@ func (n *Node) agreePins(ms []gossip.Member) {
 	}
 	n.pins.mu.Lock()
 	defer n.pins.mu.Unlock()
-	want := n.pins.want.Hash()
+	want := n.pins.wantHash
 	var others []string
 	for _, m := range ms {
 		if m.State == gossip.StateActive && m.Name != n.cfg.Node.Name && m.Pins != want {
@@ -45,13 +51,13 @@ func (n *Node) agreePins(ms []gossip.Member) {
 	}
 	switch {
 	case len(others) > 0:
-		if !n.pins.disagree && n.pins.use.Hash() != want {
+		if !n.pins.disagree && n.pins.useHash != want {
 			n.log.Warn("pins", "phase", "waiting", "members", others,
 				"detail", "members' configs place teams' tenants otherwise; the placement in use stays until they agree")
 		}
 		n.pins.disagree = true
-	case n.pins.use.Hash() != want:
-		n.pins.use = n.pins.want
+	case n.pins.useHash != want:
+		n.pins.use, n.pins.useHash = n.pins.want, want
 		n.pins.disagree = false
 		n.log.Info("pins", "phase", "agreed", "members", len(ms))
 		n.table.SetPins(n.pins.use)

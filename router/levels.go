@@ -257,7 +257,8 @@ func usedOf(d *limiter.Decision) [2]int64 {
 // setLevelsUsed writes levelsUsedHeader on a hop's answer: own is what the
 // tenant had used (its own decision, before tighten).
 func setLevelsUsed(h *fasthttp.ResponseHeader, c *call, own [2]int64) {
-	b := make([]byte, 0, 96)
+	var buf [256]byte // SetBytesV copies: no allocation for a usual line
+	b := buf[:0]
 	add := func(name string, u [2]int64) {
 		if len(b) > 0 {
 			b = append(b, ';')

@@ -133,6 +133,11 @@ func TestEdgeSeesEachLevelsUsage(t *testing.T) {
 	var h fasthttp.ResponseHeader
 	setRateHeaders(&h, &limiter.Decision{LimitRequests: 5, RemainingRequests: 0}) // the tightest: the model's
 	setLevelsUsed(&h, c, [2]int64{990, 0})
+	var again fasthttp.ResponseHeader
+	setLevelsUsed(&again, c, [2]int64{990, 0}) // the header's own buffer grown once
+	if n := testing.AllocsPerRun(100, func() { setLevelsUsed(&again, c, [2]int64{990, 0}) }); n != 0 {
+		t.Errorf("setLevelsUsed allocates %v times per answer", n)
+	}
 	r.noteOwnerUsage(tn, &h)
 	for e, want := range map[*tenant]int64{tn: 990, tn.models["gpt-4o"]: 5, tn.team: 1500} {
 		if got := e.seen.requests.Load(); got != want || e.seen.at.Load() == 0 {

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"slices"
 	"time"
 
 	"github.com/valyala/fasthttp"
@@ -154,16 +153,8 @@ func (r *Router) Others() []string {
 }
 
 // Names are the configured tenants and their teams' and model limits'
-// entities (handoff.Tenants), sorted.
-func (r *Router) Names() []string {
-	st := r.state.Load()
-	out := make([]string, 0, len(st.byName))
-	for name := range st.byName {
-		out = append(out, name)
-	}
-	slices.Sort(out)
-	return out
-}
+// entities (handoff.Tenants), sorted; shared, not to be changed.
+func (r *Router) Names() []string { return r.state.Load().names }
 
 // Pins place every tenant's levels of limits on the ring by the top of its
 // hierarchy (its team, else itself): the ring the node builds must hold

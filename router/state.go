@@ -2,6 +2,8 @@ package router
 
 import (
 	"fmt"
+	"maps"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -88,6 +90,9 @@ type state struct {
 	// pins place each tenant of a team, and each of a tenant's model
 	// limits, on the ring by the top of its hierarchy (ring.Pins).
 	pins ring.Pins
+	// names are byName's, sorted, made once (the snapshot loop asks for
+	// them every interval).
+	names []string
 }
 
 // buildState makes a state from cfg, keeping the limiter (and so the usage) of
@@ -166,6 +171,7 @@ func buildState(cfg *config.Config, prev *state, m *metrics, now int64) (*state,
 		}
 	}
 	st.pins = b.pins
+	st.names = slices.Sorted(maps.Keys(st.byName))
 	rebucket := b.rebucket
 	for _, lim := range rebucket {
 		lim.Rebucket(now, cfg.Limits.Window, cfg.Limits.SlotTTL)
