@@ -1,9 +1,10 @@
 package node
 
 // End-to-end latency and throughput of a request sent straight to the fake
-// provider ("direct") and the same request through a standalone ringgate
-// node in front of it ("ringgate"), measured in the same process and run, on
-// loopback only:
+// provider ("direct"), through a bare fasthttp reverse proxy in front of it
+// ("floor", bench/floor: the cost of one more HTTP hop, which no gateway
+// avoids) and through a standalone ringgate node in front of it
+// ("ringgate"), measured in the same process and run, on loopback only:
 //
 //	go test -run XXX -bench Proxy -benchtime 2000x ./node/
 //	RINGGATE_BENCH_REPORT=1 go test -run TestAddedLatencyReport -v ./node/
@@ -30,6 +31,7 @@ import (
 
 	"github.com/valyala/fasthttp"
 
+	"github.com/ringgate/ringgate/bench/floor"
 	"github.com/ringgate/ringgate/config"
 	"github.com/ringgate/ringgate/fakeupstream"
 	"github.com/ringgate/ringgate/reserve"
@@ -63,6 +65,7 @@ type benchEnv struct {
 	fake   *fakeupstream.Server
 	node   *Node
 	direct *fasthttp.HostClient // client → fake
+	floor  *fasthttp.HostClient // client → bare proxy → fake
 	via    *fasthttp.HostClient // client → node → fake
 }
 
@@ -79,13 +82,17 @@ type target struct {
 	node string
 }
 
-func (e *benchEnv) targets(stream bool) (direct, via target) {
+// targets are direct, floor and ringgate, in that order.
+func (e *benchEnv) targets(stream bool) []target {
 	body := benchBody
 	if stream {
 		body = benchStreamBody
 	}
-	return target{name: "direct", hc: e.direct, body: body, stream: stream},
-		target{name: "ringgate", hc: e.via, body: body, stream: stream}
+	return []target{
+		{name: "direct", hc: e.direct, body: body, stream: stream},
+		{name: "floor", hc: e.floor, body: body, stream: stream},
+		{name: "ringgate", hc: e.via, body: body, stream: stream},
+	}
 }
 
 // newBenchEnv starts the fake provider and the node; both stop when tb ends.
@@ -98,7 +105,12 @@ func newBenchEnv(tb testing.TB) *benchEnv {
 		tb.Fatalf("start node: %v", err)
 	}
 	tb.Cleanup(func() { _ = n.Close() })
-	return &benchEnv{fake: fake, node: n, direct: benchClient(upAddr), via: benchClient(n.Addr())}
+	fl, err := floor.Start("127.0.0.1:0", upAddr)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { _ = fl.Close() })
+	return &benchEnv{fake: fake, node: n, direct: benchClient(upAddr), floor: benchClient(fl.Addr()), via: benchClient(n.Addr())}
 }
 
 // startBenchFake starts a zero-latency fake provider that stops when tb ends.
@@ -253,12 +265,11 @@ func BenchmarkProxy(b *testing.B) {
 	eachTarget(b, env.targets, benchLatency)
 }
 
-// eachTarget runs bench as a sub-benchmark for both targets of a pair, JSON
-// then stream ("-stream" names).
-func eachTarget(b *testing.B, pair func(stream bool) (target, target), bench func(*testing.B, target)) {
+// eachTarget runs bench as a sub-benchmark for each target, JSON then
+// stream ("-stream" names).
+func eachTarget(b *testing.B, targets func(stream bool) []target, bench func(*testing.B, target)) {
 	for _, stream := range []bool{false, true} {
-		x, y := pair(stream)
-		for _, t := range []target{x, y} {
+		for _, t := range targets(stream) {
 			name := t.name
 			if stream {
 				name += "-stream"
@@ -334,9 +345,11 @@ func (c *client) warmAndRelease(tb testing.TB) {
 }
 
 // TestAddedLatencyReport prints what ringgate adds to a request's latency
-// and takes from throughput, direct and through the node measured in the
-// same run, interleaved. It only reports: timing never fails it (only a
-// wrong answer does). Run it with RINGGATE_BENCH_REPORT=1 and -v.
+// and takes from throughput, against going direct and against the floor (a
+// bare fasthttp reverse proxy), all three measured in the same run,
+// interleaved: sequential requests, an open loop at a fixed rate, and
+// saturation. It only reports: timing never fails it (only a wrong answer
+// does). Run it with RINGGATE_BENCH_REPORT=1 and -v.
 func TestAddedLatencyReport(t *testing.T) {
 	if os.Getenv("RINGGATE_BENCH_REPORT") != "1" {
 		t.Skip("set RINGGATE_BENCH_REPORT=1 to run the latency report")
@@ -344,46 +357,132 @@ func TestAddedLatencyReport(t *testing.T) {
 	const (
 		perTarget     = 3000 // sequential requests per target and workload
 		block         = 100  // interleaving block
+		rate          = 2000 // open loop: requests a second
+		perRound      = 2000 // open loop: requests per target and round
 		parallelTotal = 6000 // requests per target in a throughput round
-		rounds        = 3    // throughput rounds per target, interleaved
+		rounds        = 3    // open-loop and throughput rounds per target, interleaved
 	)
 	env := newBenchEnv(t)
 	var out strings.Builder
-	fmt.Fprintf(&out, "\nsequential latency, %d requests per target, interleaved in blocks of %d, GOMAXPROCS=%d\n\n",
+	header := func(title string, args ...any) {
+		fmt.Fprintf(&out, "\n"+title+"\n\n", args...)
+		fmt.Fprintf(&out, "| workload | pct | direct µs | floor µs | ringgate µs | ringgate − floor µs | ringgate / floor |\n")
+		fmt.Fprintf(&out, "| --- | --- | ---: | ---: | ---: | ---: | ---: |\n")
+	}
+	header("sequential latency, %d requests per target, interleaved in blocks of %d, GOMAXPROCS=%d",
 		perTarget, block, runtime.GOMAXPROCS(0))
-	fmt.Fprintf(&out, "| workload | pct | direct µs | ringgate µs | added µs | ratio |\n")
-	fmt.Fprintf(&out, "| --- | --- | ---: | ---: | ---: | ---: |\n")
 	for _, stream := range []bool{false, true} {
-		dt, vt := env.targets(stream)
-		dd, vd := interleave(t, dt, vt, perTarget, block)
-		latencyRows(&out, stream, dd, vd)
+		latencyRows3(&out, stream, interleaveAll(t, env.targets(stream), perTarget, block))
+	}
+
+	header("open loop at %d requests/s (latency from each request's due time), %d per target in each of %d interleaved rounds",
+		rate, perRound, rounds)
+	for _, stream := range []bool{false, true} {
+		ts := env.targets(stream)
+		durs := make([][]time.Duration, len(ts))
+		for r := 0; r < rounds; r++ {
+			for k := range ts {
+				i := (k + r) % len(ts)
+				durs[i] = append(durs[i], openLoop(t, ts[i], rate, perRound)...)
+			}
+		}
+		for _, d := range durs {
+			slices.Sort(d)
+		}
+		latencyRows3(&out, stream, durs)
 	}
 
 	workers := benchParallelism * runtime.GOMAXPROCS(0)
-	fmt.Fprintf(&out, "\nparallel throughput, %d clients, %d requests per round, best of %d interleaved rounds\n\n",
+	fmt.Fprintf(&out, "\nsaturated throughput, %d clients, %d requests per round, best of %d interleaved rounds\n\n",
 		workers, parallelTotal, rounds)
-	fmt.Fprintf(&out, "| workload | direct req/s | ringgate req/s | ratio |\n")
-	fmt.Fprintf(&out, "| --- | ---: | ---: | ---: |\n")
+	fmt.Fprintf(&out, "| workload | direct req/s | floor req/s | ringgate req/s | ringgate / floor |\n")
+	fmt.Fprintf(&out, "| --- | ---: | ---: | ---: | ---: |\n")
 	for _, stream := range []bool{false, true} {
-		dt, vt := env.targets(stream)
-		var bestD, bestV float64
+		ts := env.targets(stream)
+		best := make([]float64, len(ts))
 		for r := 0; r < rounds; r++ {
-			order := []target{dt, vt}
-			if r%2 == 1 {
-				order = []target{vt, dt}
-			}
-			for _, tg := range order {
-				rps := throughput(t, tg, workers, parallelTotal)
-				if tg.name == "direct" {
-					bestD = max(bestD, rps)
-				} else {
-					bestV = max(bestV, rps)
-				}
+			for k := range ts {
+				i := (k + r) % len(ts)
+				best[i] = max(best[i], throughput(t, ts[i], workers, parallelTotal))
 			}
 		}
-		fmt.Fprintf(&out, "| %s | %.0f | %.0f | %.2f |\n", workload(stream), bestD, bestV, bestV/bestD)
+		fmt.Fprintf(&out, "| %s | %.0f | %.0f | %.0f | %.2f |\n", workload(stream), best[0], best[1], best[2], best[2]/best[1])
 	}
 	t.Log(out.String())
+}
+
+// latencyRows3 writes the p50, p90 and p99 rows comparing direct, floor and
+// ringgate (sorted durations, in that order).
+func latencyRows3(out io.Writer, stream bool, durs [][]time.Duration) {
+	for _, q := range []float64{0.50, 0.90, 0.99} {
+		d, f, v := percentile(durs[0], q), percentile(durs[1], q), percentile(durs[2], q)
+		fmt.Fprintf(out, "| %s | p%.0f | %.0f | %.0f | %.0f | %+.0f | %.2f |\n",
+			workload(stream), q*100, micros(d), micros(f), micros(v), micros(v-f), float64(v)/float64(f))
+	}
+}
+
+// openLoopWorkers bounds the requests an open loop has in flight.
+const openLoopWorkers = 64
+
+// openLoop sends n requests to tg at rate a second, each due at its own
+// moment whatever the answers before it took (an open loop: a slow answer
+// delays no later request's clock, so queueing shows in the latency instead
+// of lowering the load), and returns each request's latency from the moment
+// it was released to the workers. That is its due time, or later when the
+// scheduler's sleep overran (by up to tens of µs, the same for every
+// target), a lateness of the load generator, not of the target.
+func openLoop(tb testing.TB, tg target, rate, n int) []time.Duration {
+	tb.Helper()
+	interval := time.Second / time.Duration(rate)
+	due := make(chan time.Time, n)
+	durs := make([]time.Duration, n)
+	var next atomic.Int64
+	var failed atomic.Pointer[error]
+	var wg sync.WaitGroup
+	for range openLoopWorkers {
+		c := newClient(tg)
+		wg.Go(func() {
+			defer c.release()
+			for at := range due {
+				if failed.Load() != nil {
+					continue
+				}
+				if err := c.do(); err != nil {
+					failed.CompareAndSwap(nil, &err)
+					continue
+				}
+				durs[next.Add(1)-1] = time.Since(at)
+			}
+		})
+	}
+	newClient(tg).warmAndRelease(tb)
+	start := time.Now()
+	deadline := start.Add(benchMaxLoop)
+	for i := 0; i < n && failed.Load() == nil; {
+		now := time.Now()
+		if now.After(deadline) {
+			err := fmt.Errorf("open loop ran over %s", benchMaxLoop)
+			failed.CompareAndSwap(nil, &err)
+			break
+		}
+		// Send every request due by now, then sleep until the next one.
+		for ; i < n; i++ {
+			at := start.Add(time.Duration(i) * interval)
+			if at.After(now) {
+				time.Sleep(at.Sub(now))
+				break
+			}
+			due <- now
+		}
+	}
+	close(due)
+	wg.Wait()
+	if err := failed.Load(); err != nil {
+		tb.Fatal(*err)
+	}
+	durs = durs[:next.Load()]
+	slices.Sort(durs)
+	return durs
 }
 
 // throughput sends total requests to tg from workers concurrent clients and
@@ -445,7 +544,12 @@ type fwdEnv struct {
 
 // targets are the owner-local and forwarded paths; both must be enforced by
 // the owner.
-func (e *fwdEnv) targets(stream bool) (local, forwarded target) {
+func (e *fwdEnv) targets(stream bool) []target {
+	local, forwarded := e.pair(stream)
+	return []target{local, forwarded}
+}
+
+func (e *fwdEnv) pair(stream bool) (local, forwarded target) {
 	body := benchBody
 	if stream {
 		body = benchStreamBody
@@ -518,7 +622,7 @@ func newFwdEnv(tb testing.TB) *fwdEnv {
 
 	// The router's view (the members' HTTP addresses) is published next to
 	// the ring, not with it: wait until a hop really reaches the owner.
-	_, ft := e.targets(false)
+	_, ft := e.pair(false)
 	c := newClient(ft)
 	defer c.release()
 	for {
@@ -568,39 +672,43 @@ func BenchmarkHop(b *testing.B) {
 // returns the sorted durations of each.
 func interleave(tb testing.TB, a, b target, perTarget, block int) (ad, bd []time.Duration) {
 	tb.Helper()
-	ca, cb := newClient(a), newClient(b)
-	defer ca.release()
-	defer cb.release()
-	ca.warm(tb)
-	cb.warm(tb)
-	ad = make([]time.Duration, 0, perTarget)
-	bd = make([]time.Duration, 0, perTarget)
+	durs := interleaveAll(tb, []target{a, b}, perTarget, block)
+	return durs[0], durs[1]
+}
+
+// interleaveAll sends perTarget sequential requests to each target, in
+// blocks of block requests, rotating which target goes first, and returns
+// the sorted durations of each.
+func interleaveAll(tb testing.TB, ts []target, perTarget, block int) [][]time.Duration {
+	tb.Helper()
+	cs := make([]*client, len(ts))
+	durs := make([][]time.Duration, len(ts))
+	for i, t := range ts {
+		cs[i] = newClient(t)
+		defer cs[i].release()
+		cs[i].warm(tb)
+		durs[i] = make([]time.Duration, 0, perTarget)
+	}
 	deadline := time.Now().Add(benchMaxLoop)
-	for i := 0; i < perTarget/block; i++ {
+	for b := 0; b < perTarget/block; b++ {
 		if time.Now().After(deadline) {
 			tb.Fatalf("sequential load ran over %s", benchMaxLoop)
 		}
-		type run struct {
-			c *client
-			s *[]time.Duration
-		}
-		order := []run{{ca, &ad}, {cb, &bd}}
-		if i%2 == 1 {
-			order[0], order[1] = order[1], order[0]
-		}
-		for _, r := range order {
+		for k := range cs {
+			i := (k + b) % len(cs)
 			for range block {
-				el, err := r.c.timed()
+				el, err := cs[i].timed()
 				if err != nil {
 					tb.Fatal(err)
 				}
-				*r.s = append(*r.s, el)
+				durs[i] = append(durs[i], el)
 			}
 		}
 	}
-	slices.Sort(ad)
-	slices.Sort(bd)
-	return ad, bd
+	for _, d := range durs {
+		slices.Sort(d)
+	}
+	return durs
 }
 
 // latencyRows writes the p50, p90 and p99 rows of a markdown table that
@@ -640,7 +748,7 @@ func TestHopLatencyReport(t *testing.T) {
 	fmt.Fprintf(&out, "| workload | pct | local µs | forwarded µs | added µs | ratio |\n")
 	fmt.Fprintf(&out, "| --- | --- | ---: | ---: | ---: | ---: |\n")
 	for _, stream := range []bool{false, true} {
-		lt, ft := env.targets(stream)
+		lt, ft := env.pair(stream)
 		ld, fd := interleave(t, lt, ft, perTarget, block)
 		latencyRows(&out, stream, ld, fd)
 	}

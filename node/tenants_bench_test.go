@@ -1,18 +1,15 @@
 package node
 
 import (
-	"bufio"
 	"fmt"
-	"os"
 	"runtime"
-	"strconv"
-	"strings"
 	"testing"
 	"time"
 
 	"github.com/valyala/fasthttp"
 
 	"github.com/ringgate/ringgate/config"
+	"github.com/ringgate/ringgate/internal/procstat"
 )
 
 // BenchmarkManyTenants starts a standalone node configured with 100 000
@@ -78,17 +75,9 @@ func heapBytes() int64 {
 
 // rssBytes is the process's VmRSS.
 func rssBytes(tb testing.TB) int64 {
-	f, err := os.Open("/proc/self/status")
+	rss, err := procstat.Resident(0)
 	if err != nil {
-		tb.Skip("no /proc/self/status")
+		tb.Skip(err)
 	}
-	defer f.Close()
-	s := bufio.NewScanner(f)
-	for s.Scan() {
-		if rest, ok := strings.CutPrefix(s.Text(), "VmRSS:"); ok {
-			kb, _ := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(rest), "kB")), 10, 64)
-			return kb << 10
-		}
-	}
-	return 0
+	return rss
 }

@@ -34,8 +34,9 @@ func BenchmarkEstimate(b *testing.B) {
 		})
 		b.Run(fmt.Sprintf("%dk/tokenizer", tokens/1000), func(b *testing.B) {
 			var res Reservation
+			fresh := &Tokenizer{} // remembers nothing: every prompt counted
 			for b.Loop() {
-				res = e.Estimate(k, tok.Count("gpt-4o", prompt), 2000, true)
+				res = e.Estimate(k, fresh.Count("gpt-4o", prompt), 2000, true)
 			}
 			b.ReportMetric(float64(res.Prompt), "tokens")
 		})
@@ -81,4 +82,25 @@ func BenchmarkSettle(b *testing.B) {
 	for b.Loop() {
 		e.Settle(r, Usage{945, 150})
 	}
+}
+
+// BenchmarkCount is the tokenizer on a short chat message: counted, and
+// found among the counts it remembers.
+func BenchmarkCount(b *testing.B) {
+	const text = "You are a helpful assistant. Answer in one short paragraph."
+	b.Run("counted", func(b *testing.B) {
+		fresh := &Tokenizer{}
+		b.ReportAllocs()
+		for b.Loop() {
+			fresh.Count("gpt-4o", text)
+		}
+	})
+	b.Run("remembered", func(b *testing.B) {
+		tok := newTokenizer(b)
+		tok.Count("gpt-4o", text)
+		b.ReportAllocs()
+		for b.Loop() {
+			tok.Count("gpt-4o", text)
+		}
+	})
 }

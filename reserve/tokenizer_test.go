@@ -1,6 +1,7 @@
 package reserve
 
 import (
+	"fmt"
 	"os"
 	"strings"
 	"sync"
@@ -140,4 +141,52 @@ func TestTokenizerConcurrent(t *testing.T) {
 		})
 	}
 	wg.Wait()
+}
+
+// TestCountRemembered: a Tokenizer that remembers counts gives the count a
+// fresh one computes, for each encoding, for texts that share a slot, and
+// after slots were overwritten many times over.
+func TestCountRemembered(t *testing.T) {
+	tok, fresh := newTokenizer(t), &Tokenizer{}
+	p := loadPrompt(t)
+	models := []string{"gpt-4", "gpt-4o"}
+	texts := []string{"hello there", p, strings.Repeat("ab ", 1000), "こんにちは世界"}
+	for i := range 3 * countSlots {
+		texts = append(texts, fmt.Sprintf("message %d of a long chat", i))
+	}
+	for round := range 2 {
+		for i, text := range texts {
+			m := models[i%2]
+			if round == 1 {
+				m = models[(i+1)%2] // the same text, now in the other encoding
+			}
+			if got, want := tok.Count(m, text), fresh.Count(m, text); got != want {
+				t.Fatalf("round %d, %s %.30q: %d, fresh %d", round, m, text, got, want)
+			}
+		}
+	}
+	// Found again: the same count, no tokenizer allocation.
+	const text = "You are a helpful assistant."
+	want := tok.Count("gpt-4o", text)
+	if allocs := testing.AllocsPerRun(100, func() {
+		if tok.Count("gpt-4o", text) != want {
+			t.Fatal("remembered count differs")
+		}
+	}); allocs != 0 {
+		t.Errorf("a remembered count allocates %v times", allocs)
+	}
+	// Texts with the same slot and different tags never take each other's count.
+	var c countCache
+	h1, _ := c.lookup("a", false)
+	c.store(h1, 1, 7)
+	if _, n := c.lookup("a", true); n == 7 {
+		t.Error("o200k found cl100k's count")
+	}
+	if _, n := c.lookup("a", false); n != 7 {
+		t.Errorf("stored count not found: %d", n)
+	}
+	c.slots[h1%countSlots].Store((h1>>countBits+1)<<countBits | 7) // another tag in a's slot
+	if _, n := c.lookup("a", false); n != -1 {
+		t.Errorf("another text's count taken: %d", n)
+	}
 }

@@ -9,6 +9,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/valyala/fasthttp"
 	"github.com/valyala/fasthttp/fasthttpadaptor"
+	"github.com/valyala/fasthttp/pprofhandler"
 
 	"github.com/ringgate/ringgate/config"
 	"github.com/ringgate/ringgate/limiter"
@@ -36,7 +37,8 @@ func (r *Router) serveAdmin(ctx *fasthttp.RequestCtx) {
 		writeJSON(ctx, fasthttp.StatusOK, map[string]string{"status": "ready"})
 		return
 	}
-	if path != "/cluster" && path != "/metrics" && path != "/upstreams" && !strings.HasPrefix(path, "/tenants/") && !strings.HasPrefix(path, "/teams/") {
+	profiling := strings.HasPrefix(path, "/debug/pprof/")
+	if path != "/cluster" && path != "/metrics" && path != "/upstreams" && !strings.HasPrefix(path, "/tenants/") && !strings.HasPrefix(path, "/teams/") && !profiling {
 		fail(ctx, fasthttp.StatusNotFound, "invalid_request_error", "not_found", "Unknown path "+path+".")
 		return
 	}
@@ -51,6 +53,10 @@ func (r *Router) serveAdmin(ctx *fasthttp.RequestCtx) {
 		return
 	}
 	switch {
+	case profiling:
+		// Go's profiles (net/http/pprof's endpoints): what the request
+		// path costs under load, read with `go tool pprof`.
+		pprofhandler.PprofHandler(ctx)
 	case path == "/metrics":
 		r.metricsHandler(ctx)
 	case path == "/cluster":

@@ -1125,7 +1125,7 @@ func TestE2EAdmin(t *testing.T) {
 				t.Errorf("GET %s without token: %s", p, r)
 			}
 		}
-		for _, p := range []string{"/cluster", "/metrics", "/tenants/acme"} {
+		for _, p := range []string{"/cluster", "/metrics", "/tenants/acme", "/debug/pprof/", "/debug/pprof/heap"} {
 			for _, bad := range []string{"", "wrong-token", keyOf("acme")} {
 				r := e.get(p, bad)
 				if r.status != 401 {

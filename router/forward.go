@@ -175,7 +175,7 @@ func (r *Router) toOwner(ctx *fasthttp.RequestCtx, v *view, owner string, t *ten
 		return true, true
 	}
 	ctx.Response.ResetBody()
-	err = readAnswer(ctx.Response.BodyWriter(), resp)
+	err = readAnswer(&ctx.Response, resp)
 	fasthttp.ReleaseResponse(resp)
 	if err != nil {
 		ctx.Response.ResetBody()

@@ -149,7 +149,7 @@ func (r *Router) clientGone(ctx *fasthttp.RequestCtx, c *call, w *clientWatch, r
 	status := 0
 	if err == nil {
 		status = resp.StatusCode()
-		r.metrics.upstream.WithLabelValues(c.prov.Name, statusClass(status)).Inc()
+		r.metrics.answered(c.prov.Name, status)
 	}
 	fasthttp.ReleaseResponse(resp) // an unread stream: closes the upstream connection
 	ctx.SetConnectionClose()

@@ -35,6 +35,47 @@ type metrics struct {
 
 	mu      sync.Mutex
 	tenants map[string]*tenantCounters
+	// answers holds each upstream's answer counters (by name), resolved
+	// once: a label lookup costs more than the decision.
+	answers sync.Map // string → *answerCounters
+}
+
+// answerCounters are one upstream's ringgate_upstream_responses_total series.
+type answerCounters struct {
+	class   [4]prometheus.Counter // 2xx, 3xx, 4xx, 5xx
+	timeout prometheus.Counter
+	err     prometheus.Counter
+}
+
+// answersOf is the upstream name's answer counters.
+func (m *metrics) answersOf(name string) *answerCounters {
+	if a, ok := m.answers.Load(name); ok {
+		return a.(*answerCounters)
+	}
+	a := &answerCounters{
+		timeout: m.upstream.WithLabelValues(name, "timeout"),
+		err:     m.upstream.WithLabelValues(name, "error"),
+	}
+	for i, class := range []string{"2xx", "3xx", "4xx", "5xx"} {
+		a.class[i] = m.upstream.WithLabelValues(name, class)
+	}
+	got, _ := m.answers.LoadOrStore(name, a)
+	return got.(*answerCounters)
+}
+
+// answered counts an upstream's answer by its status class.
+func (m *metrics) answered(name string, status int) {
+	a := m.answersOf(name)
+	switch {
+	case status < 300:
+		a.class[0].Inc()
+	case status < 400:
+		a.class[1].Inc()
+	case status < 500:
+		a.class[2].Inc()
+	default:
+		a.class[3].Inc()
+	}
 }
 
 // tenantCounters are resolved once per tenant so the hot path does no label

@@ -19,8 +19,9 @@ import (
 	"github.com/ringgate/ringgate/upstream"
 )
 
-// maxAnswerBytes caps a buffered (non-stream) upstream answer.
-const maxAnswerBytes = 64 << 20
+// maxAnswerBytes caps an upstream answer read whole (a JSON answer to a
+// streaming request: an error, say).
+const maxAnswerBytes = upstream.DefaultMaxAnswerBytes
 
 // call is one admitted request on its way through the upstream and back.
 type call struct {
@@ -514,7 +515,7 @@ func (r *Router) forward(ctx *fasthttp.RequestCtx, c *call) bool {
 		hop = string(ctx.Request.Header.Peek(hopHeader))
 		r.hopCalls.add(hop, w)
 	}
-	err = c.prov.Do(upReq, resp)
+	err = c.prov.Do(upReq, resp, c.req.Stream)
 	fasthttp.ReleaseRequest(upReq)
 	if hop != "" {
 		r.hopCalls.remove(hop)
@@ -532,7 +533,7 @@ func (r *Router) forward(ctx *fasthttp.RequestCtx, c *call) bool {
 		return false
 	}
 	status := resp.StatusCode()
-	r.metrics.upstream.WithLabelValues(c.prov.Name, statusClass(status)).Inc()
+	r.metrics.answered(c.prov.Name, status)
 	r.learnProvider(c, &resp.Header, status)
 	if status == fasthttp.StatusUnauthorized || status == fasthttp.StatusForbidden {
 		// The upstream refused the gateway's own key: not the client's fault.
@@ -558,7 +559,7 @@ func (r *Router) forward(ctx *fasthttp.RequestCtx, c *call) bool {
 	}
 
 	ctx.Response.ResetBody()
-	err = readAnswer(ctx.Response.BodyWriter(), resp)
+	err = readAnswer(&ctx.Response, resp)
 	fasthttp.ReleaseResponse(resp)
 	if err != nil {
 		ctx.Response.ResetBody()
@@ -577,13 +578,15 @@ func (r *Router) forward(ctx *fasthttp.RequestCtx, c *call) bool {
 	return false
 }
 
-// readAnswer copies a buffered answer, failing past maxAnswerBytes.
-func readAnswer(w io.Writer, resp *fasthttp.Response) error {
+// readAnswer moves an answer into the client's response, failing past
+// maxAnswerBytes: read whole already, its bytes change hands without a copy.
+func readAnswer(dst, resp *fasthttp.Response) error {
 	s := resp.BodyStream()
 	if s == nil {
-		_, err := w.Write(resp.Body())
-		return err
+		dst.SwapBody(resp.SwapBody(nil))
+		return nil
 	}
+	w := dst.BodyWriter()
 	bp := streamBufs.Get().(*[]byte)
 	n, err := io.CopyBuffer(w, io.LimitReader(s, maxAnswerBytes+1), *bp)
 	streamBufs.Put(bp)
@@ -620,6 +623,11 @@ func (r *Router) stream(ctx *fasthttp.RequestCtx, c *call, resp *fasthttp.Respon
 		}
 		src := resp.BodyStream()
 		var clientGone, upstreamErr error
+		if src == nil {
+			// Read whole: the client asked for JSON, the provider
+			// streamed all the same.
+			clientGone = f.Write(resp.Body(), emit)
+		}
 		for src != nil {
 			n, err := src.Read(*bp)
 			if n > 0 {
@@ -755,12 +763,12 @@ func (r *Router) countCompletion(c *call, answer []byte) int {
 
 func (r *Router) upstreamFailed(ctx *fasthttp.RequestCtx, p *upstream.Provider, err error) {
 	if errors.Is(err, upstream.ErrTimeout) {
-		r.metrics.upstream.WithLabelValues(p.Name, "timeout").Inc()
+		r.metrics.answersOf(p.Name).timeout.Inc()
 		fail(ctx, fasthttp.StatusGatewayTimeout, "upstream_error", "upstream_timeout",
 			fmt.Sprintf("Upstream %q did not answer in time.", p.Name))
 		return
 	}
-	r.metrics.upstream.WithLabelValues(p.Name, "error").Inc()
+	r.metrics.answersOf(p.Name).err.Inc()
 	r.log.Warn("upstream", "upstream", p.Name, "error", err.Error())
 	fail(ctx, fasthttp.StatusBadGateway, "upstream_error", "upstream_unreachable",
 		fmt.Sprintf("Upstream %q failed: %v", p.Name, err))
@@ -772,18 +780,6 @@ func copyHeaders(dst *fasthttp.ResponseHeader, src *fasthttp.ResponseHeader) {
 			dst.SetBytesKV(k, v)
 		}
 	}
-}
-
-func statusClass(status int) string {
-	switch {
-	case status < 300:
-		return "2xx"
-	case status < 400:
-		return "3xx"
-	case status < 500:
-		return "4xx"
-	}
-	return "5xx"
 }
 
 func errString(err error) string {

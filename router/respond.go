@@ -47,12 +47,32 @@ func setRateHeaders(h *fasthttp.ResponseHeader, d *limiter.Decision) {
 
 // appendReset formats a reset time the way OpenAI does ("1s", "6m0s",
 // "120ms"), rounded up to the millisecond so it is never early.
+// It is time.Duration's String of that rounded duration, without its
+// allocation (on every answer).
 func appendReset(b []byte, d time.Duration) []byte {
 	if d <= 0 {
 		return append(b, "0s"...)
 	}
-	d = (d + time.Millisecond - 1).Truncate(time.Millisecond)
-	return append(b, d.String()...)
+	ms := int64((d + time.Millisecond - 1) / time.Millisecond)
+	if ms < 1000 {
+		return append(strconv.AppendInt(b, ms, 10), "ms"...)
+	}
+	h, m, s, frac := ms/3_600_000, ms/60_000%60, ms/1000%60, ms%1000
+	if h > 0 {
+		b = append(strconv.AppendInt(b, h, 10), 'h')
+	}
+	if h > 0 || m > 0 {
+		b = append(strconv.AppendInt(b, m, 10), 'm')
+	}
+	b = strconv.AppendInt(b, s, 10)
+	if frac > 0 {
+		digits := []byte{'.', byte('0' + frac/100), byte('0' + frac/10%10), byte('0' + frac%10)}
+		for digits[len(digits)-1] == '0' {
+			digits = digits[:len(digits)-1]
+		}
+		b = append(b, digits...)
+	}
+	return append(b, 's')
 }
 
 // refuse answers a limiter refusal: 429, Retry-After in whole seconds

@@ -40,3 +40,52 @@ func TestIdleDialerKeepsCallerDeadline(t *testing.T) {
 	}
 	t.Logf("timed out after %v", took)
 }
+
+// TestProviderAnswerPools: a JSON answer is read whole, and one past
+// MaxAnswerBytes fails the call as unreachable; a stream's body is left to
+// read as it comes; a silent provider times out in either pool.
+func TestProviderAnswerPools(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &fasthttp.Server{Handler: func(ctx *fasthttp.RequestCtx) {
+		switch string(ctx.Path()) {
+		case "/v1/big":
+			ctx.SetBody(make([]byte, 4000))
+		case "/v1/silent":
+			time.Sleep(800 * time.Millisecond)
+		default:
+			ctx.SetBodyString(`{"ok":true}`)
+		}
+	}}
+	go func() { _ = srv.Serve(ln) }()
+	defer func() { _ = srv.Shutdown() }()
+	p, err := NewProvider(ProviderConfig{Name: "t", Kind: OpenAI, BaseURL: "http://" + ln.Addr().String(),
+		Timeout: 200 * time.Millisecond, MaxAnswerBytes: 1000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	do := func(path string, stream bool) (*fasthttp.Response, error) {
+		req, resp := fasthttp.AcquireRequest(), fasthttp.AcquireResponse()
+		defer fasthttp.ReleaseRequest(req)
+		p.Prepare(req, []byte(path), []byte(`{}`), &fasthttp.RequestHeader{})
+		return resp, p.Do(req, resp, stream)
+	}
+	for _, stream := range []bool{false, true} {
+		resp, err := do("/v1/small", stream)
+		if err != nil || (resp.BodyStream() != nil) != stream {
+			t.Errorf("stream=%v: err %v, body streamed %v", stream, err, resp.BodyStream() != nil)
+		}
+		if !stream && string(resp.Body()) != `{"ok":true}` {
+			t.Errorf("JSON answer %q", resp.Body())
+		}
+		fasthttp.ReleaseResponse(resp)
+		if _, err := do("/v1/silent", stream); !errors.Is(err, ErrTimeout) {
+			t.Errorf("stream=%v: silent provider: %v, want ErrTimeout", stream, err)
+		}
+	}
+	if _, err := do("/v1/big", false); !errors.Is(err, ErrUnreachable) {
+		t.Errorf("answer past MaxAnswerBytes: %v, want ErrUnreachable", err)
+	}
+}
