@@ -29,7 +29,7 @@ func decode(data []byte, name string, getenv func(string) string) (*Config, erro
 	c := Default()
 	c.Node.Name = "" // filled from the host name after overrides
 	c.Path = name
-	c.lines = keyLines(data)
+	c.lines = &lazyLines{data: data}
 	d := &decoder{c: c, getenv: getenv}
 	d.table("", raw, d.rootFields())
 	if err := firstError(d.errs); err != nil {
@@ -199,6 +199,17 @@ func fStr(dst *string) field {
 		if s, ok := d.str(path, v, false); ok {
 			*dst = s
 		}
+	}
+}
+
+// fWritten is f that also records that its key was written (Config.written).
+func fWritten(f field) field {
+	return func(d *decoder, path string, v any) {
+		if d.c.written == nil {
+			d.c.written = map[string]bool{}
+		}
+		d.c.written[path] = true
+		f(d, path, v)
 	}
 }
 
@@ -414,7 +425,7 @@ func (d *decoder) rootFields() map[string]field {
 				"stream_idle_timeout": fDur(&u.StreamIdleTimeout),
 				"anthropic_version":   fStr(&u.AnthropicVersion),
 				"model_limits":        fModelLimits(&u.ModelLimits),
-				"on_redis_down":       fStr(&u.OnRedisDown),
+				"on_redis_down":       fWritten(fStr(&u.OnRedisDown)),
 				"mode":                fStr(&u.Mode),
 			})
 			u.BaseURL = strings.TrimRight(u.BaseURL, "/")

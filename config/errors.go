@@ -52,7 +52,7 @@ func (c *Config) errAt(path, format string, args ...any) *Error {
 		}
 	}
 	for p := path; p != ""; p = parentPath(p) {
-		if l, ok := c.lines[p]; ok {
+		if l, ok := c.lines.line(p); ok {
 			e.Line = l
 			break
 		}

@@ -206,7 +206,7 @@ func (v *validator) upstreams() {
 		case "":
 			// The zero value of a Config built in Go means "share"; in a
 			// file, the key is either left out (default) or set to a value.
-			if _, written := v.c.lines[p+".on_redis_down"]; !written {
+			if !v.c.written[p+".on_redis_down"] {
 				break
 			}
 			fallthrough

@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -126,6 +127,7 @@ models = ["gpt-4o-mini"]
 	// One request for each of 10 000 tenants, spread over the three nodes.
 	var next, failed atomic.Int64
 	var firstErr atomic.Pointer[string]
+	lat := make([]time.Duration, driven)
 	loadStart := time.Now()
 	var wg sync.WaitGroup
 	for w := range workers {
@@ -142,7 +144,9 @@ models = ["gpt-4o-mini"]
 					strings.NewReader(`{"model":"gpt-4o-mini","max_tokens":20,"messages":[{"role":"user","content":"hello there"}]}`))
 				req.Header.Set("Authorization", fmt.Sprintf("Bearer sk-t%06d", i*(configured/driven)))
 				req.Header.Set("Content-Type", "application/json")
+				sent := time.Now()
 				resp, err := c.Do(req)
+				lat[i] = time.Since(sent)
 				if err == nil {
 					_, _ = io.Copy(io.Discard, resp.Body)
 					resp.Body.Close()
@@ -160,6 +164,7 @@ models = ["gpt-4o-mini"]
 	}
 	wg.Wait()
 	loadTook := time.Since(loadStart)
+	slices.Sort(lat)
 	if f := failed.Load(); f > 0 {
 		t.Fatalf("%d of %d requests failed; first: %s", f, driven, *firstErr.Load())
 	}
@@ -169,7 +174,21 @@ models = ["gpt-4o-mini"]
 		rssDriven[i] = rssOf(t, nodes[i].p.cmd.Process.Pid)
 	}
 
-	// Scale-up: node-4 joins; then node-2 drains.
+	// Scale-up: node-4 joins; then node-2 drains. With
+	// RINGGATE_BENCH_PROFILE=dir, node-1's CPU profile of the scale-up
+	// goes to dir/node-1-scale-up.prof (its pprof endpoint).
+	var profiled sync.WaitGroup
+	if dir := os.Getenv("RINGGATE_BENCH_PROFILE"); dir != "" {
+		profiled.Go(func() {
+			code, body, err := getLong("http://"+nodes[0].listen+"/debug/pprof/profile?seconds=8", 15*time.Second)
+			if err != nil || code != http.StatusOK {
+				t.Errorf("profile node-1: %d %v", code, err)
+				return
+			}
+			_ = os.WriteFile(filepath.Join(dir, "node-1-scale-up.prof"), body, 0o644)
+		})
+		time.Sleep(100 * time.Millisecond)
+	}
 	start(3)
 	if err := waitCluster([]*gwNode{nodes[0], nodes[1], nodes[2], nodes[3]}, 4, 30*time.Second); err != nil {
 		t.Fatal(err)
@@ -183,10 +202,11 @@ models = ["gpt-4o-mini"]
 		t.Fatalf("node-2 drain: exit %d, in time %v", code, ok)
 	}
 	down := waitRebalances(t, []*gwNode{nodes[0], nodes[2], nodes[3]}, 3)
+	profiled.Wait()
 
 	var out strings.Builder
-	fmt.Fprintf(&out, "\n%d configured tenants on every node, %d driven (one request each, %d clients, %s), Redis snapshots on\n\n",
-		configured, driven, workers, loadTook.Round(time.Millisecond))
+	fmt.Fprintf(&out, "\n%d configured tenants on every node, %d driven (one request each, %d clients, %s: p50 %s, p99 %s), Redis snapshots on\n\n",
+		configured, driven, workers, loadTook.Round(time.Millisecond), lat[len(lat)/2].Round(time.Microsecond), lat[len(lat)*99/100].Round(time.Microsecond))
 	fmt.Fprintf(&out, "| node | start to ready | resident once ready | resident after the load |\n| --- | ---: | ---: | ---: |\n")
 	for i := range 3 {
 		fmt.Fprintf(&out, "| %s | %d ms | %d MiB | %d MiB |\n", nodes[i].name, ready[i].Milliseconds(), rssReady[i]>>20, rssDriven[i]>>20)
@@ -249,4 +269,16 @@ func rssOf(t *testing.T, pid int) int64 {
 		t.Skip(err)
 	}
 	return rss
+}
+
+// getLong is get with a longer timeout (a profile takes its seconds).
+func getLong(url string, timeout time.Duration) (int, []byte, error) {
+	c := &http.Client{Timeout: timeout}
+	resp, err := c.Get(url)
+	if err != nil {
+		return 0, nil, err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	return resp.StatusCode, b, err
 }

@@ -39,6 +39,10 @@ import (
 type Tenants interface {
 	// Names are the configured tenants.
 	Names() []string
+	// Changed lists, once each, the tenants whose owner limiter changed
+	// since it was made or last found empty (limiter.Tenant.ExportOrArm):
+	// the periodic save looks at those, not at every configured tenant.
+	Changed() []string
 	// Limiter is the tenant's owner limiter, nil for an unknown tenant.
 	Limiter(name string) *limiter.Tenant
 	// Hold makes the tenant's requests wait, at most wait, until Release.
@@ -153,7 +157,19 @@ const (
 	pollEvery = 5 * time.Millisecond
 	// maxFollow bounds how many Moved answers a take follows.
 	maxFollow = 3
+	// perTenantFetch is what each tenant asked for adds to FetchTimeout:
+	// the previous owner freezes it, writes its final snapshot and encodes
+	// it, the asker decodes and imports it (a few µs each, measured with
+	// 20 000 tenants in one request), with room for a busy node.
+	perTenantFetch = 25 * time.Microsecond
+	// maxLoggedTenants bounds the tenant names one log line lists.
+	maxLoggedTenants = 20
 )
+
+// fetchTimeout bounds asking a previous owner for tenants tenants.
+func (m *Mover) fetchTimeout(tenants int) time.Duration {
+	return m.cfg.FetchTimeout + time.Duration(tenants)*perTenantFetch
+}
 
 // Arrival counts how the state of the tenants a node took over arrived.
 type Arrival struct {
@@ -189,8 +205,15 @@ type Mover struct {
 	saveMu sync.Mutex // one save at a time: a periodic save never lands after a final
 	mu     sync.Mutex
 	empty  map[string]bool // tenant → whether its last saved state was empty
-	// frozenOwn: since when a tenant owned by the ring has been frozen
-	// for another node (Reconcile).
+	// watch are the tenants that may hold state: changed since last found
+	// empty (Tenants.Changed). Only SaveOwned uses it (under saveMu).
+	watch map[string]struct{}
+	// frozen are the tenants this node owns by its ring but had frozen
+	// for another node when it last looked (a peer with another ring
+	// asked for them, or a change gave them back while they were frozen):
+	// the only ones Reconcile looks at. frozenOwn: since when each has
+	// been so.
+	frozen    map[string]struct{}
 	frozenOwn map[string]time.Time
 
 	stop      chan struct{}
@@ -235,6 +258,8 @@ func New(cfg Config, tenants Tenants, peers Peers, store Store, current func() *
 		// running stream.
 		ttl:       cfg.Window + 2*cfg.SnapshotInterval + time.Second,
 		empty:     make(map[string]bool),
+		watch:     make(map[string]struct{}),
+		frozen:    make(map[string]struct{}),
 		frozenOwn: make(map[string]time.Time),
 		stop:      make(chan struct{}),
 		done:      make(chan struct{}),
@@ -283,13 +308,20 @@ func (m *Mover) Reconcile() {
 	now := time.Now()
 	var back map[string][]string
 	m.mu.Lock()
-	for _, name := range m.tenants.Names() {
+	for name := range m.frozen {
 		lim := m.tenants.Limiter(name)
 		to := ""
 		if lim != nil {
 			to = lim.MovedTo()
 		}
-		if to == "" || to == m.cfg.Self || !m.tenants.Owns(name) || m.tenants.Held(name) {
+		if to == "" || to == m.cfg.Self || !m.tenants.Owns(name) {
+			// Taken back, gone from the config, or no longer ours: a
+			// change that gives it back lists it again.
+			delete(m.frozen, name)
+			delete(m.frozenOwn, name)
+			continue
+		}
+		if m.tenants.Held(name) {
 			delete(m.frozenOwn, name)
 			continue
 		}
@@ -316,6 +348,14 @@ func (m *Mover) Reconcile() {
 	}
 }
 
+// noteFrozen lists for Reconcile a tenant this node owns by its ring but
+// has frozen for another node.
+func (m *Mover) noteFrozen(name string) {
+	m.mu.Lock()
+	m.frozen[name] = struct{}{}
+	m.mu.Unlock()
+}
+
 // Close stops the periodic saves and the late-final watchers.
 func (m *Mover) Close() {
 	m.closeOnce.Do(func() { close(m.stop) })
@@ -328,7 +368,7 @@ func (m *Mover) Close() {
 // is then replaced.
 func (m *Mover) GateWait(tenants int) time.Duration {
 	perCall := m.cfg.StoreTimeout + time.Duration(tenants)*40*time.Microsecond
-	return m.cfg.FetchTimeout + m.cfg.FinalWait + 3*perCall + 100*time.Millisecond
+	return m.fetchTimeout(tenants) + m.cfg.FinalWait + 3*perCall + 100*time.Millisecond
 }
 
 // Change moves the tenants whose owner differs between from and to, on the
@@ -357,6 +397,11 @@ func (m *Mover) Change(from, to *ring.Ring, publish func()) (lost, gained []stri
 	}
 	m.HandOverLost(lost, to)
 	a = m.Take(gained, from, to)
+	for _, name := range gained {
+		if lim := m.tenants.Limiter(name); lim != nil && lim.MovedTo() != "" {
+			m.noteFrozen(name) // ours again, still frozen for another
+		}
+	}
 	return lost, gained, a
 }
 
@@ -415,6 +460,9 @@ func (m *Mover) HandOver(asker string, names []string) []Reply {
 			// Asked twice (the first answer was lost), or ours: the
 			// state as of now, frozen for the asker.
 			out[i] = Reply{Tenant: name, Status: Handed, State: lim.Freeze(now, asker)}
+			if m.tenants.Owns(name) {
+				m.noteFrozen(name) // an asker whose ring is not ours
+			}
 		}
 	}
 	m.saveFinals(asker, out, now)
@@ -430,7 +478,10 @@ func (m *Mover) saveFinals(asker string, out []Reply, now int64) {
 	var batch []*snapshot.Snapshot
 	hash := m.current().Hash()
 	for _, r := range out {
-		if r.Status == Handed {
+		// An empty state needs no final: lost with the answer, the asker
+		// takes the tenant over conservatively, never over its limit.
+		// Most moved tenants of a big config are idle.
+		if r.Status == Handed && !r.State.Empty() {
 			// The asker accepts a recent final from the node it asked,
 			// whatever ring this node stamps it with (fromStore).
 			batch = append(batch, &snapshot.Snapshot{Tenant: r.Tenant, Writer: m.cfg.Self, WrittenAt: now, RingHash: hash, Final: true, State: r.State})
@@ -520,7 +571,7 @@ func (m *Mover) Take(gained []string, from, to *ring.Ring) Arrival {
 // every other member before anyone concludes that nobody had it.
 func (m *Mover) takeFrom(prev string, names []string, to *ring.Ring, n int64) Arrival {
 	var a Arrival
-	deadline := time.Now().Add(m.cfg.FetchTimeout)
+	deadline := time.Now().Add(m.fetchTimeout(len(names)))
 	asked := map[string]bool{}
 	unreachable, notHere := m.ask(map[string][]string{prev: names}, deadline, asked, &a)
 	if len(notHere) > 0 {
@@ -748,6 +799,7 @@ func (m *Mover) fromStore(prev string, unreachable, notHere []string, to *ring.R
 		time.Sleep(pollEvery)
 	}
 	stale := make(map[string]limiter.State)
+	var conservative []string
 	for name, s := range pending {
 		lim := m.tenants.Limiter(name)
 		switch {
@@ -770,12 +822,19 @@ func (m *Mover) fromStore(prev string, unreachable, notHere []string, to *ring.R
 			lim.Import(now, limiter.State{})
 			lim.Restrict(now, n)
 			a.Conservative++
-			m.log.Warn("handoff", "phase", "conservative", "tenant", name, "from", prev, "budget_share", n)
+			conservative = append(conservative, name)
 		default:
 			lim.Thaw()
 			a.Fresh++
 		}
 		m.tenants.Release(name)
+	}
+	if len(conservative) > 0 {
+		// One line for them all (a change can move 20 000 tenants).
+		slices.Sort(conservative)
+		sample := conservative[:min(len(conservative), maxLoggedTenants)]
+		m.log.Warn("handoff", "phase", "conservative", "from", prev, "budget_share", n,
+			"tenants", len(conservative), "sample", sample)
 	}
 	if len(stale) > 0 {
 		go m.awaitLateFinals(prev, stale, to)
@@ -836,32 +895,52 @@ func (m *Mover) awaitLateFinals(prev string, base map[string]limiter.State, to *
 }
 
 // SaveOwned writes, in one round trip, the tenants this node owns whose
-// windows hold anything (or just emptied). Saving a busy tenant every
+// windows hold anything (or just emptied). It looks only at the tenants
+// that changed since they were last found empty (watch), so its cost is
+// what the node serves, not what it is configured with. Saving a busy tenant every
 // interval, changed or not, keeps its snapshot at most an interval old: a
 // new owner that has only this snapshot charges the time since it at the
 // peak rate.
 func (m *Mover) SaveOwned() {
 	m.saveMu.Lock()
 	defer m.saveMu.Unlock()
+	for _, name := range m.tenants.Changed() {
+		m.watch[name] = struct{}{}
+	}
 	if !m.tenants.Deciding() {
 		return
 	}
 	r := m.current()
 	now := m.cfg.Clock()
 	var batch []*snapshot.Snapshot
-	for _, name := range m.tenants.Names() {
-		if !m.tenants.Owns(name) || m.tenants.Held(name) {
-			continue // not ours, or ours but its state is still on its way
-		}
+	for name := range m.watch {
 		lim := m.tenants.Limiter(name)
-		if lim == nil || lim.MovedTo() != "" {
+		if lim == nil {
+			delete(m.watch, name) // gone from the config
+			m.mu.Lock()
+			delete(m.empty, name)
+			m.mu.Unlock()
 			continue
 		}
-		st := lim.Export(now)
+		if m.tenants.Held(name) {
+			continue // ours, but its state is still on its way
+		}
+		if !m.tenants.Owns(name) || lim.MovedTo() != "" {
+			// Not ours to save: watched while it holds anything.
+			if _, empty := lim.ExportOrArm(now); empty {
+				delete(m.watch, name)
+			}
+			continue
+		}
+		st, empty := lim.ExportOrArm(now)
 		m.mu.Lock()
 		wasEmpty, seen := m.empty[name]
 		m.mu.Unlock()
-		if st.Empty() && (!seen || wasEmpty) {
+		if empty && (!seen || wasEmpty) {
+			delete(m.watch, name) // its next change lists it again
+			m.mu.Lock()
+			delete(m.empty, name)
+			m.mu.Unlock()
 			continue
 		}
 		batch = append(batch, &snapshot.Snapshot{Tenant: name, Writer: m.cfg.Self, WrittenAt: now, RingHash: r.Hash(), State: st})

@@ -1,7 +1,9 @@
 package handoff
 
 import (
+	"context"
 	"fmt"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -21,6 +23,10 @@ type memTenants struct {
 	held  map[string]bool
 	ring  *ring.Ring
 	owned map[string]bool // owned at some point
+	// changed are the tenants whose limiter changed since it was last
+	// found empty (limiter.Tenant.OnChange), as the router lists them.
+	changedMu sync.Mutex
+	changed   []string
 }
 
 const (
@@ -31,9 +37,23 @@ const (
 func newMemTenants(self string, names ...string) *memTenants {
 	mt := &memTenants{self: self, names: names, lims: map[string]*limiter.Tenant{}, held: map[string]bool{}, owned: map[string]bool{}}
 	for _, n := range names {
-		mt.lims[n] = limiter.NewTenant(limiter.Limits{Requests: testLimit}, testWindow, time.Hour)
+		lim := limiter.NewTenant(limiter.Limits{Requests: testLimit}, testWindow, time.Hour)
+		lim.OnChange(func() {
+			mt.changedMu.Lock()
+			mt.changed = append(mt.changed, n)
+			mt.changedMu.Unlock()
+		})
+		mt.lims[n] = lim
 	}
 	return mt
+}
+
+func (mt *memTenants) Changed() []string {
+	mt.changedMu.Lock()
+	defer mt.changedMu.Unlock()
+	out := mt.changed
+	mt.changed = nil
+	return out
 }
 
 func (mt *memTenants) Names() []string                  { return mt.names }
@@ -529,4 +549,108 @@ func TestJoinerFindsPinnedTenantsOwner(t *testing.T) {
 func mustOwner(r *ring.Ring, key string) string {
 	o, _ := r.Owner(key)
 	return o
+}
+
+// countingStore is InmemStore that remembers each save's tenants.
+type countingStore struct {
+	*InmemStore
+	mu     sync.Mutex
+	rounds [][]string
+}
+
+func (s *countingStore) SaveBatch(ctx context.Context, snaps []*snapshot.Snapshot, ttl time.Duration) error {
+	var names []string
+	for _, sn := range snaps {
+		names = append(names, sn.Tenant)
+	}
+	slices.Sort(names)
+	s.mu.Lock()
+	s.rounds = append(s.rounds, names)
+	s.mu.Unlock()
+	return s.InmemStore.SaveBatch(ctx, snaps, ttl)
+}
+
+func (s *countingStore) last() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.rounds) == 0 {
+		return nil
+	}
+	return s.rounds[len(s.rounds)-1]
+}
+
+// TestSaveOwnedLooksAtChangedOnly: among 20 000 configured tenants, the
+// periodic save writes the busy ones every round, the one that just
+// emptied once more, and none of the idle ones; it asks the node about the
+// tenants that changed, not about every configured one, and a tenant
+// charged again after it emptied is written again.
+func TestSaveOwnedLooksAtChangedOnly(t *testing.T) {
+	names := make([]string, 20_000)
+	for i := range names {
+		names[i] = fmt.Sprintf("t%05d", i)
+	}
+	clk := &clock{now: int64(time.Hour)}
+	mt := newMemTenants("a", names...)
+	mt.setRing(ring.New(1, []string{"a"}))
+	lookups := 0
+	counted := &countingTenants{memTenants: mt, lookups: &lookups}
+	store := &countingStore{InmemStore: NewInmemStore()}
+	m := New(Config{Self: "a", Window: testWindow, Clock: clk.Now}, counted, NewInmemNet().Peers("a"), store, func() *ring.Ring { return mt.ring })
+
+	call := func(n string) { // a call admitted and finished
+		tk, d := mt.lims[n].Admit(clk.Now(), 10)
+		if !d.Allowed {
+			t.Fatalf("%s refused", n)
+		}
+		mt.lims[n].Finish(clk.Now(), &tk, 10)
+	}
+	busy := []string{"t00007", "t01234", "t19999"}
+	for _, n := range busy {
+		call(n)
+		call(n)
+	}
+	m.SaveOwned()
+	if got := store.last(); !slices.Equal(got, busy) {
+		t.Fatalf("first save wrote %v, want %v", got, busy)
+	}
+	if lookups > 3*len(busy) {
+		t.Errorf("the save looked up %d tenants for %d busy among %d configured", lookups, len(busy), len(names))
+	}
+	m.SaveOwned() // busy and unchanged: written again (its age matters after a crash)
+	if got := store.last(); !slices.Equal(got, busy) {
+		t.Fatalf("second save wrote %v, want %v", got, busy)
+	}
+
+	clk.mu.Lock()
+	clk.now += int64(testWindow + time.Second) // everything left the window
+	clk.mu.Unlock()
+	rounds := len(store.rounds)
+	m.SaveOwned() // just emptied: written once as empty
+	if got := store.last(); len(store.rounds) != rounds+1 || !slices.Equal(got, busy) {
+		t.Fatalf("save after the window wrote %v, want the emptied %v", got, busy)
+	}
+	m.SaveOwned() // empty and written as such: nothing to write
+	if len(store.rounds) != rounds+1 {
+		t.Fatalf("an empty round wrote %v", store.last())
+	}
+	lookups = 0
+	call("t01234")
+	m.SaveOwned()
+	if got := store.last(); !slices.Equal(got, []string{"t01234"}) {
+		t.Fatalf("charged again after it emptied: wrote %v", got)
+	}
+	if lookups > 3 {
+		t.Errorf("the save looked up %d tenants for one that changed", lookups)
+	}
+}
+
+// countingTenants counts limiter lookups.
+type countingTenants struct {
+	*memTenants
+	lookups *int
+}
+
+func (c *countingTenants) Limiter(n string) *limiter.Tenant {
+	*c.lookups++
+	return c.memTenants.Limiter(n)
 }

@@ -77,6 +77,7 @@ func (t *Tenant) DropNode(now int64, node string) int64 {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	t.advance(now)
+	t.changed()
 	w := t.away[node]
 	if w == nil {
 		return 0
@@ -106,6 +107,7 @@ func (t *Tenant) ApplyFrom(now int64, from string, d Delta) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	t.advance(now)
+	t.changed()
 	t.requests.adjust(d.Bucket, d.Requests)
 	t.tokens.adjust(d.Bucket, d.Tokens)
 	if from == "" {

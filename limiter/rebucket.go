@@ -208,6 +208,7 @@ func (t *Tenant) Rebucket(now int64, window, slotTTL time.Duration) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	t.advance(now)
+	t.changed()
 	s := rebucketStep{window: t.requests.remapTo(now, window), slots: t.slots.remapTo(now, slotTTL)}
 	if s.window.identity() && s.slots.identity() {
 		return

@@ -92,12 +92,34 @@ func (t *Tenant) Export(now int64) State {
 	return State{Requests: t.requests.export(), Tokens: t.tokens.export(), Slots: t.slots.export(), Away: t.exportAway()}
 }
 
+// ExportOrArm is Export that also reports whether the state is empty; when
+// it is, the next change calls OnChange's function again. Nothing can
+// change in between: both happen under the lock.
+func (t *Tenant) ExportOrArm(now int64) (State, bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.advance(now)
+	s := State{Requests: t.requests.export(), Tokens: t.tokens.export(), Slots: t.slots.export(), Away: t.exportAway()}
+	empty := s.Empty()
+	if empty {
+		t.armed = true
+	}
+	return s, empty
+}
+
+// emptyLocked reports whether the tenant holds no charge (under the lock).
+func (t *Tenant) emptyLocked() bool {
+	s := State{Requests: t.requests.export(), Tokens: t.tokens.export(), Slots: t.slots.export(), Away: t.exportAway()}
+	return s.Empty()
+}
+
 // Import replaces the tenant's windows with a handed-over state, at now, and
 // makes this the tenant's authoritative state again (see Freeze).
 func (t *Tenant) Import(now int64, s State) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	t.advance(now)
+	t.changed()
 	t.frozen, t.sealed = false, false
 	t.movedTo.Store(nil)
 	t.requests.reset()
@@ -180,6 +202,7 @@ func (t *Tenant) FinishOrHand(now int64, tk *Ticket, actual int64) (d Delta, han
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	t.changed()
 	if !t.frozen {
 		t.finishLocked(now, tk, actual)
 		return Delta{}, false
@@ -203,6 +226,7 @@ func (t *Tenant) ChargeGap(now int64, s State) (requests, tokens int64) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	t.advance(now)
+	t.changed()
 	return t.requests.chargeGap(s.Requests), t.tokens.chargeGap(s.Tokens)
 }
 
@@ -296,6 +320,7 @@ func (t *Tenant) Replace(now int64, old, new State) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	t.advance(now)
+	t.changed()
 	t.requests.replace(old.Requests, new.Requests)
 	t.tokens.replace(old.Tokens, new.Tokens)
 	t.slots.replace(old.Slots, new.Slots)
@@ -346,6 +371,7 @@ func (t *Tenant) Restrict(now, n int64) (requests, tokens int64) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	t.advance(now)
+	t.changed()
 	return t.requests.restrict(n), t.tokens.restrict(n)
 }
 
@@ -368,6 +394,7 @@ func (t *Tenant) ChargeAt(now, at, requests, tokens int64) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	t.advance(now)
+	t.changed()
 	at = min(at, now)
 	for _, c := range []struct {
 		w *Window

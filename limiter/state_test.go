@@ -264,3 +264,61 @@ func TestSealKeepsCounting(t *testing.T) {
 		t.Fatal("Import leaves the tenant sealed")
 	}
 }
+
+// TestOnChangeFiresOncePerArming: the hook fires at the first change after
+// the tenant was made or found empty, for every kind of change, and not
+// again until ExportOrArm finds it empty.
+func TestOnChangeFiresOncePerArming(t *testing.T) {
+	const sec = int64(time.Second)
+	changes := []struct {
+		name   string
+		change func(tn *Tenant, now int64)
+	}{
+		{"admit", func(tn *Tenant, now int64) { tn.Admit(now, 5) }},
+		{"import", func(tn *Tenant, now int64) {
+			src := NewTenant(Limits{Requests: 10}, time.Minute, time.Minute)
+			tk, _ := src.Admit(now, 1)
+			src.Finish(now, &tk, 1)
+			tn.Import(now, src.Export(now))
+		}},
+		{"apply", func(tn *Tenant, now int64) { tn.Apply(now, Delta{Bucket: now / tn.requests.width, Requests: 1}) }},
+		{"charge at", func(tn *Tenant, now int64) { tn.ChargeAt(now, now, 1, 10) }},
+		{"restrict", func(tn *Tenant, now int64) { tn.Restrict(now, 3) }},
+	}
+	for _, c := range changes {
+		t.Run(c.name, func(t *testing.T) {
+			tn := NewTenant(Limits{Requests: 10, Tokens: 1000, Concurrency: 5}, time.Minute, time.Minute)
+			fired := 0
+			tn.OnChange(func() { fired++ })
+			now := 100 * sec
+			c.change(tn, now)
+			c.change(tn, now)
+			if fired != 1 {
+				t.Fatalf("fired %d times for two changes, want once", fired)
+			}
+			if _, empty := tn.ExportOrArm(now); empty {
+				t.Fatal("found empty right after a change")
+			}
+			c.change(tn, now)
+			if fired != 1 {
+				t.Fatalf("re-armed by an export that was not empty: fired %d", fired)
+			}
+			later := now + int64(3*time.Minute) // past window and slot TTL
+			if _, empty := tn.ExportOrArm(later); !empty {
+				t.Fatal("not empty after the window")
+			}
+			c.change(tn, later)
+			if fired != 2 {
+				t.Fatalf("fired %d times after re-arming, want 2", fired)
+			}
+		})
+	}
+	// A tenant already holding state counts as changed when the hook is set.
+	tn := NewTenant(Limits{Requests: 10}, time.Minute, time.Minute)
+	tn.Admit(100*sec, 0)
+	fired := 0
+	tn.OnChange(func() { fired++ })
+	if fired != 1 {
+		t.Errorf("hook set on a busy tenant fired %d times, want 1", fired)
+	}
+}

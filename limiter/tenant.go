@@ -89,6 +89,33 @@ type Tenant struct {
 	// gone. nil while there are none.
 	away    map[string]*Window
 	history rebuckets // for tickets admitted before a Rebucket (rebucket.go)
+
+	// onChange, if set, is called once at the first change after the
+	// tenant was made or found empty by ExportOrArm (armed): whoever saves
+	// busy tenants hears of each one without looking at every idle one.
+	onChange func()
+	armed    bool
+}
+
+// OnChange sets f to be called, under the tenant's lock (f must not call
+// the tenant), at its next change, and again at the first change after
+// each ExportOrArm that finds it empty. A tenant with a state already
+// counts as changed.
+func (t *Tenant) OnChange(f func()) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.onChange, t.armed = f, true
+	if !t.emptyLocked() {
+		t.changed()
+	}
+}
+
+// changed fires onChange if armed (under the lock).
+func (t *Tenant) changed() {
+	if t.armed && t.onChange != nil {
+		t.armed = false
+		t.onChange()
+	}
 }
 
 // NewTenant returns a tenant whose rpm/tpm are enforced over window and whose
@@ -128,6 +155,7 @@ func (t *Tenant) Admit(now, tokens int64) (Ticket, Decision) {
 			gen:        t.history.gen,
 		}
 		t.tokens.charge(tokens)
+		t.changed()
 	}
 	t.fill(now, &d)
 	return tk, d
@@ -182,6 +210,7 @@ func (t *Tenant) Settle(now int64, tk *Ticket, actual int64) {
 	}
 	t.mu.Lock()
 	t.advance(now)
+	t.changed()
 	t.tokens.adjust(t.history.bucket(tk), actual-tk.tokens)
 	t.mu.Unlock()
 	tk.tokens = actual
@@ -194,6 +223,7 @@ func (t *Tenant) Release(now int64, tk *Ticket) {
 	}
 	t.mu.Lock()
 	t.advance(now)
+	t.changed()
 	t.slots.adjust(t.history.slot(tk), -1)
 	t.mu.Unlock()
 	tk.released = true
@@ -211,6 +241,7 @@ func (t *Tenant) Finish(now int64, tk *Ticket, actual int64) {
 
 func (t *Tenant) finishLocked(now int64, tk *Ticket, actual int64) {
 	t.advance(now)
+	t.changed()
 	if actual != tk.tokens {
 		t.tokens.adjust(t.history.bucket(tk), actual-tk.tokens)
 		tk.tokens = actual
@@ -238,6 +269,7 @@ func (t *Tenant) CancelOrHand(now int64, tk *Ticket) (d Delta, handed bool) {
 	}
 	t.mu.Lock()
 	t.advance(now)
+	t.changed()
 	b, slot := t.history.buckets(tk)
 	if t.frozen {
 		d = Delta{Bucket: b, SlotBucket: slot, Requests: -1, Tokens: -tk.tokens}

@@ -43,13 +43,34 @@ func (r *Router) SetView(v View) {
 		r.endSpillsMovedBy(nv)
 	}
 	r.reloadMu.Lock()
-	r.view.Store(nv)
-	r.trackOwnership(nv)
-	r.reloadMu.Unlock()
-	r.reportFallbacksTo(nv)
-	for _, t := range r.state.Load().byName {
-		r.dropGoneSlots(t, nv)
+	old := r.view.Swap(nv)
+	// Most views change only who is live, not the ring: each tenant's
+	// owner is then what it was, and a node configured with 100 000
+	// tenants does not look each one up again (nor, with no member gone,
+	// at each one's slots).
+	sameRing := old != nil && old.ring == nv.ring
+	if !sameRing {
+		r.trackOwnership(nv)
 	}
+	r.reloadMu.Unlock()
+	if !sameRing {
+		r.reportFallbacksTo(nv)
+	}
+	if old == nil || membersLeft(old, nv) {
+		for _, t := range r.state.Load().byName {
+			r.dropGoneSlots(t, nv)
+		}
+	}
+}
+
+// membersLeft reports whether a member of old is not in nv.
+func membersLeft(old, nv *view) bool {
+	for name := range old.addrs {
+		if _, ok := nv.addrs[name]; !ok {
+			return true
+		}
+	}
+	return false
 }
 
 // trackOwnership (under reloadMu) records, per tenant, until when this node owned it

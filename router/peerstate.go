@@ -156,6 +156,25 @@ func (r *Router) Others() []string {
 // entities (handoff.Tenants), sorted; shared, not to be changed.
 func (r *Router) Names() []string { return r.state.Load().names }
 
+// Changed lists, once each, the tenants whose owner limiter changed since
+// it was made or last found empty (handoff.Tenants).
+func (r *Router) Changed() []string {
+	r.changedMu.Lock()
+	defer r.changedMu.Unlock()
+	out := r.changed
+	r.changed = nil
+	return out
+}
+
+// stateHooks are the router's ears on the tenants of a state.
+func (r *Router) stateHooks() stateHooks {
+	return stateHooks{spills: &r.spills, changed: func(name string) {
+		r.changedMu.Lock()
+		r.changed = append(r.changed, name)
+		r.changedMu.Unlock()
+	}}
+}
+
 // Pins place every tenant's levels of limits on the ring by the top of its
 // hierarchy (its team, else itself): the ring the node builds must hold
 // them.

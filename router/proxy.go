@@ -220,6 +220,9 @@ func (r *Router) serveLocalOnce(ctx *fasthttp.RequestCtx, ep upstream.Endpoint, 
 	owned := lim == t.lim
 	if owned && again == firstTry && st.cfg.Limits.SpilloverRPS > 0 {
 		t.arrivals.Add(1) // the rate that decides a spillover (spill.go)
+		if !t.listed.Load() && t.listed.CompareAndSwap(false, true) {
+			r.noteArrival(t)
+		}
 	}
 	var sp *spill
 	if s := t.spill.Load(); s != nil {

@@ -61,6 +61,18 @@ type Router struct {
 	hopCalls     hopWatches   // hop calls waiting for their upstream, for an edge's cancel (hopcancel.go)
 	spillRetryAt atomic.Int64 // no spillover switch before (spill.go)
 	ownerSpills  atomic.Int32 // spills this node owns (spill.go)
+	// spills counts the tenants with a spill, owned or served here
+	// (spillHolder): while there are none the spillover loop looks only
+	// at the tenants that had requests (arrived).
+	spills atomic.Int64
+	// arrived are the tenants that had a request since the spillover
+	// loop's last tick (tenant.listed).
+	arrivedMu sync.Mutex
+	arrived   []*tenant
+	// changed are the tenants whose owner limiter changed since it was
+	// last found empty, for the periodic save (Changed).
+	changedMu    sync.Mutex
+	changed      []string
 	leaser       *lease.Leaser
 	linesMu      sync.Mutex
 	lines        map[string]*queue.Queue // the budgets' lines, by budget key (budgets.go)
@@ -117,7 +129,7 @@ func New(o Options) (*Router, error) {
 	if r.leaser == nil {
 		r.leaser = lease.NewLeaser(lease.LeaserConfig{Node: r.node, Clock: o.Clock, Logger: o.Logger})
 	}
-	st, err := buildState(o.Config, nil, r.metrics, 0)
+	st, err := buildState(o.Config, nil, r.metrics, r.stateHooks(), 0)
 	if err != nil {
 		return nil, err
 	}
@@ -169,7 +181,7 @@ func (r *Router) Reload(cfg *config.Config) error {
 	r.reloadMu.Lock()
 	defer r.reloadMu.Unlock()
 	prev := r.state.Load()
-	st, err := buildState(cfg, prev, r.metrics, r.clock())
+	st, err := buildState(cfg, prev, r.metrics, r.stateHooks(), r.clock())
 	if err != nil {
 		return err
 	}

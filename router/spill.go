@@ -72,6 +72,33 @@ type spillHolder struct {
 	// ended is the newest epoch this node stopped serving: an
 	// announcement of it arriving late (after its end) is refused.
 	ended atomic.Int64
+	// live is the router's count of tenants with a spill, kept by Store
+	// and CompareAndSwap (nil: not counted).
+	live *atomic.Int64
+}
+
+// Store sets the tenant's spill, counted.
+func (h *spillHolder) Store(sp *spill) {
+	h.count(h.Pointer.Swap(sp), sp)
+}
+
+// CompareAndSwap is atomic.Pointer's, counted.
+func (h *spillHolder) CompareAndSwap(old, sp *spill) bool {
+	if !h.Pointer.CompareAndSwap(old, sp) {
+		return false
+	}
+	h.count(old, sp)
+	return true
+}
+
+func (h *spillHolder) count(old, sp *spill) {
+	switch {
+	case h.live == nil:
+	case old == nil && sp != nil:
+		h.live.Add(1)
+	case old != nil && sp == nil:
+		h.live.Add(-1)
+	}
 }
 
 // endEpoch records that the spill of epoch e ended here.
@@ -304,7 +331,37 @@ func (r *Router) RunSpillover(ctx context.Context) {
 		v := r.view.Load()
 		threshold := float64(st.cfg.Limits.SpilloverRPS)
 		can := r.canSpill()
-		for name, t := range st.byName {
+		r.arrivedMu.Lock()
+		arrived := r.arrived
+		r.arrived = nil
+		r.arrivedMu.Unlock()
+		for _, t := range arrived {
+			t.listed.Store(false) // its next request lists it again
+		}
+		// Only tenants that had requests can turn hot, and only those
+		// with a spill need watching: a node configured with 100 000
+		// tenants does not look at each one four times a second.
+		tenants := func(yield func(string, *tenant) bool) {
+			if r.spills.Load() > 0 {
+				for name, t := range st.byName {
+					if !yield(name, t) {
+						return
+					}
+				}
+				return
+			}
+			for _, t := range arrived {
+				if st.byName[t.name] == t && !yield(t.name, t) {
+					return
+				}
+			}
+		}
+		for name := range hot {
+			if t := st.byName[name]; t == nil || t.arrivals.Load() == 0 {
+				delete(hot, name) // no request this tick: cooled
+			}
+		}
+		for name, t := range tenants {
 			sp := t.spill.Load()
 			if sp != nil && sp.owner != r.node {
 				if r.clock() > sp.until.Load() {
@@ -332,6 +389,14 @@ func (r *Router) RunSpillover(ctx context.Context) {
 			}
 		}
 	}
+}
+
+// noteArrival lists t for the spillover loop's next tick: its first
+// request since the last tick.
+func (r *Router) noteArrival(t *tenant) {
+	r.arrivedMu.Lock()
+	r.arrived = append(r.arrived, t)
+	r.arrivedMu.Unlock()
 }
 
 // spillOn switches a tenant this node owns to spillover.

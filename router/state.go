@@ -53,6 +53,7 @@ type tenant struct {
 	// for the rate.
 	spill    *spillHolder
 	arrivals atomic.Int64
+	listed   atomic.Bool // in the router's arrived list
 
 	// queue is the line of requests waiting for room in the tenant's
 	// limits on its owner (queue.go), fbQueue on this node's fallback
@@ -101,7 +102,7 @@ type state struct {
 // limiter.Tenant.Rebucket): what they count and the tickets of calls in
 // flight carry over to the new bucket widths. The limiters are shared with
 // prev, so that is done last: a reload that fails leaves their widths alone.
-func buildState(cfg *config.Config, prev *state, m *metrics, now int64) (*state, error) {
+func buildState(cfg *config.Config, prev *state, m *metrics, hooks stateHooks, now int64) (*state, error) {
 	st := &state{
 		cfg:     cfg,
 		byKey:   make(map[[32]byte]*tenant),
@@ -131,7 +132,7 @@ func buildState(cfg *config.Config, prev *state, m *metrics, now int64) (*state,
 			st.byModel[model] = p
 		}
 	}
-	b := entityBuilder{st: st, prev: prev, cfg: cfg, m: m, pins: ring.Pins{}}
+	b := entityBuilder{st: st, prev: prev, cfg: cfg, m: m, hooks: hooks, pins: ring.Pins{}}
 	for _, tc := range cfg.Teams {
 		lim := limiter.Limits{Requests: int64(tc.RPM), Tokens: int64(tc.TPM), Concurrency: int64(tc.Concurrency)}
 		e := b.entity(teamEntity(tc.Name), lim, tc.Mode)
@@ -199,8 +200,19 @@ type entityBuilder struct {
 	st, prev *state
 	cfg      *config.Config
 	m        *metrics
+	hooks    stateHooks
 	pins     ring.Pins
 	rebucket []*limiter.Tenant
+}
+
+// stateHooks are what a state's tenants tell the router.
+type stateHooks struct {
+	// spills counts the tenants that have a spill (spillHolder), for the
+	// spillover loop.
+	spills *atomic.Int64
+	// changed hears of each tenant's first change after it was last found
+	// empty (limiter.Tenant.OnChange), for the periodic save (Changed).
+	changed func(name string)
 }
 
 func (b *entityBuilder) entity(name string, limits limiter.Limits, mode string) *tenant {
@@ -219,9 +231,12 @@ func (b *entityBuilder) entity(name string, limits limiter.Limits, mode string) 
 	} else {
 		lim = limiter.NewTenant(limits, cfg.Limits.Window, cfg.Limits.SlotTTL)
 		fallback = limiter.NewTenant(limits, cfg.Limits.Window, cfg.Limits.SlotTTL)
+		if f := b.hooks.changed; f != nil {
+			lim.OnChange(func() { f(name) })
+		}
 	}
 	t := &tenant{name: name, shadow: mode == config.ModeShadow, limits: limits, lim: lim, fallback: fallback, metrics: b.m,
-		fb: &fallbackLedger{}, spill: &spillHolder{}, queue: &queue.Queue{}, fbQueue: &queue.Queue{}}
+		fb: &fallbackLedger{}, spill: &spillHolder{live: b.hooks.spills}, queue: &queue.Queue{}, fbQueue: &queue.Queue{}}
 	if old != nil {
 		t.ownedUntil.Store(old.ownedUntil.Load())
 		// A fallback episode goes on across a reload, its share kept
