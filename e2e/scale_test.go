@@ -12,6 +12,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -119,9 +120,9 @@ models = ["gpt-4o-mini"]
 	if err := waitCluster(nodes[:3], 3, 30*time.Second); err != nil {
 		t.Fatal(err)
 	}
-	rssReady := make([]int64, 3)
+	rssReady, heapReady := make([]int64, 3), make([]int64, 3)
 	for i := range rssReady {
-		rssReady[i] = rssOf(t, nodes[i].p.cmd.Process.Pid)
+		rssReady[i], heapReady[i] = rssOf(t, nodes[i].p.cmd.Process.Pid), heapOf(nodes[i])
 	}
 
 	// One request for each of 10 000 tenants, spread over the three nodes.
@@ -169,9 +170,9 @@ models = ["gpt-4o-mini"]
 		t.Fatalf("%d of %d requests failed; first: %s", f, driven, *firstErr.Load())
 	}
 	time.Sleep(2 * time.Second) // a snapshot round or two
-	rssDriven := make([]int64, 3)
+	rssDriven, heapDriven := make([]int64, 3), make([]int64, 3)
 	for i := range rssDriven {
-		rssDriven[i] = rssOf(t, nodes[i].p.cmd.Process.Pid)
+		rssDriven[i], heapDriven[i] = rssOf(t, nodes[i].p.cmd.Process.Pid), heapOf(nodes[i])
 	}
 
 	// Scale-up: node-4 joins; then node-2 drains. With
@@ -207,11 +208,13 @@ models = ["gpt-4o-mini"]
 	var out strings.Builder
 	fmt.Fprintf(&out, "\n%d configured tenants on every node, %d driven (one request each, %d clients, %s: p50 %s, p99 %s), Redis snapshots on\n\n",
 		configured, driven, workers, loadTook.Round(time.Millisecond), lat[len(lat)/2].Round(time.Microsecond), lat[len(lat)*99/100].Round(time.Microsecond))
-	fmt.Fprintf(&out, "| node | start to ready | resident once ready | resident after the load |\n| --- | ---: | ---: | ---: |\n")
+	fmt.Fprintf(&out, "GOMEMLIMIT=%q\n\n", os.Getenv("GOMEMLIMIT"))
+	fmt.Fprintf(&out, "| node | start to ready | resident once ready | live heap | resident after the load | live heap |\n| --- | ---: | ---: | ---: | ---: | ---: |\n")
 	for i := range 3 {
-		fmt.Fprintf(&out, "| %s | %d ms | %d MiB | %d MiB |\n", nodes[i].name, ready[i].Milliseconds(), rssReady[i]>>20, rssDriven[i]>>20)
+		fmt.Fprintf(&out, "| %s | %d ms | %d MiB | %d MiB | %d MiB | %d MiB |\n", nodes[i].name, ready[i].Milliseconds(),
+			rssReady[i]>>20, heapReady[i]>>20, rssDriven[i]>>20, heapDriven[i]>>20)
 	}
-	fmt.Fprintf(&out, "| node-4 (scale-up) | %d ms | | |\n", ready[3].Milliseconds())
+	fmt.Fprintf(&out, "| node-4 (scale-up) | %d ms | | | | |\n", ready[3].Milliseconds())
 	fmt.Fprintf(&out, "\n| change | node | moved | handed over | taken over | state | handoff_ms |\n| --- | --- | ---: | ---: | ---: | --- | ---: |\n")
 	for _, ch := range []struct {
 		name string
@@ -281,4 +284,23 @@ func getLong(url string, timeout time.Duration) (int, []byte, error) {
 	defer resp.Body.Close()
 	b, err := io.ReadAll(resp.Body)
 	return resp.StatusCode, b, err
+}
+
+// heapOf is a node's live heap: its go_memstats_heap_alloc_bytes right
+// after a collection (the heap profile's gc=1 runs one).
+func heapOf(n *gwNode) int64 {
+	if code, _, err := getLong("http://"+n.listen+"/debug/pprof/heap?gc=1", 10*time.Second); err != nil || code != http.StatusOK {
+		return -1
+	}
+	_, body, err := get("http://" + n.listen + "/metrics")
+	if err != nil {
+		return -1
+	}
+	for _, line := range strings.Split(string(body), "\n") {
+		if v, ok := strings.CutPrefix(line, "go_memstats_heap_alloc_bytes "); ok {
+			f, _ := strconv.ParseFloat(strings.TrimSpace(v), 64)
+			return int64(f)
+		}
+	}
+	return -1
 }

@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"runtime/debug"
 	"sync"
 	"time"
 
@@ -135,6 +136,13 @@ func Start(cfg *config.Config, o Options) (*Node, error) {
 		n.grace = time.Second
 	}
 	n.tenantNames = rt.Names()
+	if len(n.tenantNames) >= bigConfig {
+		// Parsing and building a big config leaves a heap's worth of
+		// garbage (the TOML document as maps): give it back to the
+		// system now, not whenever the scavenger gets to it (~90 MiB of
+		// resident memory with 100 000 tenants).
+		debug.FreeOSMemory()
+	}
 	clock := o.Clock
 	if clock == nil {
 		clock = func() int64 { return time.Now().UnixNano() }
@@ -273,6 +281,10 @@ func (n *Node) onRing(from, to *ring.Ring) {
 		"took_ms", since.Milliseconds(),
 	)
 }
+
+// bigConfig is the number of tenants from which start-up returns the
+// garbage of building them to the system at once.
+const bigConfig = 10_000
 
 // maxLoggedTenants bounds the tenant names one log line lists.
 const maxLoggedTenants = 50

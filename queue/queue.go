@@ -80,8 +80,10 @@ type Flow struct {
 type Queue struct {
 	waiting atomic.Int32 // read without the lock on the hot path
 
-	mu         sync.Mutex
-	lines      [2]line
+	mu sync.Mutex
+	// lines are made at the first Wait: a gateway has a queue for each of
+	// its many tenants, and few of them ever wait.
+	lines      *[2]line
 	sinceBatch int         // admissions from the line since the last batch one
 	trying     *waiter     // the head while it tries
 	kicked     bool        // a Kick came while the head tried: the next head tries at once
@@ -120,6 +122,9 @@ func (q *Queue) Waiting() int { return int(q.waiting.Load()) }
 func (q *Queue) Depth(c Class) int {
 	q.mu.Lock()
 	defer q.mu.Unlock()
+	if q.lines == nil {
+		return 0
+	}
 	return q.lines[c].n
 }
 
@@ -128,6 +133,9 @@ func (q *Queue) Depth(c Class) int {
 func (q *Queue) Oldest(c Class) time.Duration {
 	q.mu.Lock()
 	defer q.mu.Unlock()
+	if q.lines == nil {
+		return 0
+	}
 	var first time.Time
 	for _, f := range q.lines[c].active {
 		if w := f.waiters.Front().Value.(*waiter); first.IsZero() || w.since.Before(first) {
@@ -149,6 +157,9 @@ func (q *Queue) Wait(c Class, f Flow, maxDepth int, deadline time.Time, cancel <
 		w.cost = max(f.Cost, 1) / f.Weight
 	}
 	q.mu.Lock()
+	if q.lines == nil {
+		q.lines = new([2]line)
+	}
 	if !q.lines[c].join(w, f.Key, maxDepth) {
 		q.mu.Unlock()
 		return 0, ErrFull
@@ -227,6 +238,9 @@ func (q *Queue) wakeHead() {
 
 // head is the waiter whose turn it is; q.mu is held.
 func (q *Queue) head() *waiter {
+	if q.lines == nil {
+		return nil
+	}
 	inter, batch := q.lines[Interactive].head(), q.lines[Batch].head()
 	switch {
 	case batch == nil:

@@ -84,7 +84,7 @@ func TestFallbackReportSentTwiceCountsOnce(t *testing.T) {
 	p.late.Store(1)
 	te := p.edge.state.Load().byName["acme"]
 	admit := func() (limiter.Ticket, *fallbackEntry) {
-		tk, d := te.fallback.Admit(p.edge.clock(), 10)
+		tk, d := te.fb.share().Admit(p.edge.clock(), 10)
 		if !d.Allowed {
 			t.Fatalf("fallback share refused: %+v", d)
 		}
@@ -103,7 +103,7 @@ func TestFallbackReportSentTwiceCountsOnce(t *testing.T) {
 	}
 	// One call ends while its admission is unconfirmed.
 	fin := limiter.FinishDelta(&tks[0], 10)
-	te.fallback.Finish(p.edge.clock(), &tks[0], 10)
+	te.fb.share().Finish(p.edge.clock(), &tks[0], 10)
 	p.edge.fallbackFinished(te, es[0], fin)
 
 	// The episode ends: the ledger is reported again.

@@ -33,6 +33,12 @@ const maxFallbackEntries = 1 << 14
 const reportSoon = 5 * time.Millisecond
 
 type fallbackLedger struct {
+	// lim is the tenant's fallback share, made at its first use (share):
+	// a node configured with many tenants serves few in fallback. Made
+	// under mu with the window in force (setWindow).
+	lim             atomic.Pointer[limiter.Tenant]
+	window, slotTTL time.Duration
+
 	sendMu sync.Mutex // one report at a time
 	mu     sync.Mutex
 	owner  string // the owner the admissions could not reach
@@ -92,6 +98,35 @@ func (l *fallbackLedger) waitsFor(owner string) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return len(l.pending) > 0 && owner != l.owner
+}
+
+// share is the tenant's fallback share, made now if it was not yet (with
+// no limits: fallbackLimiter sets the share's before any admission).
+func (l *fallbackLedger) share() *limiter.Tenant {
+	if s := l.lim.Load(); s != nil {
+		return s
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if s := l.lim.Load(); s != nil {
+		return s
+	}
+	s := limiter.NewTenant(limiter.Limits{}, l.window, l.slotTTL)
+	l.lim.Store(s)
+	return s
+}
+
+// made is the fallback share if it was made, else nil: a limiter a request
+// holds is the tenant's share only if there is one.
+func (l *fallbackLedger) made() *limiter.Tenant { return l.lim.Load() }
+
+// setWindow sets the window and slot TTL a share made from now on counts
+// over (a reload), and returns the share if there is one already.
+func (l *fallbackLedger) setWindow(window, slotTTL time.Duration) *limiter.Tenant {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.window, l.slotTTL = window, slotTTL
+	return l.lim.Load()
 }
 
 // delivered reports whether the owner was told everything in the ledger.
@@ -219,6 +254,6 @@ func (r *Router) seedFromAnswers(t *tenant, n int64) string {
 		at, reqs, toks, how = now, t.limits.Requests, t.limits.Tokens, "full_window"
 	}
 	ceil := func(v int64) int64 { return (v + n - 1) / n }
-	t.fallback.ChargeAt(now, at, ceil(reqs), ceil(toks))
+	t.fb.share().ChargeAt(now, at, ceil(reqs), ceil(toks))
 	return how
 }

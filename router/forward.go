@@ -249,9 +249,10 @@ func (r *Router) fallbackLimiter(t *tenant, v *view, owner string) (*limiter.Ten
 	}
 	l := limiter.Limits{Requests: share(t.limits.Requests), Tokens: share(t.limits.Tokens), Concurrency: share(t.limits.Concurrency)}
 	open := l.Requests >= 0 && l.Tokens >= 0 && l.Concurrency >= 0
+	fl := t.fb.share()
 	if open {
 		// Never store a -1 share: the limiter reads <= 0 as "no limit".
-		t.fallback.SetLimits(l)
+		fl.SetLimits(l)
 	}
 	if !t.inFallback.Load() {
 		// The first request of an episode seeds the share with the owner's
@@ -268,7 +269,7 @@ func (r *Router) fallbackLimiter(t *tenant, v *view, owner string) (*limiter.Ten
 		}
 		t.fallbackMu.Unlock()
 	}
-	return t.fallback, open
+	return fl, open
 }
 
 // seedFallback charges the tenant's fallback share with its share (1/n) of
@@ -283,8 +284,8 @@ func (r *Router) seedFallback(t *tenant, n int64) string {
 		if st, ok := (*seed)(t.name); ok {
 			share := st.Share(n)
 			now := r.clock()
-			t.fallback.Replace(now, limiter.State{}, share)
-			t.fallback.ChargeGap(now, share)
+			t.fb.share().Replace(now, limiter.State{}, share)
+			t.fb.share().ChargeGap(now, share)
 			return "redis_snapshot"
 		}
 	}

@@ -60,7 +60,7 @@ func (r *Router) setLevels(c *call) bool {
 				c.nLevels++
 				continue
 			}
-		case c.t.fallback:
+		case c.t.fb.made():
 			v := r.view.Load()
 			var open bool
 			if lim, open = r.fallbackLimiter(e, v, v.owner(e.name)); !open {
@@ -172,7 +172,7 @@ func (r *Router) levelsShadowed(ctx *fasthttp.RequestCtx, c *call) {
 // their ledgers, like the tenant's (fallbackAdmitted).
 func (r *Router) levelsAdmitted(c *call) {
 	for i := range c.nLevels {
-		if l := &c.levels[i]; l.away || l.lim == l.e.fallback && !l.shadow {
+		if l := &c.levels[i]; l.away || l.lim == l.e.fb.made() && !l.shadow {
 			l.fb = r.fallbackAdmitted(l.e, &l.tk, 0)
 		}
 	}

@@ -158,11 +158,26 @@ func (c *tenantCounters) refused(d limiter.Dimension) {
 	}
 }
 
+// maxTenantSeries bounds the tenants with metric series of their own on a
+// node: the first to be decided here get them (8 series each, ~4 KB), the
+// others count together as tenant="_other". A node configured with 100 000
+// tenants keeps its /metrics, and its memory, bounded.
+const maxTenantSeries = 1000
+
+// otherTenants is the tenant label of those past maxTenantSeries.
+const otherTenants = "_other"
+
 func (m *metrics) tenant(name string) *tenantCounters {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if c, ok := m.tenants[name]; ok {
 		return c
+	}
+	if len(m.tenants) >= maxTenantSeries {
+		name = otherTenants
+		if c, ok := m.tenants[name]; ok {
+			return c
+		}
 	}
 	c := &tenantCounters{
 		allowed:     m.decisions.WithLabelValues(name, "allowed"),

@@ -329,7 +329,7 @@ func (r *Router) serveLocalOnce(ctx *fasthttp.RequestCtx, ep upstream.Endpoint, 
 		return false
 	}
 	r.admitted(c)
-	if lim == t.fallback {
+	if lim == t.fb.made() {
 		c.fb = r.fallbackAdmitted(t, &c.tk, 0)
 	}
 	r.levelsShadowed(ctx, c)
@@ -735,7 +735,7 @@ func (r *Router) finish(c *call, u upstream.Usage, ok bool, countedCompletion in
 		if c.fb != nil {
 			r.fallbackFinished(c.t, c.fb, d)
 		}
-		if c.lim == c.t.fallback {
+		if c.lim == c.t.fb.made() {
 			c.t.fbQueue.Kick() // a slot of the share freed, tokens settled
 		}
 	}

@@ -76,7 +76,7 @@ func (t *tenant) lineFor(lim *limiter.Tenant, hops int) *queue.Queue {
 	switch {
 	case lim == t.lim:
 		return t.queue
-	case lim == t.fallback && hops == 0:
+	case lim == t.fb.made() && hops == 0:
 		return t.fbQueue
 	}
 	return nil
@@ -262,7 +262,7 @@ func (r *Router) admitQueued(ctx *fasthttp.RequestCtx, ep upstream.Endpoint, st 
 		case owned && c.lim.MovedTo() != "":
 			out = movedAway // handed over: its new owner decides
 			return true, -1
-		case c.lim == t.fallback && hops == 0 && r.fallbackOver(t):
+		case c.lim == t.fb.made() && hops == 0 && r.fallbackOver(t):
 			out = fallbackEnded // the owner answers again, or is another: it decides
 			return true, -1
 		case c.sp != nil && (r.lapsed(c.sp) || c.sp.budget.Fenced()):
@@ -429,7 +429,7 @@ func (r *Router) admitQueued(ctx *fasthttp.RequestCtx, ep upstream.Endpoint, st 
 	}
 	setRateHeaders(&ctx.Response.Header, &last)
 	r.admitted(c)
-	if c.lim == t.fallback {
+	if c.lim == t.fb.made() {
 		c.fb = r.fallbackAdmitted(t, &c.tk, 0)
 	}
 	r.levelsShadowed(ctx, c)

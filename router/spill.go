@@ -854,7 +854,7 @@ func (r *Router) leaveSpill(t *tenant, sp *spill, reason string) bool {
 		// The owner may be gone: the snapshot a fallback share would be
 		// seeded with does not hold what this node admitted on the spill
 		// lately. The share counts it itself.
-		chargeMirror(t.fallback, sp.mirror, r.clock())
+		chargeMirror(t.fb.share(), sp.mirror, r.clock())
 	}
 	if !was {
 		r.leaser.Retire(sp.key) // its slots held while its calls run

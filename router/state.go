@@ -26,14 +26,14 @@ type tenant struct {
 	metrics *metrics
 	counts  atomic.Pointer[tenantCounters]
 
-	// fallback enforces this node's strict share of the limits while the
-	// tenant's owner cannot be reached; inFallback marks the episode so it
-	// is logged once.
-	fallback   *limiter.Tenant
+	// The fallback share (fb.share, made at its first use) enforces this
+	// node's strict share of the limits while the tenant's owner cannot be
+	// reached; inFallback marks the episode so it is logged once.
 	inFallback atomic.Bool
 	fallbackMu sync.Mutex // serialises the start of an episode
-	// fb keeps the admissions of fallback episodes until the owner is
-	// told (fallback.go).
+	// fb keeps the fallback share and the admissions of fallback
+	// episodes until the owner is told (fallback.go); shared by the
+	// tenant's structs across reloads.
 	fb *fallbackLedger
 	// seen is the owner's usage as its last relayed answer reported it,
 	// to seed a fallback share with (fallback.go).
@@ -105,7 +105,7 @@ type state struct {
 func buildState(cfg *config.Config, prev *state, m *metrics, hooks stateHooks, now int64) (*state, error) {
 	st := &state{
 		cfg:     cfg,
-		byKey:   make(map[[32]byte]*tenant),
+		byKey:   make(map[[32]byte]*tenant, len(cfg.Tenants)),
 		byName:  make(map[string]*tenant, len(cfg.Tenants)),
 		byModel: make(map[string]*upstream.Provider),
 	}
@@ -217,26 +217,32 @@ type stateHooks struct {
 
 func (b *entityBuilder) entity(name string, limits limiter.Limits, mode string) *tenant {
 	cfg := b.cfg
-	var lim, fallback *limiter.Tenant
+	var lim *limiter.Tenant
 	var old *tenant
 	if b.prev != nil {
 		old = b.prev.byName[name]
 	}
+	fb := &fallbackLedger{}
 	if old != nil {
-		lim, fallback = old.lim, old.fallback
+		lim, fb = old.lim, old.fb
 		lim.SetLimits(limits)
 		if b.prev.cfg.Limits.Window != cfg.Limits.Window || b.prev.cfg.Limits.SlotTTL != cfg.Limits.SlotTTL {
-			b.rebucket = append(b.rebucket, lim, fallback)
+			b.rebucket = append(b.rebucket, lim)
 		}
 	} else {
 		lim = limiter.NewTenant(limits, cfg.Limits.Window, cfg.Limits.SlotTTL)
-		fallback = limiter.NewTenant(limits, cfg.Limits.Window, cfg.Limits.SlotTTL)
 		if f := b.hooks.changed; f != nil {
 			lim.OnChange(func() { f(name) })
 		}
 	}
-	t := &tenant{name: name, shadow: mode == config.ModeShadow, limits: limits, lim: lim, fallback: fallback, metrics: b.m,
-		fb: &fallbackLedger{}, spill: &spillHolder{live: b.hooks.spills}, queue: &queue.Queue{}, fbQueue: &queue.Queue{}}
+	// The fallback share is made at its first use, with the window in
+	// force then; one made already counts over the new window too.
+	if share := fb.setWindow(cfg.Limits.Window, cfg.Limits.SlotTTL); share != nil && old != nil &&
+		(b.prev.cfg.Limits.Window != cfg.Limits.Window || b.prev.cfg.Limits.SlotTTL != cfg.Limits.SlotTTL) {
+		b.rebucket = append(b.rebucket, share)
+	}
+	t := &tenant{name: name, shadow: mode == config.ModeShadow, limits: limits, lim: lim, metrics: b.m,
+		fb: fb, spill: &spillHolder{live: b.hooks.spills}, queue: &queue.Queue{}, fbQueue: &queue.Queue{}}
 	if old != nil {
 		t.ownedUntil.Store(old.ownedUntil.Load())
 		// A fallback episode goes on across a reload, its share kept
@@ -246,7 +252,7 @@ func (b *entityBuilder) entity(name string, limits limiter.Limits, mode string) 
 		t.seen.at.Store(old.seen.at.Load())
 		t.seen.requests.Store(old.seen.requests.Load())
 		t.seen.tokens.Store(old.seen.tokens.Load())
-		t.fb, t.spill, t.queue, t.fbQueue = old.fb, old.spill, old.queue, old.fbQueue
+		t.spill, t.queue, t.fbQueue = old.spill, old.queue, old.fbQueue
 	}
 	b.st.byName[name] = t
 	return t
