@@ -375,7 +375,7 @@ func TestAddedLatencyReport(t *testing.T) {
 		latencyRows3(&out, stream, interleaveAll(t, env.targets(stream), perTarget, block))
 	}
 
-	header("open loop at %d requests/s (latency from each request's due time), %d per target in each of %d interleaved rounds",
+	header("open loop at %d requests/s (latency from each request's release to the clients: its due time, or later when the generator's sleep overran), %d per target in each of %d interleaved rounds",
 		rate, perRound, rounds)
 	for _, stream := range []bool{false, true} {
 		ts := env.targets(stream)
