@@ -281,7 +281,9 @@ func (m *Mover) Start() {
 			case <-m.stop:
 				return
 			case <-save.C:
-				if !none {
+				if none {
+					m.tenants.Changed() // nothing saves them: keep the list short
+				} else {
 					m.SaveOwned()
 				}
 			case <-check.C:
@@ -478,10 +480,10 @@ func (m *Mover) saveFinals(asker string, out []Reply, now int64) {
 	var batch []*snapshot.Snapshot
 	hash := m.current().Hash()
 	for _, r := range out {
-		// An empty state needs no final: lost with the answer, the asker
-		// takes the tenant over conservatively, never over its limit.
-		// Most moved tenants of a big config are idle.
-		if r.Status == Handed && !r.State.Empty() {
+		// An empty state too: lost with the answer, the asker would
+		// otherwise find an older snapshot (a finished call's slot, say)
+		// and hold the tenant to it.
+		if r.Status == Handed {
 			// The asker accepts a recent final from the node it asked,
 			// whatever ring this node stamps it with (fromStore).
 			batch = append(batch, &snapshot.Snapshot{Tenant: r.Tenant, Writer: m.cfg.Self, WrittenAt: now, RingHash: hash, Final: true, State: r.State})

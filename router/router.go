@@ -193,6 +193,15 @@ func (r *Router) Reload(cfg *config.Config) error {
 		}
 	}
 	r.state.Store(st)
+	for name, t := range prev.byName {
+		if st.byName[name] == nil {
+			// Gone from the config: its spill (if any) ends with it,
+			// and no longer counts for the spillover loop.
+			if sp := t.spill.Load(); sp != nil {
+				t.spill.CompareAndSwap(sp, nil)
+			}
+		}
+	}
 	r.trackOwnership(r.view.Load())
 	r.reloadSpills(st)
 	// New limits, budgets: the heads of every line try again now, on the

@@ -174,6 +174,13 @@ func buildState(cfg *config.Config, prev *state, m *metrics, hooks stateHooks, n
 	st.pins = b.pins
 	st.names = slices.Sorted(maps.Keys(st.byName))
 	rebucket := b.rebucket
+	for _, fb := range b.ledgers {
+		if share := fb.setWindow(cfg.Limits.Window, cfg.Limits.SlotTTL); share != nil && share.Window() != cfg.Limits.Window {
+			rebucket = append(rebucket, share)
+		} else if share != nil && prev != nil && prev.cfg.Limits.SlotTTL != cfg.Limits.SlotTTL {
+			rebucket = append(rebucket, share)
+		}
+	}
 	for _, lim := range rebucket {
 		lim.Rebucket(now, cfg.Limits.Window, cfg.Limits.SlotTTL)
 	}
@@ -203,6 +210,7 @@ type entityBuilder struct {
 	hooks    stateHooks
 	pins     ring.Pins
 	rebucket []*limiter.Tenant
+	ledgers  []*fallbackLedger // every entity's, for their share's window
 }
 
 // stateHooks are what a state's tenants tell the router.
@@ -236,11 +244,9 @@ func (b *entityBuilder) entity(name string, limits limiter.Limits, mode string) 
 		}
 	}
 	// The fallback share is made at its first use, with the window in
-	// force then; one made already counts over the new window too.
-	if share := fb.setWindow(cfg.Limits.Window, cfg.Limits.SlotTTL); share != nil && old != nil &&
-		(b.prev.cfg.Limits.Window != cfg.Limits.Window || b.prev.cfg.Limits.SlotTTL != cfg.Limits.SlotTTL) {
-		b.rebucket = append(b.rebucket, share)
-	}
+	// force then (set once the state is built: a reload that fails
+	// changes nothing); one made already counts over the new window too.
+	b.ledgers = append(b.ledgers, fb)
 	t := &tenant{name: name, shadow: mode == config.ModeShadow, limits: limits, lim: lim, metrics: b.m,
 		fb: fb, spill: &spillHolder{live: b.hooks.spills}, queue: &queue.Queue{}, fbQueue: &queue.Queue{}}
 	if old != nil {
