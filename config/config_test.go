@@ -1032,3 +1032,39 @@ h = 2
 		}
 	}
 }
+
+// TestTenantTablesDecodedApart: every [[tenants]] table decodes into one
+// schema reused for each; nothing of one tenant may reach the next.
+func TestTenantTablesDecodedApart(t *testing.T) {
+	doc := `
+[[upstreams]]
+name = "up"
+kind = "openai"
+base_url = "http://127.0.0.1:1"
+models = ["gpt-4o"]
+
+[[tenants]]
+name = "a"
+keys = ["ka1", "ka2"]
+rpm = 5
+priority = "batch"
+[[tenants.model_limits]]
+model = "gpt-4o"
+rpm = 2
+
+[[tenants]]
+name = "b"
+keys = ["kb"]
+`
+	c, err := Parse([]byte(doc), "t.toml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, b := c.Tenants[0], c.Tenants[1]
+	if a.Name != "a" || len(a.Keys) != 2 || a.RPM != 5 || a.Priority != "batch" || len(a.ModelLimits) != 1 {
+		t.Errorf("a decoded as %+v", a)
+	}
+	if b.Name != "b" || len(b.Keys) != 1 || b.Keys[0] != "kb" || b.RPM != defaultTenant().RPM || b.Priority != defaultTenant().Priority || len(b.ModelLimits) != 0 {
+		t.Errorf("b decoded as %+v: something of a reached it", b)
+	}
+}

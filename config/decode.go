@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
@@ -329,7 +330,7 @@ func fTables(each func(d *decoder, path string, v any)) field {
 			}
 		}
 		for i, e := range a {
-			each(d, fmt.Sprintf("%s[%d]", path, i), e)
+			each(d, path+"["+strconv.Itoa(i)+"]", e)
 		}
 	}
 }
@@ -431,9 +432,12 @@ func (d *decoder) rootFields() map[string]field {
 			u.BaseURL = strings.TrimRight(u.BaseURL, "/")
 			c.Upstreams = append(c.Upstreams, u)
 		}),
-		"tenants": fTables(func(d *decoder, path string, v any) {
-			t := defaultTenant()
-			d.table(path, v, map[string]field{
+		"tenants": func() field {
+			// One schema for every [[tenants]] table, decoding into t,
+			// which each table starts afresh and is then copied out: a
+			// config of 100 000 tenants builds it once, not 100 000 times.
+			var t Tenant
+			fields := map[string]field{
 				"name":             fStr(&t.Name),
 				"keys":             fStrs(&t.Keys),
 				"rpm":              fInt(&t.RPM),
@@ -445,9 +449,13 @@ func (d *decoder) rootFields() map[string]field {
 				"batch_wait":       fDur(&t.BatchWait),
 				"team":             fStr(&t.Team),
 				"model_limits":     fModelLimits(&t.ModelLimits),
+			}
+			return fTables(func(d *decoder, path string, v any) {
+				t = defaultTenant()
+				d.table(path, v, fields)
+				c.Tenants = append(c.Tenants, t)
 			})
-			c.Tenants = append(c.Tenants, t)
-		}),
+		}(),
 		"teams": fTables(func(d *decoder, path string, v any) {
 			t := defaultTeam()
 			d.table(path, v, map[string]field{

@@ -269,13 +269,13 @@ func (v *validator) tenants() {
 	names := map[string]int{}
 	keys := map[[32]byte]string{} // key hash -> path that listed it first
 	for i, t := range v.c.Tenants {
-		p := fmt.Sprintf("tenants[%d]", i)
+		p := "tenants[" + strconv.Itoa(i) + "]"
 		v.uniqueName(p+".name", "tenant", "tenants", t.Name, i, names)
 		if len(t.Keys) == 0 {
 			v.errf(p+".keys", "needs at least one key")
 		}
 		for k, key := range t.Keys {
-			kp := fmt.Sprintf("%s.keys[%d]", p, k)
+			kp := p + ".keys[" + strconv.Itoa(k) + "]"
 			h, err := keyHash(key)
 			if err != nil {
 				v.errf(kp, "%s", err)
