@@ -134,28 +134,7 @@ func runScaleUpAndDrain(t *testing.T, sc scenario) *outcome {
 	}
 	nodes[3].listen = addr(port4)
 	startNode := func(n *gwNode, join []string) error {
-		fixed := n.listen != ""
-		p, err := ps.launch(n.name, binary, 15*time.Second, func() ([]string, func() bool, error) {
-			if !fixed {
-				port, err := freePort(false)
-				if err != nil {
-					return nil, nil, err
-				}
-				n.listen = addr(port)
-			}
-			port, err := freePort(true)
-			if err != nil {
-				return nil, nil, err
-			}
-			n.gossip = addr(port)
-			cfg := filepath.Join(dir, n.name+".toml")
-			if err := os.WriteFile(cfg, []byte(nodeConfig(n, join, secret, fakeAddr, sc)), 0o600); err != nil {
-				return nil, nil, err
-			}
-			return []string{"-config", cfg}, answers("http://"+n.listen+"/readyz", http.StatusOK), nil
-		})
-		n.p = p
-		return err
+		return ps.launchNode(n, 15*time.Second, func() string { return nodeConfig(n, join, secret, fakeAddr, sc) })
 	}
 	for i, n := range nodes[:3] {
 		var join []string

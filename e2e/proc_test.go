@@ -200,6 +200,35 @@ func (ps *procs) launch(name, path string, timeout time.Duration, mk func() (arg
 	}
 }
 
+// launchNode starts the ringgate node n on free loopback ports (keeping its
+// HTTP port when n.listen is set already: HAProxy may list it), its config
+// (config, called with n's addresses filled in) written to
+// <dir>/<name>.toml, and waits up to timeout for its /readyz.
+func (ps *procs) launchNode(n *gwNode, timeout time.Duration, config func() string) error {
+	fixed := n.listen != ""
+	p, err := ps.launch(n.name, binary, timeout, func() ([]string, func() bool, error) {
+		if !fixed {
+			port, err := freePort(false)
+			if err != nil {
+				return nil, nil, err
+			}
+			n.listen = addr(port)
+		}
+		port, err := freePort(true)
+		if err != nil {
+			return nil, nil, err
+		}
+		n.gossip = addr(port)
+		cfg := filepath.Join(ps.dir, n.name+".toml")
+		if err := os.WriteFile(cfg, []byte(config()), 0o600); err != nil {
+			return nil, nil, err
+		}
+		return []string{"-config", cfg}, answers("http://"+n.listen+"/readyz", http.StatusOK), nil
+	})
+	n.p = p
+	return err
+}
+
 var (
 	portsMu sync.Mutex
 	handed  = map[int]bool{}
@@ -243,8 +272,10 @@ var adminClient = &http.Client{
 	Transport: &http.Transport{DisableKeepAlives: true},
 }
 
-func get(url string) (int, []byte, error) {
-	resp, err := adminClient.Get(url)
+func get(url string) (int, []byte, error) { return getWith(adminClient, url) }
+
+func getWith(c *http.Client, url string) (int, []byte, error) {
+	resp, err := c.Get(url)
 	if err != nil {
 		return 0, nil, err
 	}

@@ -70,17 +70,8 @@ func TestManyTenantsClusterReport(t *testing.T) {
 		if i > 0 {
 			join = []string{fmt.Sprintf("%q", nodes[0].gossip)}
 		}
-		begin := time.Now()
-		p, err := ps.launch(n.name, binary, 60*time.Second, func() ([]string, func() bool, error) {
-			hp, err := freePort(false)
-			if err != nil {
-				return nil, nil, err
-			}
-			gp, err := freePort(true)
-			if err != nil {
-				return nil, nil, err
-			}
-			n.listen, n.gossip = addr(hp), addr(gp)
+		var begin time.Time
+		err := ps.launchNode(n, 60*time.Second, func() string {
 			cfg := fmt.Sprintf(`[node]
 name = %q
 listen = %q
@@ -101,14 +92,9 @@ base_url = "http://%s"
 api_key = "sk-upstream"
 models = ["gpt-4o-mini"]
 `, n.name, n.listen, n.gossip, strings.Join(join, ", "), secret, srv.Addr(), fakeAddr) + tenants.String()
-			path := filepath.Join(dir, n.name+".toml")
-			if err := os.WriteFile(path, []byte(cfg), 0o600); err != nil {
-				return nil, nil, err
-			}
-			begin = time.Now()
-			return []string{"-config", path}, answers("http://"+n.listen+"/readyz", http.StatusOK), nil
+			begin = time.Now() // start to ready: from here, the config in hand
+			return cfg
 		})
-		n.p = p
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -276,14 +262,7 @@ func rssOf(t *testing.T, pid int) int64 {
 
 // getLong is get with a longer timeout (a profile takes its seconds).
 func getLong(url string, timeout time.Duration) (int, []byte, error) {
-	c := &http.Client{Timeout: timeout}
-	resp, err := c.Get(url)
-	if err != nil {
-		return 0, nil, err
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	return resp.StatusCode, b, err
+	return getWith(&http.Client{Timeout: timeout}, url)
 }
 
 // heapOf is a node's live heap: its go_memstats_heap_alloc_bytes right

@@ -103,23 +103,7 @@ func TestOpenAINodeSDKBehindHAProxy(t *testing.T) {
 		if i > 0 {
 			join = []string{nodes[0].gossip}
 		}
-		var err error
-		n.p, err = ps.launch(n.name, binary, 15*time.Second, func() ([]string, func() bool, error) {
-			hp, err := freePort(false)
-			if err != nil {
-				return nil, nil, err
-			}
-			gp, err := freePort(true)
-			if err != nil {
-				return nil, nil, err
-			}
-			n.listen, n.gossip = addr(hp), addr(gp)
-			cfg := filepath.Join(dir, n.name+".toml")
-			if err := os.WriteFile(cfg, []byte(nodeConfig(n, join, secret, fakeAddr, scenario{})), 0o600); err != nil {
-				return nil, nil, err
-			}
-			return []string{"-config", cfg}, answers("http://"+n.listen+"/readyz", http.StatusOK), nil
-		})
+		err := ps.launchNode(n, 15*time.Second, func() string { return nodeConfig(n, join, secret, fakeAddr, scenario{}) })
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -284,8 +284,9 @@ func (r *Router) seedFallback(t *tenant, n int64) string {
 		if st, ok := (*seed)(t.name); ok {
 			share := st.Share(n)
 			now := r.clock()
-			t.fb.share().Replace(now, limiter.State{}, share)
-			t.fb.share().ChargeGap(now, share)
+			fl := t.fb.share()
+			fl.Replace(now, limiter.State{}, share)
+			fl.ChargeGap(now, share)
 			return "redis_snapshot"
 		}
 	}
