@@ -549,6 +549,13 @@ func TestStartValidation(t *testing.T) {
 // TestSuspectMemberStaysListed: a member that is briefly unreachable is
 // suspected but stays in Members, refutes once reachable, and is never
 // removed (no ring reshuffle for a blip).
+//
+// The suspicion timeout is 4 s here, not LANFast's 1.6 s: the isolated
+// member suspects the others too, and its refutations must cross a machine
+// that CI loads with every other package's tests (a run failed with
+// LANFast's figure when a refutation took over 0.9 s to arrive). What is
+// tested is that a refuted suspicion never removes a member, not how fast
+// a refutation travels.
 func TestSuspectMemberStaysListed(t *testing.T) {
 	t.Parallel()
 	lc := newLogCapture(t)
@@ -556,6 +563,7 @@ func TestSuspectMemberStaysListed(t *testing.T) {
 	nodes := startCluster(t, lc, []string{"a", "b", "c"}, false, func(c *Config) {
 		c.BindAddr = ""
 		c.Transport = newDropTransport(t, tn)
+		c.Timing.SuspicionMult = 10
 	})
 	a, b, c := nodes[0], nodes[1], nodes[2]
 
@@ -570,8 +578,15 @@ func TestSuspectMemberStaysListed(t *testing.T) {
 	}
 	tn.isolate(c.GossipAddr(), false)
 	t.Logf("c unreachable for %v", time.Since(cut).Round(time.Millisecond))
-	holdFor(t, 4*time.Second, "c stays listed everywhere", func() bool {
-		return sameNames(a.Members(), "a", "b", "c") && sameNames(b.Members(), "a", "b", "c") && sameNames(c.Members(), "a", "b", "c")
+	// Past the 4 s timeout of any suspicion raised while c was cut off.
+	holdFor(t, 5*time.Second, "c stays listed everywhere", func() bool {
+		for _, n := range nodes {
+			if !sameNames(n.Members(), "a", "b", "c") {
+				t.Logf("%s sees %v", n.Self().Name, names(n.Members()))
+				return false
+			}
+		}
+		return true
 	})
 	if _, ok := lc.first(func(r logRec) bool {
 		return r.attrs["event"] == "leave" && r.attrs["member"] == "c"
