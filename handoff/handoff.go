@@ -43,8 +43,13 @@ type Tenants interface {
 	// since it was made or last found empty (limiter.Tenant.ExportOrArm):
 	// the periodic save looks at those, not at every configured tenant.
 	Changed() []string
-	// Limiter is the tenant's owner limiter, nil for an unknown tenant.
+	// Limiter is the tenant's owner limiter, nil for an unknown tenant;
+	// made if this node never counted the tenant.
 	Limiter(name string) *limiter.Tenant
+	// Counted is the tenant's owner limiter if this node ever counted the
+	// tenant, else nil: an empty, unfrozen state is not worth making (a
+	// node configured with 100 000 tenants touches few of them).
+	Counted(name string) *limiter.Tenant
 	// Hold makes the tenant's requests wait, at most wait, until Release.
 	Hold(name string, wait time.Duration) bool
 	// Release applies the deltas that reached this node while the tenant
@@ -400,7 +405,7 @@ func (m *Mover) Change(from, to *ring.Ring, publish func()) (lost, gained []stri
 	m.HandOverLost(lost, to)
 	a = m.Take(gained, from, to)
 	for _, name := range gained {
-		if lim := m.tenants.Limiter(name); lim != nil && lim.MovedTo() != "" {
+		if lim := m.tenants.Counted(name); lim != nil && lim.MovedTo() != "" {
 			m.noteFrozen(name) // ours again, still frozen for another
 		}
 	}
@@ -548,7 +553,7 @@ func (m *Mover) Take(gained []string, from, to *ring.Ring) Arrival {
 			var b Arrival
 			if prev == "" {
 				for _, t := range names {
-					if lim := m.tenants.Limiter(t); lim != nil {
+					if lim := m.tenants.Counted(t); lim != nil {
 						lim.Thaw()
 					}
 					m.tenants.Release(t)
@@ -803,8 +808,19 @@ func (m *Mover) fromStore(prev string, unreachable, notHere []string, to *ring.R
 	stale := make(map[string]limiter.State)
 	var conservative []string
 	for name, s := range pending {
-		lim := m.tenants.Limiter(name)
+		fresh := s == nil && !gone[name] && !failed
+		var lim *limiter.Tenant
+		if fresh {
+			lim = m.tenants.Counted(name)
+		} else {
+			lim = m.tenants.Limiter(name)
+		}
 		switch {
+		case fresh:
+			if lim != nil {
+				lim.Thaw()
+			}
+			a.Fresh++
 		case lim == nil:
 		case s != nil:
 			now := m.cfg.Clock()
@@ -817,7 +833,7 @@ func (m *Mover) fromStore(prev string, unreachable, notHere []string, to *ring.R
 			lim.Restrict(now, n)
 			stale[name] = lim.Export(now)
 			a.Stale++
-		case gone[name] || failed:
+		default: // gone[name] || failed
 			// No account of the tenant can be had: its previous owner
 			// may have admitted up to the whole limit just now.
 			now := m.cfg.Clock()
@@ -825,9 +841,6 @@ func (m *Mover) fromStore(prev string, unreachable, notHere []string, to *ring.R
 			lim.Restrict(now, n)
 			a.Conservative++
 			conservative = append(conservative, name)
-		default:
-			lim.Thaw()
-			a.Fresh++
 		}
 		m.tenants.Release(name)
 	}
@@ -965,7 +978,10 @@ func (m *Mover) Flush(names []string) error {
 	now := m.cfg.Clock()
 	var batch []*snapshot.Snapshot
 	for _, name := range names {
-		if lim := m.tenants.Limiter(name); lim != nil {
+		// A tenant this process never counted has no snapshot to follow:
+		// it had none when it started (Restore makes the state of one
+		// that had).
+		if lim := m.tenants.Counted(name); lim != nil {
 			batch = append(batch, &snapshot.Snapshot{Tenant: name, Writer: m.cfg.Self, WrittenAt: now, Final: true, State: lim.Export(now)})
 		}
 	}
@@ -979,22 +995,22 @@ func (m *Mover) Restore(names []string) Arrival {
 	var a Arrival
 	snaps, err := m.loadMany(names)
 	for i, name := range names {
-		lim := m.tenants.Limiter(name)
-		if lim == nil {
-			continue
-		}
 		var s *snapshot.Snapshot
 		if err == nil {
 			s = snaps[i]
 		}
-		if s != nil {
-			// This process is new: no call of the one that wrote the
-			// snapshot is still running.
-			s.State.Slots, s.State.Away = limiter.WindowState{}, nil
+		if s == nil {
+			a.Fresh++ // its state is made at its first use
+			continue
 		}
+		lim := m.tenants.Limiter(name)
+		if lim == nil {
+			continue
+		}
+		// This process is new: no call of the one that wrote the
+		// snapshot is still running.
+		s.State.Slots, s.State.Away = limiter.WindowState{}, nil
 		switch {
-		case s == nil:
-			a.Fresh++
 		case s.Final:
 			lim.Import(m.cfg.Clock(), s.State)
 			a.Final++

@@ -58,6 +58,7 @@ func (mt *memTenants) Changed() []string {
 
 func (mt *memTenants) Names() []string                  { return mt.names }
 func (mt *memTenants) Limiter(n string) *limiter.Tenant { return mt.lims[n] }
+func (mt *memTenants) Counted(n string) *limiter.Tenant { return mt.lims[n] }
 func (mt *memTenants) Hold(n string, _ time.Duration) bool {
 	mt.mu.Lock()
 	mt.held[n] = true

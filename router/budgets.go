@@ -259,7 +259,7 @@ func (b *budgetLine) behindDecision(now int64) lease.Decision {
 // provider's limit split it as their own limits do, whatever each sends.
 // Refused on tokens, a request costs its tokens.
 func (b *budgetLine) flowOf(c *call, dim limiter.Dimension) queue.Flow {
-	tl := c.t.lim.Limits()
+	tl := c.t.c().lim.Limits()
 	f := queue.Flow{Key: c.t.name, Cost: 1}
 	weight := func(tenant, budget int64) float64 {
 		if tenant > 0 && tenant < budget {

@@ -88,7 +88,9 @@ func (r *Router) trackOwnership(v *view) {
 		if o := v.owner(name); o == "" || o == r.node {
 			t.ownedUntil.Store(ownedNow)
 		} else if t.ownedUntil.CompareAndSwap(ownedNow, now) {
-			t.queue.Kick() // those waiting here are decided by the new owner
+			if c := t.peek(); c != nil {
+				c.queue.Kick() // those waiting here are decided by the new owner
+			}
 		}
 	}
 }

@@ -84,7 +84,7 @@ func TestFallbackReportSentTwiceCountsOnce(t *testing.T) {
 	p.late.Store(1)
 	te := p.edge.state.Load().byName["acme"]
 	admit := func() (limiter.Ticket, *fallbackEntry) {
-		tk, d := te.fb.share().Admit(p.edge.clock(), 10)
+		tk, d := te.c().fb.share().Admit(p.edge.clock(), 10)
 		if !d.Allowed {
 			t.Fatalf("fallback share refused: %+v", d)
 		}
@@ -103,15 +103,15 @@ func TestFallbackReportSentTwiceCountsOnce(t *testing.T) {
 	}
 	// One call ends while its admission is unconfirmed.
 	fin := limiter.FinishDelta(&tks[0], 10)
-	te.fb.share().Finish(p.edge.clock(), &tks[0], 10)
+	te.c().fb.share().Finish(p.edge.clock(), &tks[0], 10)
 	p.edge.fallbackFinished(te, es[0], fin)
 
 	// The episode ends: the ledger is reported again.
 	if !poll(5*time.Second, func() bool {
 		p.edge.reportFallback(te)
-		te.fb.mu.Lock()
-		defer te.fb.mu.Unlock()
-		return len(te.fb.pending) == 0
+		te.c().fb.mu.Lock()
+		defer te.c().fb.mu.Unlock()
+		return len(te.c().fb.pending) == 0
 	}) {
 		t.Fatal("the ledger was never delivered")
 	}
@@ -119,7 +119,7 @@ func TestFallbackReportSentTwiceCountsOnce(t *testing.T) {
 		t.Fatalf("owner served %d delta calls, want the report sent again", c)
 	}
 	to := p.owner.state.Load().byName["acme"]
-	u := to.lim.Usage(p.owner.clock())
+	u := to.c().lim.Usage(p.owner.clock())
 	if u.Requests != n || u.InFlight != n-1 {
 		t.Errorf("owner counts %d requests and %d in flight, want %d and %d (each admission and release once)", u.Requests, u.InFlight, n, n-1)
 	}

@@ -60,7 +60,7 @@ type fallbackEntry struct {
 //
 // epoch names the spillover the call was admitted on (0: a fallback share).
 func (r *Router) fallbackAdmitted(t *tenant, tk *limiter.Ticket, epoch int64) *fallbackEntry {
-	l := t.fb
+	l := t.c().fb
 	d := limiter.DeltaOf(tk)
 	d.Epoch = epoch
 	e := &fallbackEntry{d: r.ids.name(d)}
@@ -82,7 +82,7 @@ func (l *fallbackLedger) add(e *fallbackEntry) {
 
 // reportFallbackSoon schedules a report of the tenant's ledger.
 func (r *Router) reportFallbackSoon(t *tenant) {
-	l := t.fb
+	l := t.c().fb
 	if l.soon.CompareAndSwap(false, true) {
 		go func() {
 			time.Sleep(reportSoon)
@@ -143,7 +143,7 @@ func (l *fallbackLedger) delivered() bool {
 // under its own ID, so a report sent again carries both, the owner skips
 // the one it has and applies the release after the admission either way.
 func (r *Router) fallbackFinished(t *tenant, e *fallbackEntry, d limiter.Delta) {
-	l := t.fb
+	l := t.c().fb
 	l.mu.Lock()
 	switch {
 	case !e.sent:
@@ -163,7 +163,7 @@ func (r *Router) fallbackFinished(t *tenant, e *fallbackEntry, d limiter.Delta) 
 // reportFallback tells the node that counts the tenant now what this node
 // admitted for it under its share; what cannot be delivered stays.
 func (r *Router) reportFallback(t *tenant) {
-	l := t.fb
+	l := t.c().fb
 	l.sendMu.Lock()
 	defer l.sendMu.Unlock()
 	l.mu.Lock()
@@ -194,19 +194,23 @@ func (r *Router) reportFallback(t *tenant) {
 // counts what the edges admitted meanwhile.
 func (r *Router) reportFallbacksTo(v *view) {
 	for name, t := range r.state.Load().byName {
+		c := t.peek()
+		if c == nil {
+			continue // never served here: nothing admitted, no episode
+		}
 		owner := v.owner(name)
-		if t.fb.waitsFor(owner) {
+		if c.fb.waitsFor(owner) {
 			go r.reportFallback(t)
 		}
-		if t.inFallback.Load() {
+		if c.inFallback.Load() {
 			// An episode is about one owner: with another, the next
 			// episode starts afresh (and is seeded afresh).
-			t.fb.mu.Lock()
-			other := t.fb.owner != owner
-			t.fb.mu.Unlock()
-			if other && t.inFallback.CompareAndSwap(true, false) {
+			c.fb.mu.Lock()
+			other := c.fb.owner != owner
+			c.fb.mu.Unlock()
+			if other && c.inFallback.CompareAndSwap(true, false) {
 				r.log.Info("fallback", "phase", "end", "tenant", t.name, "owner", owner, "reason", "new_owner")
-				t.fbQueue.Kick()
+				c.fbQueue.Kick()
 			}
 		}
 	}
@@ -235,9 +239,9 @@ func (r *Router) noteOwnerUsage(t *tenant, h *fasthttp.ResponseHeader) {
 		}
 		return max(0, l-rem)
 	}
-	t.seen.requests.Store(used("x-ratelimit-limit-requests", "x-ratelimit-remaining-requests"))
-	t.seen.tokens.Store(used("x-ratelimit-limit-tokens", "x-ratelimit-remaining-tokens"))
-	t.seen.at.Store(r.clock())
+	t.c().seen.requests.Store(used("x-ratelimit-limit-requests", "x-ratelimit-remaining-requests"))
+	t.c().seen.tokens.Store(used("x-ratelimit-limit-tokens", "x-ratelimit-remaining-tokens"))
+	t.c().seen.at.Store(r.clock())
 }
 
 // seedFromAnswers charges the tenant's fallback share with its share (1/n)
@@ -247,13 +251,13 @@ func (r *Router) noteOwnerUsage(t *tenant, h *fasthttp.ResponseHeader) {
 // could, and its share opens as that window passes.
 func (r *Router) seedFromAnswers(t *tenant, n int64) string {
 	now := r.clock()
-	at := t.seen.at.Load()
-	reqs, toks := t.seen.requests.Load(), t.seen.tokens.Load()
+	at := t.c().seen.at.Load()
+	reqs, toks := t.c().seen.requests.Load(), t.c().seen.tokens.Load()
 	how := "owner_answers"
-	if at == 0 || now-at >= int64(t.lim.Window()) {
+	if at == 0 || now-at >= int64(t.c().lim.Window()) {
 		at, reqs, toks, how = now, t.limits.Requests, t.limits.Tokens, "full_window"
 	}
 	ceil := func(v int64) int64 { return (v + n - 1) / n }
-	t.fb.share().ChargeAt(now, at, ceil(reqs), ceil(toks))
+	t.c().fb.share().ChargeAt(now, at, ceil(reqs), ceil(toks))
 	return how
 }

@@ -249,25 +249,25 @@ func (r *Router) fallbackLimiter(t *tenant, v *view, owner string) (*limiter.Ten
 	}
 	l := limiter.Limits{Requests: share(t.limits.Requests), Tokens: share(t.limits.Tokens), Concurrency: share(t.limits.Concurrency)}
 	open := l.Requests >= 0 && l.Tokens >= 0 && l.Concurrency >= 0
-	fl := t.fb.share()
+	fl := t.c().fb.share()
 	if open {
 		// Never store a -1 share: the limiter reads <= 0 as "no limit".
 		fl.SetLimits(l)
 	}
-	if !t.inFallback.Load() {
+	if !t.falling() {
 		// The first request of an episode seeds the share with the owner's
 		// recent usage; the others wait for it rather than admit blind.
-		t.fallbackMu.Lock()
-		if !t.inFallback.Load() {
+		t.c().fallbackMu.Lock()
+		if !t.falling() {
 			seeded := r.seedFallback(t, n)
-			t.fb.mu.Lock()
-			t.fb.owner = owner
-			t.fb.mu.Unlock()
-			t.inFallback.Store(true)
+			t.c().fb.mu.Lock()
+			t.c().fb.owner = owner
+			t.c().fb.mu.Unlock()
+			t.c().inFallback.Store(true)
 			r.log.Warn("fallback", "phase", "start", "tenant", t.name, "owner", owner, "members", n,
 				"share_rpm", l.Requests, "share_tpm", l.Tokens, "share_concurrency", l.Concurrency, "seeded", seeded)
 		}
-		t.fallbackMu.Unlock()
+		t.c().fallbackMu.Unlock()
 	}
 	return fl, open
 }
@@ -284,7 +284,7 @@ func (r *Router) seedFallback(t *tenant, n int64) string {
 		if st, ok := (*seed)(t.name); ok {
 			share := st.Share(n)
 			now := r.clock()
-			fl := t.fb.share()
+			fl := t.c().fb.share()
 			fl.Replace(now, limiter.State{}, share)
 			fl.ChargeGap(now, share)
 			return "redis_snapshot"
@@ -304,9 +304,9 @@ func (r *Router) SetFallbackSeed(seed func(tenant string) (limiter.State, bool))
 // them too, and a level's episode left open would not be seeded afresh
 // when the owner next goes silent.
 func (r *Router) endFallback(t *tenant, owner string) {
-	if t.inFallback.Load() && t.inFallback.CompareAndSwap(true, false) {
+	if t.falling() && t.c().inFallback.CompareAndSwap(true, false) {
 		r.log.Info("fallback", "phase", "end", "tenant", t.name, "owner", owner)
-		t.fbQueue.Kick() // those waiting on the share go to the owner
+		t.c().fbQueue.Kick() // those waiting on the share go to the owner
 		r.reportFallback(t)
 	}
 	if t.team != nil {

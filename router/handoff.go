@@ -62,10 +62,10 @@ func (r *Router) Release(name string) {
 	delete(r.held.by, name)
 	g := t.gate.Swap(nil)
 	if len(ds) > 0 {
-		now := r.clock()
+		now, lim := r.clock(), t.c().lim
 		for _, h := range ds {
-			if now-h.at < int64(t.lim.Window()) {
-				t.lim.ApplyFrom(now, h.from, h.d)
+			if now-h.at < int64(lim.Window()) {
+				lim.ApplyFrom(now, h.from, h.d)
 			}
 		}
 	}
@@ -74,19 +74,22 @@ func (r *Router) Release(name string) {
 	if g != nil {
 		g.release()
 	}
-	t.queue.Kick()
+	if c := t.peek(); c != nil {
+		c.queue.Kick()
+	}
 }
 
 // dropGoneSlots frees the tenant's slots of calls that ran on nodes no
 // longer members: declared dead (or left), their calls died with them, so
 // their slots must not wait for the slot TTL.
 func (r *Router) dropGoneSlots(t *tenant, v *view) {
-	if v == nil || len(v.addrs) == 0 {
+	c := t.peek()
+	if v == nil || len(v.addrs) == 0 || c == nil {
 		return
 	}
-	for _, n := range t.lim.AwayNodes() {
+	for _, n := range c.lim.AwayNodes() {
 		if _, member := v.addrs[n]; !member {
-			if freed := t.lim.DropNode(r.clock(), n); freed > 0 {
+			if freed := c.lim.DropNode(r.clock(), n); freed > 0 {
 				r.log.Info("handoff", "phase", "slots_dropped", "tenant", t.name, "node", n, "slots", freed)
 			}
 		}
@@ -121,8 +124,8 @@ func (r *Router) hold(t *tenant, now int64, from string, ds []limiter.Delta) boo
 	if r.held.by == nil {
 		r.held.by = make(map[string][]heldDelta)
 	}
-	window := int64(t.lim.Window()) + int64(heldFor) // SweepHeld passes them on before
-	for name, hs := range r.held.by {                // forget deltas for tenants never taken over
+	window := int64(t.c().lim.Window()) + int64(heldFor) // SweepHeld passes them on before
+	for name, hs := range r.held.by {                    // forget deltas for tenants never taken over
 		i := 0
 		for i < len(hs) && now-hs[i].at >= window {
 			i++
@@ -179,7 +182,7 @@ func (r *Router) SweepHeld() {
 			if dest, _ := r.deltaDest(p.t); dest == "" || dest == r.node {
 				now := r.clock()
 				for _, d := range ds {
-					p.t.lim.ApplyFrom(now, from, d)
+					p.t.c().lim.ApplyFrom(now, from, d)
 				}
 				continue
 			}
@@ -199,7 +202,18 @@ func (r *Router) Held(name string) bool {
 // node to export and import its state.
 func (r *Router) Limiter(name string) *limiter.Tenant {
 	if t := r.state.Load().byName[name]; t != nil {
-		return t.lim
+		return t.c().lim
+	}
+	return nil
+}
+
+// Counted is the tenant's owner limiter if this node ever counted the
+// tenant (its core was made), else nil.
+func (r *Router) Counted(name string) *limiter.Tenant {
+	if t := r.state.Load().byName[name]; t != nil {
+		if c := t.peek(); c != nil {
+			return c.lim
+		}
 	}
 	return nil
 }
@@ -270,13 +284,13 @@ func (r *Router) applyOnce(t *tenant, now int64, from string, ds []limiter.Delta
 	if origin == "" {
 		origin = r.node
 	}
-	ds = r.ids.fresh(origin, now, 2*int64(t.lim.Window()), ds)
+	ds = r.ids.fresh(origin, now, 2*int64(t.c().lim.Window()), ds)
 	if !r.hold(t, now, from, ds) {
 		for _, d := range ds {
-			t.lim.ApplyFrom(now, from, d)
+			t.c().lim.ApplyFrom(now, from, d)
 		}
 		r.spillCarriedEnded(t, ds)
-		t.queue.Kick()
+		t.c().queue.Kick()
 	}
 	return len(ds)
 }
@@ -296,7 +310,7 @@ func (r *Router) sendDeltas(t *tenant, from string, ds []limiter.Delta, forwarde
 // to, else its owner by the ring.
 func (r *Router) deltaDest(t *tenant) (string, *view) {
 	v := r.view.Load()
-	if dest := t.lim.MovedTo(); dest != "" {
+	if dest := t.c().lim.MovedTo(); dest != "" {
 		return dest, v
 	}
 	return v.owner(t.name), v
@@ -326,7 +340,7 @@ func (r *Router) deliverDeltas(t *tenant, from string, ds []limiter.Delta, forwa
 			dest = v.owner(t.name)
 		}
 	}
-	if dest == "" || (dest == r.node && t.lim.MovedTo() == "") {
+	if dest == "" || (dest == r.node && t.c().lim.MovedTo() == "") {
 		// The tenant is (back) here: count it here, through the same
 		// hold as a peer's deltas, so an import cannot wipe it.
 		r.applyOnce(t, r.clock(), from, slices.Clone(ds))
@@ -367,7 +381,7 @@ func (r *Router) serveDelta(ctx *fasthttp.RequestCtx) {
 		fail(ctx, fasthttp.StatusNotFound, "invalid_request_error", "unknown_tenant", "No tenant named "+m.Tenant+".")
 		return
 	}
-	if to := t.lim.MovedTo(); to != "" && to != r.node {
+	if to := t.c().lim.MovedTo(); to != "" && to != r.node {
 		// Handed on since the sender looked: the deltas follow the state.
 		from := m.From
 		if from == "" {

@@ -49,9 +49,9 @@ func (r *Router) setLevels(c *call) bool {
 	c.nLevels = 0
 	var buf [2]*tenant
 	for _, e := range c.t.levels(c.req.Model, &buf) {
-		lim := e.lim
+		lim := e.c().lim
 		switch c.lim {
-		case c.t.lim:
+		case c.t.c().lim:
 			if o := r.view.Load().owner(e.name); o != "" && o != r.node {
 				// Placed elsewhere until the members agree on the pins:
 				// the change that put the tenant on this level is not in
@@ -60,7 +60,7 @@ func (r *Router) setLevels(c *call) bool {
 				c.nLevels++
 				continue
 			}
-		case c.t.fb.made():
+		case c.t.c().fb.made():
 			v := r.view.Load()
 			var open bool
 			if lim, open = r.fallbackLimiter(e, v, v.owner(e.name)); !open {
@@ -79,7 +79,7 @@ func (r *Router) setLevels(c *call) bool {
 // (awaitHandoff); false when the wait ran out.
 func (c *call) awaitLevels() bool {
 	for i := range c.nLevels {
-		if l := &c.levels[i]; !l.away && l.lim == l.e.lim && !l.e.awaitHandoff() {
+		if l := &c.levels[i]; !l.away && l.lim == l.e.c().lim && !l.e.awaitHandoff() {
 			return false
 		}
 	}
@@ -119,7 +119,7 @@ func (r *Router) admitLevels(c *call, d *limiter.Decision) (bool, limiter.Decisi
 	for i := range c.nLevels {
 		l := &c.levels[i]
 		if l.away {
-			l.tk = l.e.lim.Tally(now, int64(c.res.Total))
+			l.tk = l.e.c().lim.Tally(now, int64(c.res.Total))
 			continue
 		}
 		tk, ld := l.lim.Admit(now, int64(c.res.Total))
@@ -137,8 +137,8 @@ func (r *Router) admitLevels(c *call, d *limiter.Decision) (bool, limiter.Decisi
 			}
 			r.cancelOn(c.t, c.lim, &c.tk)
 			// What was taken back may have refused a waiting head.
-			c.t.queue.Kick()
-			c.t.fbQueue.Kick()
+			c.t.c().queue.Kick()
+			c.t.c().fbQueue.Kick()
 			c.refusedBy = l.e.label
 			return false, ld, l.lim
 		}
@@ -150,7 +150,7 @@ func (r *Router) admitLevels(c *call, d *limiter.Decision) (bool, limiter.Decisi
 // cancelOn takes back what lim (e's owner limiter, or a share) charged for
 // tk; if e was handed over since, its new owner is told.
 func (r *Router) cancelOn(e *tenant, lim *limiter.Tenant, tk *limiter.Ticket) {
-	if d, handed := lim.CancelOrHand(r.clock(), tk); handed && lim == e.lim {
+	if d, handed := lim.CancelOrHand(r.clock(), tk); handed && lim == e.c().lim {
 		r.reportDelta(e, d)
 	}
 }
@@ -172,7 +172,7 @@ func (r *Router) levelsShadowed(ctx *fasthttp.RequestCtx, c *call) {
 // their ledgers, like the tenant's (fallbackAdmitted).
 func (r *Router) levelsAdmitted(c *call) {
 	for i := range c.nLevels {
-		if l := &c.levels[i]; l.away || l.lim == l.e.fb.made() && !l.shadow {
+		if l := &c.levels[i]; l.away || l.lim == l.e.c().fb.made() && !l.shadow {
 			l.fb = r.fallbackAdmitted(l.e, &l.tk, 0)
 		}
 	}
@@ -200,12 +200,12 @@ func (r *Router) finishLevels(c *call, actual int64) {
 			}
 			continue
 		}
-		if l.lim == l.e.lim {
+		if l.lim == l.e.c().lim {
 			if d, handed := l.lim.FinishOrHand(r.clock(), &l.tk, actual); handed {
 				r.reportDelta(l.e, d)
 			}
 			for _, m := range members {
-				m.queue.Kick()
+				m.c().queue.Kick()
 			}
 			continue
 		}
@@ -218,7 +218,7 @@ func (r *Router) finishLevels(c *call, actual int64) {
 			r.fallbackFinished(l.e, l.fb, d)
 		}
 		for _, m := range members {
-			m.fbQueue.Kick()
+			m.c().fbQueue.Kick()
 		}
 	}
 }
@@ -271,7 +271,7 @@ func setLevelsUsed(h *fasthttp.ResponseHeader, c *call, own [2]int64) {
 	}
 	add(c.t.name, own)
 	for i := range c.nLevels {
-		if l := &c.levels[i]; !l.away && !l.shadow && l.lim == l.e.lim {
+		if l := &c.levels[i]; !l.away && !l.shadow && l.lim == l.e.c().lim {
 			add(l.e.name, l.used)
 		}
 	}
@@ -312,9 +312,9 @@ func (r *Router) noteLevelsUsed(t *tenant, v []byte) {
 			}
 		}
 		if e != nil {
-			e.seen.requests.Store(requests)
-			e.seen.tokens.Store(tokens)
-			e.seen.at.Store(now)
+			e.c().seen.requests.Store(requests)
+			e.c().seen.tokens.Store(tokens)
+			e.c().seen.at.Store(now)
 		}
 	}
 }

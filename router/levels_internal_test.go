@@ -33,7 +33,7 @@ func BenchmarkDecisionLevels(b *testing.B) {
 	for _, name := range []string{"plain", "leveled"} {
 		b.Run(name, func(b *testing.B) {
 			t := st.byName[name]
-			c := &call{t: t, lim: t.lim, req: upstream.Request{Model: "gpt-4o"}}
+			c := &call{t: t, lim: t.c().lim, req: upstream.Request{Model: "gpt-4o"}}
 			c.res.Total = 500
 			if !r.setLevels(c) {
 				b.Fatal("no levels")
@@ -68,7 +68,7 @@ func TestAdmitLevelsAllOrNone(t *testing.T) {
 	}
 	tn := r.state.Load().byName["a"]
 	admit := func() (bool, limiter.Decision, *call) {
-		c := &call{t: tn, lim: tn.lim, req: upstream.Request{Model: "gpt-4o"}}
+		c := &call{t: tn, lim: tn.c().lim, req: upstream.Request{Model: "gpt-4o"}}
 		c.res.Total = 100
 		r.setLevels(c)
 		var d limiter.Decision
@@ -90,7 +90,7 @@ func TestAdmitLevelsAllOrNone(t *testing.T) {
 		t.Fatalf("second: ok %v, %+v by %q; want refused on the team's requests", ok, d, c.refusedBy)
 	}
 	for _, e := range []*tenant{tn, tn.models["gpt-4o"], tn.team} {
-		if u := e.lim.Usage(now); u.Requests != 1 || u.Tokens != 100 || u.InFlight != 1 {
+		if u := e.c().lim.Usage(now); u.Requests != 1 || u.Tokens != 100 || u.InFlight != 1 {
 			t.Errorf("%s holds %+v, want only the first request", e.name, u)
 		}
 	}
@@ -126,7 +126,7 @@ func TestEdgeSeesEachLevelsUsage(t *testing.T) {
 		t.Fatal(err)
 	}
 	tn := r.state.Load().byName["a"]
-	c := &call{t: tn, lim: tn.lim, req: upstream.Request{Model: "gpt-4o"}}
+	c := &call{t: tn, lim: tn.c().lim, req: upstream.Request{Model: "gpt-4o"}}
 	r.setLevels(c)
 	c.levels[0].used = [2]int64{5, 0}    // the model's
 	c.levels[1].used = [2]int64{1500, 0} // the team's
@@ -140,7 +140,7 @@ func TestEdgeSeesEachLevelsUsage(t *testing.T) {
 	}
 	r.noteOwnerUsage(tn, &h)
 	for e, want := range map[*tenant]int64{tn: 990, tn.models["gpt-4o"]: 5, tn.team: 1500} {
-		if got := e.seen.requests.Load(); got != want || e.seen.at.Load() == 0 {
+		if got := e.c().seen.requests.Load(); got != want || e.c().seen.at.Load() == 0 {
 			t.Errorf("%s seen using %d, want %d", e.name, got, want)
 		}
 	}
@@ -149,7 +149,7 @@ func TestEdgeSeesEachLevelsUsage(t *testing.T) {
 	var bare fasthttp.ResponseHeader
 	setRateHeaders(&bare, &limiter.Decision{LimitRequests: 5, RemainingRequests: 0})
 	r.noteOwnerUsage(tn, &bare)
-	if got := tn.seen.requests.Load(); got != 990 {
+	if got := tn.c().seen.requests.Load(); got != 990 {
 		t.Errorf("a bare answer changed the tenant's seen usage to %d", got)
 	}
 }
@@ -165,7 +165,7 @@ func TestPromptEstimateLearnsFromSettlement(t *testing.T) {
 	tn := r.state.Load().byName["a"]
 	big := strings.Repeat("The quick brown fox jumps over the lazy dog. ", 1000) // 45 000 bytes
 	newCall := func(text string) *call {
-		c := &call{t: tn, lim: tn.lim, req: upstream.Request{Model: "gpt-4o", Texts: []string{text}, Messages: 1}}
+		c := &call{t: tn, lim: tn.c().lim, req: upstream.Request{Model: "gpt-4o", Texts: []string{text}, Messages: 1}}
 		return c
 	}
 	small := newCall("hello there")
@@ -193,7 +193,9 @@ func TestPromptEstimateLearnsFromSettlement(t *testing.T) {
 }
 
 // BenchmarkStateMemory: the heap a node's state takes per configured
-// tenant (limits on all three dimensions), before any request.
+// tenant (limits on all three dimensions), before any request
+// (heap-bytes/tenant), and what a tenant's core adds once it is served
+// (core-bytes/tenant).
 func BenchmarkStateMemory(b *testing.B) {
 	const n = 20_000
 	for b.Loop() {
@@ -215,6 +217,14 @@ func BenchmarkStateMemory(b *testing.B) {
 		runtime.GC()
 		runtime.ReadMemStats(&after)
 		b.ReportMetric(float64(after.HeapAlloc-before.HeapAlloc)/n, "heap-bytes/tenant")
+		// What a tenant costs once it is served: its core.
+		for _, name := range r.Names() {
+			r.Limiter(name)
+		}
+		var served runtime.MemStats
+		runtime.GC()
+		runtime.ReadMemStats(&served)
+		b.ReportMetric(float64(served.HeapAlloc-after.HeapAlloc)/n, "core-bytes/tenant")
 		runtime.KeepAlive(r)
 	}
 }

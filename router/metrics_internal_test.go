@@ -67,14 +67,14 @@ func TestSpillCountFollowsTenants(t *testing.T) {
 	st := r.state.Load()
 	a, b := st.byName["a"], st.byName["b"]
 	spA, spB := &spill{owner: "x"}, &spill{owner: "y"}
-	a.spill.Store(spA)
-	if !b.spill.CompareAndSwap(nil, spB) || b.spill.CompareAndSwap(nil, spB) {
+	a.c().spill.Store(spA)
+	if !b.c().spill.CompareAndSwap(nil, spB) || b.c().spill.CompareAndSwap(nil, spB) {
 		t.Fatal("CompareAndSwap")
 	}
 	if got := r.spills.Load(); got != 2 {
 		t.Fatalf("spills %d, want 2", got)
 	}
-	a.spill.CompareAndSwap(spA, nil)
+	a.c().spill.CompareAndSwap(spA, nil)
 	if got := r.spills.Load(); got != 1 {
 		t.Fatalf("spills %d after one ended, want 1", got)
 	}
@@ -97,7 +97,7 @@ func TestFallbackShareWindowAfterReload(t *testing.T) {
 	if err := r.Reload(cfg); err != nil {
 		t.Fatal(err)
 	}
-	made := r.state.Load().byName["a"].fb.share()
+	made := r.state.Load().byName["a"].c().fb.share()
 	cfg.Limits.Window = 2 * cfg.Limits.Window
 	if err := r.Reload(cfg); err != nil {
 		t.Fatal(err)
@@ -105,7 +105,7 @@ func TestFallbackShareWindowAfterReload(t *testing.T) {
 	if got := made.Window(); got != cfg.Limits.Window {
 		t.Errorf("share made before the reload counts over %v, want %v", got, cfg.Limits.Window)
 	}
-	if got := r.state.Load().byName["b"].fb.share().Window(); got != cfg.Limits.Window {
+	if got := r.state.Load().byName["b"].c().fb.share().Window(); got != cfg.Limits.Window {
 		t.Errorf("share made after the reload counts over %v, want %v", got, cfg.Limits.Window)
 	}
 	bad := *cfg
@@ -114,7 +114,7 @@ func TestFallbackShareWindowAfterReload(t *testing.T) {
 	if err := r.Reload(&bad); err == nil {
 		t.Fatal("a reload naming an unknown team went through")
 	}
-	if got := r.state.Load().byName["d"].fb.share().Window(); got != cfg.Limits.Window {
+	if got := r.state.Load().byName["d"].c().fb.share().Window(); got != cfg.Limits.Window {
 		t.Errorf("after a failed reload, a share made counts over %v, want the window in force %v", got, cfg.Limits.Window)
 	}
 }

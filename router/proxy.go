@@ -108,7 +108,7 @@ func (r *Router) serveAPI(ctx *fasthttp.RequestCtx, ep upstream.Endpoint) bool {
 		return r.refuseNotJoined(ctx)
 	}
 	if owner == "" || owner == r.node {
-		return r.serveLocal(ctx, ep, st, t, t.lim, 0)
+		return r.serveLocal(ctx, ep, st, t, t.c().lim, 0)
 	}
 	if sp := r.edgeSpill(t, owner); sp != nil {
 		// A hot tenant: served here on its leased budget (spill.go).
@@ -161,8 +161,8 @@ func (r *Router) hopLimiter(t *tenant) (*limiter.Tenant, bool) {
 	deadline := time.Now().Add(hopCatchUp)
 	for {
 		until := t.ownedUntil.Load()
-		if until == ownedNow || until > r.clock()-int64(t.lim.Window()) {
-			return t.lim, true
+		if until == ownedNow || until > r.clock()-int64(t.c().lim.Window()) {
+			return t.c().lim, true
 		}
 		if time.Now().After(deadline) {
 			v := r.view.Load()
@@ -217,7 +217,7 @@ func (r *Router) serveLocalOnce(ctx *fasthttp.RequestCtx, ep upstream.Endpoint, 
 		return false
 	}
 
-	owned := lim == t.lim
+	owned := lim == t.c().lim
 	if owned && again == firstTry && st.cfg.Limits.SpilloverRPS > 0 {
 		t.arrivals.Add(1) // the rate that decides a spillover (spill.go)
 		if !t.listed.Load() && t.listed.CompareAndSwap(false, true) {
@@ -225,7 +225,7 @@ func (r *Router) serveLocalOnce(ctx *fasthttp.RequestCtx, ep upstream.Endpoint, 
 		}
 	}
 	var sp *spill
-	if s := t.spill.Load(); s != nil {
+	if s := t.spilled(); s != nil {
 		if owned && s.owner == r.node {
 			// Spilled: the owner serves it on the budget like every node.
 			if again != retryLimiter {
@@ -287,7 +287,7 @@ func (r *Router) serveLocalOnce(ctx *fasthttp.RequestCtx, ep upstream.Endpoint, 
 	c.tk, d = lim.Admit(r.clock(), int64(c.res.Total))
 	if d.Moved {
 		r.cancelBudgets(c)
-		if owned && lim.MovedTo() == "" && again == firstTry && t.spill.Load() != nil {
+		if owned && lim.MovedTo() == "" && again == firstTry && t.spilled() != nil {
 			// Sealed for a spill starting meanwhile: once more, on it
 			// (or on the limiter again, if the switch failed).
 			t.ownerSpill(r.node) // waits for it to start
@@ -329,12 +329,12 @@ func (r *Router) serveLocalOnce(ctx *fasthttp.RequestCtx, ep upstream.Endpoint, 
 		return false
 	}
 	r.admitted(c)
-	if lim == t.fb.made() {
+	if lim == t.c().fb.made() {
 		c.fb = r.fallbackAdmitted(t, &c.tk, 0)
 	}
 	r.levelsShadowed(ctx, c)
 	r.levelsAdmitted(c)
-	if hops > 0 && c.nLevels > 0 && lim == t.lim {
+	if hops > 0 && c.nLevels > 0 && lim == t.c().lim {
 		setLevelsUsed(&ctx.Response.Header, c, own)
 	}
 	return r.forward(ctx, c)
@@ -348,7 +348,7 @@ func (r *Router) redecideSpill(ctx *fasthttp.RequestCtx, ep upstream.Endpoint, s
 	r.cancelBudgets(c)
 	if c.sp.owner == r.node {
 		waitClosed(c.sp.done, 400*time.Millisecond)
-		return r.serveLocalOnce(ctx, ep, st, c.t, c.t.lim, hops, retryLimiter)
+		return r.serveLocalOnce(ctx, ep, st, c.t, c.t.c().lim, hops, retryLimiter)
 	}
 	return r.serveAPI(ctx, ep)
 }
@@ -703,10 +703,10 @@ func (r *Router) finish(c *call, u upstream.Usage, ok bool, countedCompletion in
 	// successful call counted; a call that failed on the way may still
 	// have been billed (its prompt read): its charge stands.
 	r.finishBudgets(c, int64(actual), u.Reported || ok)
-	if c.lim == c.t.lim {
+	if c.lim == c.t.c().lim {
 		// If the tenant was handed over since this call was admitted, its
 		// owner holds the slot and the reservation now.
-		sp := c.t.spill.Load()
+		sp := c.t.spilled()
 		var fd limiter.Delta
 		if sp != nil && sp.owner == r.node {
 			fd = limiter.FinishDelta(&c.tk, int64(actual))
@@ -714,7 +714,7 @@ func (r *Router) finish(c *call, u upstream.Usage, ok bool, countedCompletion in
 		if d, handed := c.lim.FinishOrHand(r.clock(), &c.tk, int64(actual)); handed {
 			r.reportDelta(c.t, d)
 		}
-		c.t.queue.Kick() // a slot freed, tokens settled
+		c.t.c().queue.Kick() // a slot freed, tokens settled
 		if sp != nil && sp.owner == r.node {
 			// Admitted before the tenant spilled: its slot was carried
 			// into the budget, its tokens seeded at its reservation.
@@ -735,8 +735,8 @@ func (r *Router) finish(c *call, u upstream.Usage, ok bool, countedCompletion in
 		if c.fb != nil {
 			r.fallbackFinished(c.t, c.fb, d)
 		}
-		if c.lim == c.t.fb.made() {
-			c.t.fbQueue.Kick() // a slot of the share freed, tokens settled
+		if c.lim == c.t.c().fb.made() {
+			c.t.c().fbQueue.Kick() // a slot of the share freed, tokens settled
 		}
 	}
 	r.finishLevels(c, int64(actual))

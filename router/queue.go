@@ -42,8 +42,12 @@ func classOf(t *tenant, h *fasthttp.RequestHeader) queue.Class {
 // ownLines are the lines on this node where t's requests wait for its own
 // limits: its owner's, its fallback share's, its spill's.
 func (t *tenant) ownLines() []*queue.Queue {
-	ls := []*queue.Queue{t.queue, t.fbQueue}
-	if sp := t.spill.Load(); sp != nil {
+	c := t.peek()
+	if c == nil {
+		return nil // never served here: no line
+	}
+	ls := []*queue.Queue{c.queue, c.fbQueue}
+	if sp := c.spill.Load(); sp != nil {
 		ls = append(ls, &sp.line)
 	}
 	return ls
@@ -53,12 +57,12 @@ func (t *tenant) ownLines() []*queue.Queue {
 // belongs to is over: ended (the owner answered), or about another owner
 // now (the ring changed: maybe this node).
 func (r *Router) fallbackOver(t *tenant) bool {
-	if !t.inFallback.Load() {
+	if !t.falling() {
 		return true
 	}
-	t.fb.mu.Lock()
-	owner := t.fb.owner
-	t.fb.mu.Unlock()
+	t.c().fb.mu.Lock()
+	owner := t.c().fb.owner
+	t.c().fb.mu.Unlock()
 	return r.view.Load().owner(t.name) != owner
 }
 
@@ -74,10 +78,10 @@ func spillTooLarge(t *tenant, c *call) bool {
 // nil: none (a spill has its own, admitSpilled).
 func (t *tenant) lineFor(lim *limiter.Tenant, hops int) *queue.Queue {
 	switch {
-	case lim == t.lim:
-		return t.queue
-	case lim == t.fb.made() && hops == 0:
-		return t.fbQueue
+	case lim == t.c().lim:
+		return t.c().queue
+	case lim == t.c().fb.made() && hops == 0:
+		return t.c().fbQueue
 	}
 	return nil
 }
@@ -107,8 +111,8 @@ func refusalNow(d limiter.Decision) limiter.Decision {
 func (r *Router) KickQueues(names []string) {
 	st := r.state.Load()
 	for _, name := range names {
-		if t := st.byName[name]; t != nil {
-			t.queue.Kick()
+		if t := st.byName[name]; t != nil && t.peek() != nil {
+			t.peek().queue.Kick()
 		}
 	}
 }
@@ -149,7 +153,7 @@ func mayWait(concurrency bool, retryAfter time.Duration, deadline time.Time) boo
 // tenant's); with neither it joined the tenant's line behind others.
 func (r *Router) admitQueued(ctx *fasthttp.RequestCtx, ep upstream.Endpoint, st *state, c *call, hops int, class queue.Class, first *limiter.Decision, on *budgetRefusal) bool {
 	t := c.t
-	owned := c.lim == t.lim
+	owned := c.lim == t.c().lim
 	// The tenant's own line: on its owner, or on this node's fallback
 	// share, or, spilled, the spill's on this node.
 	tenantLine := t.lineFor(c.lim, hops)
@@ -158,7 +162,7 @@ func (r *Router) admitQueued(ctx *fasthttp.RequestCtx, ep upstream.Endpoint, st 
 		tenantLine, waits = &c.sp.line, spillLines
 	}
 	if tenantLine == nil {
-		tenantLine = t.queue // never waited in: its tenant's refusals are final
+		tenantLine = t.c().queue // never waited in: its tenant's refusals are final
 	}
 	deadline := time.Now().Add(t.queueWait(class))
 	var (
@@ -262,7 +266,7 @@ func (r *Router) admitQueued(ctx *fasthttp.RequestCtx, ep upstream.Endpoint, st 
 		case owned && c.lim.MovedTo() != "":
 			out = movedAway // handed over: its new owner decides
 			return true, -1
-		case c.lim == t.fb.made() && hops == 0 && r.fallbackOver(t):
+		case c.lim == t.c().fb.made() && hops == 0 && r.fallbackOver(t):
 			out = fallbackEnded // the owner answers again, or is another: it decides
 			return true, -1
 		case c.sp != nil && (r.lapsed(c.sp) || c.sp.budget.Fenced()):
@@ -404,7 +408,7 @@ func (r *Router) admitQueued(ctx *fasthttp.RequestCtx, ep upstream.Endpoint, st 
 	case movedAway:
 		return r.movedOn(ctx, t, movedLim, hops)
 	case spilled:
-		return r.serveLocalOnce(ctx, ep, st, t, t.lim, hops, retrySpill)
+		return r.serveLocalOnce(ctx, ep, st, t, t.c().lim, hops, retrySpill)
 	case spillEnded:
 		return r.redecideSpill(ctx, ep, st, c, hops)
 	case fallbackEnded:
@@ -429,7 +433,7 @@ func (r *Router) admitQueued(ctx *fasthttp.RequestCtx, ep upstream.Endpoint, st 
 	}
 	setRateHeaders(&ctx.Response.Header, &last)
 	r.admitted(c)
-	if c.lim == t.fb.made() {
+	if c.lim == t.c().fb.made() {
 		c.fb = r.fallbackAdmitted(t, &c.tk, 0)
 	}
 	r.levelsShadowed(ctx, c)
@@ -450,7 +454,7 @@ func (r *Router) redecideReloaded(ctx *fasthttp.RequestCtx, ep upstream.Endpoint
 			"The tenant of this API key was removed by a config reload while the request waited.")
 		return false
 	case owned:
-		return r.serveLocalOnce(ctx, ep, st, nt, nt.lim, hops, retrySpill)
+		return r.serveLocalOnce(ctx, ep, st, nt, nt.c().lim, hops, retrySpill)
 	case hops == 0:
 		return r.serveAPI(ctx, ep)
 	}
@@ -472,7 +476,11 @@ func (c queueCollector) Describe(ch chan<- *prometheus.Desc) { ch <- tenantQueue
 
 func (c queueCollector) Collect(ch chan<- prometheus.Metric) {
 	for name, t := range c.r.state.Load().byName {
-		if sp := t.spill.Load(); t.queue.Waiting()+t.fbQueue.Waiting() == 0 && (sp == nil || sp.line.Waiting() == 0) {
+		tc := t.peek()
+		if tc == nil {
+			continue // never served here: no line
+		}
+		if sp := tc.spill.Load(); tc.queue.Waiting()+tc.fbQueue.Waiting() == 0 && (sp == nil || sp.line.Waiting() == 0) {
 			continue
 		}
 		v := viewQueue(t.ownLines()...)

@@ -15,7 +15,8 @@ import (
 // same run.
 func BenchmarkDecisionEmptyQueue(b *testing.B) {
 	lim := limiter.NewTenant(limiter.Limits{Requests: 1 << 40, Tokens: 1 << 40, Concurrency: 1 << 30}, time.Minute, 10*time.Minute)
-	t := &tenant{lim: lim, queue: &queue.Queue{}}
+	t := &tenant{ref: &coreRef{}}
+	t.ref.Store(&core{lim: lim, queue: &queue.Queue{}})
 	t.waits[queue.Interactive] = 2 * time.Second
 	now := time.Now().UnixNano()
 	b.Run("plain", func(b *testing.B) {
@@ -26,12 +27,12 @@ func BenchmarkDecisionEmptyQueue(b *testing.B) {
 	})
 	b.Run("empty-queue", func(b *testing.B) {
 		for b.Loop() {
-			if t.queue.Waiting() > 0 {
+			if t.c().queue.Waiting() > 0 {
 				b.Fatal("waiters")
 			}
 			tk, _ := lim.Admit(now, 100)
 			lim.Finish(now, &tk, 100)
-			t.queue.Kick()
+			t.c().queue.Kick()
 		}
 	})
 }

@@ -50,6 +50,7 @@ type Router struct {
 	onAdmit func(tenant string, at int64)
 
 	state    atomic.Pointer[state]
+	cores    *cores // makes the tenants' cores on the config in force
 	reloadMu sync.Mutex
 	view     atomic.Pointer[view]
 	hops     *signer
@@ -129,12 +130,13 @@ func New(o Options) (*Router, error) {
 	if r.leaser == nil {
 		r.leaser = lease.NewLeaser(lease.LeaserConfig{Node: r.node, Clock: o.Clock, Logger: o.Logger})
 	}
-	st, err := buildState(o.Config, nil, r.metrics, r.stateHooks(), 0)
+	r.cores = &cores{state: &r.state, hooks: r.stateHooks()}
+	st, err := buildState(o.Config, nil, r.metrics, r.cores)
 	if err != nil {
 		return nil, err
 	}
 	st.budgets = r.buildBudgets(o.Config, st.providers)
-	r.state.Store(st)
+	r.cores.install(st, 0)
 	r.metrics.reg.MustRegister(leaseCollector{r}, queueCollector{r})
 	r.ready.Store(true)
 	// One clock for the windows, the snapshots and the hop timestamps.
@@ -181,7 +183,7 @@ func (r *Router) Reload(cfg *config.Config) error {
 	r.reloadMu.Lock()
 	defer r.reloadMu.Unlock()
 	prev := r.state.Load()
-	st, err := buildState(cfg, prev, r.metrics, r.stateHooks(), r.clock())
+	st, err := buildState(cfg, prev, r.metrics, r.cores)
 	if err != nil {
 		return err
 	}
@@ -192,24 +194,32 @@ func (r *Router) Reload(cfg *config.Config) error {
 			t.gate.Store(old.gate.Load())
 		}
 	}
-	r.state.Store(st)
+	// The usage is kept; a new window or slot TTL rebuckets it (see
+	// limiter.Tenant.Rebucket): what the cores count and the tickets of
+	// calls in flight carry over to the new bucket widths.
+	r.cores.install(st, r.clock())
 	for name, t := range prev.byName {
 		if st.byName[name] == nil {
 			// Gone from the config: its spill (if any) ends with it,
 			// and no longer counts for the spillover loop.
-			if sp := t.spill.Load(); sp != nil {
-				t.spill.CompareAndSwap(sp, nil)
+			if sp := t.spilled(); sp != nil {
+				t.peek().spill.CompareAndSwap(sp, nil)
 			}
 		}
 	}
 	r.trackOwnership(r.view.Load())
 	r.reloadSpills(st)
 	// New limits, budgets: the heads of every line try again now, on the
-	// config in force (a request that waited is decided on it).
+	// config in force (a request that waited is decided on it). A tenant
+	// with no core has no one waiting.
 	for _, t := range st.byName {
-		t.queue.Kick()
-		t.fbQueue.Kick()
-		if sp := t.spill.Load(); sp != nil {
+		c := t.peek()
+		if c == nil {
+			continue
+		}
+		c.queue.Kick()
+		c.fbQueue.Kick()
+		if sp := c.spill.Load(); sp != nil {
 			sp.line.Kick()
 		}
 	}

@@ -195,7 +195,7 @@ func (r *Router) lapsed(sp *spill) bool {
 // reload); the members take them with the next announcement.
 func (r *Router) reloadSpills(st *state) {
 	for _, t := range st.byName {
-		if sp := t.spill.Load(); sp != nil && sp.owner == r.node {
+		if sp := t.spilled(); sp != nil && sp.owner == r.node {
 			sp.budget.SetLimits(t.limits, lease.Share)
 		}
 	}
@@ -205,7 +205,7 @@ func (r *Router) reloadSpills(st *state) {
 // keeps them).
 func (st *state) spillKeys(keep map[string]bool) {
 	for _, t := range st.byName {
-		if sp := t.spill.Load(); sp != nil {
+		if sp := t.spilled(); sp != nil {
 			keep[sp.key] = true
 		}
 	}
@@ -229,7 +229,7 @@ func (r *Router) canSpill() bool {
 // ownerSpill is the spill this node, the tenant's owner, serves it on, once
 // the budget is ready; nil when there is none (or it failed to start).
 func (t *tenant) ownerSpill(self string) *spill {
-	sp := t.spill.Load()
+	sp := t.spilled()
 	if sp == nil || sp.owner != self || sp.closed.Load() {
 		return nil
 	}
@@ -264,7 +264,7 @@ func isClosed(c chan struct{}) bool {
 // answer this node (its share would start as if the window were spent:
 // the owner serves better).
 func (r *Router) edgeSpill(t *tenant, owner string) *spill {
-	sp := t.spill.Load()
+	sp := t.spilled()
 	if sp == nil || sp.owner != owner || sp.closed.Load() || r.clock() > sp.until.Load() || sp.budget.Degraded() || sp.budget.Fenced() {
 		return nil
 	}
@@ -362,7 +362,7 @@ func (r *Router) RunSpillover(ctx context.Context) {
 			}
 		}
 		for name, t := range tenants {
-			sp := t.spill.Load()
+			sp := t.spilled()
 			if sp != nil && sp.owner != r.node {
 				if r.clock() > sp.until.Load() {
 					go r.leaveSpill(t, sp, "owner_silent")
@@ -403,18 +403,18 @@ func (r *Router) noteArrival(t *tenant) {
 func (r *Router) spillOn(ctx context.Context, name string, rate float64) {
 	r.reloadMu.Lock()
 	t := r.state.Load().byName[name]
-	if t == nil || t.spill.Load() != nil {
+	if t == nil || t.spilled() != nil {
 		r.reloadMu.Unlock()
 		return
 	}
 	sp := r.newSpill(t, r.node, r.clock(), t.limits)
 	sp.ready, sp.done = make(chan struct{}), make(chan struct{})
 	sp.told = make(map[string]time.Time)
-	t.spill.Store(sp)
+	t.c().spill.Store(sp)
 	sp.watchLine()
 	r.reloadMu.Unlock()
 
-	s := t.lim.Seal(r.clock())
+	s := t.c().lim.Seal(r.clock())
 	sp.budget.Seed(spillSeed(s), slotsOf(s))
 	select {
 	case <-sp.budget.Seeded():
@@ -425,9 +425,9 @@ func (r *Router) spillOn(ctx context.Context, name string, rate float64) {
 		// Unsealed first: a request that sees no spill finds the limiter
 		// deciding again. (The limiter and the holder are the same for
 		// every struct of the tenant: a reload meanwhile changes nothing.)
-		t.lim.Unseal()
-		t.spill.CompareAndSwap(sp, nil)
-		t.spill.endEpoch(sp.epoch)
+		t.c().lim.Unseal()
+		t.c().spill.CompareAndSwap(sp, nil)
+		t.c().spill.endEpoch(sp.epoch)
 		close(sp.ready)
 		r.leaser.Drop(sp.key)
 		r.spillRetryAt.Store(r.clock() + int64(spillBackoff))
@@ -436,7 +436,7 @@ func (r *Router) spillOn(ctx context.Context, name string, rate float64) {
 		return
 	}
 	close(sp.ready)
-	t.queue.Kick() // those waiting are decided on the spill
+	t.c().queue.Kick() // those waiting are decided on the spill
 	r.ownerSpills.Add(1)
 	r.metrics.spillover.WithLabelValues("on").Inc()
 	r.log.Info("spillover", "phase", "on", "tenant", name, "rate", round1(rate),
@@ -499,7 +499,7 @@ func (r *Router) runOwnerSpill(ctx context.Context, name string, sp *spill) {
 	for {
 		st := r.state.Load()
 		t := st.byName[name]
-		if t == nil || t.spill.Load() != sp || sp.ending.Load() {
+		if t == nil || t.spilled() != sp || sp.ending.Load() {
 			return // ended elsewhere (a handover), or the tenant is gone
 		}
 		if ctx.Err() != nil {
@@ -659,11 +659,11 @@ func (r *Router) spillOff(name string, sp *spill, reason string) {
 	}
 	// Unsealed first: a request that sees no spill finds the limiter
 	// deciding again.
-	t.lim.Unseal()
-	t.spill.CompareAndSwap(sp, nil)
-	t.spill.endEpoch(sp.epoch)
+	t.c().lim.Unseal()
+	t.c().spill.CompareAndSwap(sp, nil)
+	t.c().spill.endEpoch(sp.epoch)
 	sp.mu.Unlock()
-	t.queue.Kick()
+	t.c().queue.Kick()
 	sp.line.Kick() // those waiting for the spill are decided again
 	r.leaser.Retire(sp.key)
 	r.ownerSpills.Add(-1)
@@ -689,7 +689,7 @@ func waitClosed(c chan struct{}, d time.Duration) {
 func (r *Router) chargeUnreported(t *tenant, used lease.Amount, fenceErr error) {
 	now := r.clock()
 	cfg := r.state.Load().cfg
-	u := t.lim.Usage(now)
+	u := t.c().lim.Usage(now)
 	if fenceErr != nil {
 		used = lease.Amount{Requests: max(0, t.limits.Requests), Tokens: max(0, t.limits.Tokens)}
 	}
@@ -715,7 +715,7 @@ func (r *Router) chargeUnreported(t *tenant, used lease.Amount, fenceErr error) 
 func (r *Router) endSpillsMovedBy(v *view) {
 	var names []string
 	for name, t := range r.state.Load().byName {
-		if sp := t.spill.Load(); sp != nil && sp.owner == r.node {
+		if sp := t.spilled(); sp != nil && sp.owner == r.node {
 			if o := v.owner(name); o != "" && o != r.node {
 				names = append(names, name)
 			}
@@ -732,7 +732,7 @@ func (r *Router) endOwnedSpills(names []string) {
 	}
 	var wg sync.WaitGroup
 	for _, name := range names {
-		if t := r.state.Load().byName[name]; t == nil || t.spill.Load() == nil {
+		if t := r.state.Load().byName[name]; t == nil || t.spilled() == nil {
 			continue
 		}
 		wg.Add(1)
@@ -751,7 +751,7 @@ func (r *Router) endOwnedSpill(name string) {
 	if t == nil {
 		return
 	}
-	sp := t.spill.Load()
+	sp := t.spilled()
 	if sp == nil || sp.owner != r.node {
 		return
 	}
@@ -778,7 +778,7 @@ func (r *Router) serveSpill(ctx *fasthttp.RequestCtx) {
 		fail(ctx, fasthttp.StatusNotFound, "invalid_request_error", "unknown_tenant", "No tenant named "+m.Tenant+".")
 		return
 	}
-	cur := t.spill.Load()
+	cur := t.spilled()
 	if !m.On {
 		var arrivals int64
 		if cur != nil && cur.owner == m.Owner && cur.epoch == m.Epoch {
@@ -799,7 +799,7 @@ func (r *Router) serveSpill(ctx *fasthttp.RequestCtx) {
 		// This node's ring names another owner: it forwards there.
 		refuse("not_owner", "This node's ring names another owner.")
 		return
-	case m.Epoch <= t.spill.ended.Load():
+	case m.Epoch <= t.c().spill.ended.Load():
 		// Ended here already (this node left it, or its "off" came
 		// first): a late or repeated "on" must not start it again; the
 		// requests go to the owner.
@@ -821,7 +821,7 @@ func (r *Router) serveSpill(ctx *fasthttp.RequestCtx) {
 		r.reloadMu.Lock()
 		sp := r.newSpill(t, m.Owner, m.Epoch, m.Limits)
 		sp.until.Store(r.clock() + int64(spillLease))
-		if !t.spill.CompareAndSwap(nil, sp) {
+		if !t.c().spill.CompareAndSwap(nil, sp) {
 			r.reloadMu.Unlock()
 			r.leaser.Drop(sp.key)
 			refuse("busy", "Another spillover change is in progress.")
@@ -844,17 +844,17 @@ func (r *Router) serveSpill(ctx *fasthttp.RequestCtx) {
 func (r *Router) leaveSpill(t *tenant, sp *spill, reason string) bool {
 	sp.mu.Lock()
 	was := sp.closed.Swap(true)
-	t.spill.endEpoch(sp.epoch)
-	t.spill.CompareAndSwap(sp, nil)
+	t.c().spill.endEpoch(sp.epoch)
+	t.c().spill.CompareAndSwap(sp, nil)
 	sp.mu.Unlock()
 	sp.line.Kick() // those waiting for the spill are decided again
 	r.reportFallback(t)
-	delivered := t.fb.delivered()
+	delivered := t.c().fb.delivered()
 	if !delivered || reason == "owner_silent" {
 		// The owner may be gone: the snapshot a fallback share would be
 		// seeded with does not hold what this node admitted on the spill
 		// lately. The share counts it itself.
-		chargeMirror(t.fb.share(), sp.mirror, r.clock())
+		chargeMirror(t.c().fb.share(), sp.mirror, r.clock())
 	}
 	if !was {
 		r.leaser.Retire(sp.key) // its slots held while its calls run
@@ -873,7 +873,7 @@ func (r *Router) leaveSpill(t *tenant, sp *spill, reason string) bool {
 // call frees its slot, and what it settled above its reservation is
 // charged.
 func (r *Router) spillCarriedEnded(t *tenant, ds []limiter.Delta) {
-	sp := t.spill.Load()
+	sp := t.spilled()
 	if sp == nil || sp.owner != r.node {
 		return
 	}
@@ -932,7 +932,7 @@ type spillView struct {
 }
 
 func (r *Router) spillView(t *tenant) spillView {
-	sp := t.spill.Load()
+	sp := t.spilled()
 	if sp == nil || sp.failed.Load() || sp.closed.Load() {
 		return spillView{Mode: "owner"}
 	}

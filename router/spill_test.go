@@ -78,7 +78,7 @@ func (p *spillPair) start(t *testing.T) *spill {
 	if !poll(2*time.Second, func() bool { return p.edge.edgeSpill(te, "owner") != nil }) {
 		t.Fatal("the edge never took the spill")
 	}
-	return p.owner.state.Load().byName["acme"].spill.Load()
+	return p.owner.state.Load().byName["acme"].c().spill.Load()
 }
 
 // A reload while a tenant is spilled keeps one spill for every struct of
@@ -95,17 +95,17 @@ func TestSpillSurvivesReload(t *testing.T) {
 		t.Fatal(err)
 	}
 	now := p.owner.state.Load().byName["acme"]
-	if now.spill != old.spill || now.spill.Load() != sp {
+	if now.c().spill != old.c().spill || now.spilled() != sp {
 		t.Fatal("the reloaded tenant does not share the spill")
 	}
 	if got := sp.budget.Stats(p.owner.clock()).Limits.Requests; got != 10 {
 		t.Errorf("the spill's budget enforces %d requests after a reload to 10", got)
 	}
 	p.owner.spillOff("acme", sp, "test")
-	if old.spill.Load() != nil || old.ownerSpill("owner") != nil {
+	if old.spilled() != nil || old.ownerSpill("owner") != nil {
 		t.Error("the old struct still finds the ended spill")
 	}
-	if old.lim.Sealed() {
+	if old.c().lim.Sealed() {
 		t.Error("the limiter is still sealed after the spill ended")
 	}
 }
@@ -138,7 +138,7 @@ func TestSpillCarriedAwaySlotFreed(t *testing.T) {
 	to := p.owner.state.Load().byName["acme"]
 	mirror := limiter.NewTenant(limiter.Limits{}, 4*time.Second, 10*time.Minute)
 	tk, _ := mirror.Admit(p.owner.clock(), 10)
-	to.lim.ApplyFrom(p.owner.clock(), "edge", limiter.DeltaOf(&tk)) // a call running on the edge
+	to.c().lim.ApplyFrom(p.owner.clock(), "edge", limiter.DeltaOf(&tk)) // a call running on the edge
 	sp := p.start(t)
 	if got := sp.budget.Stats(p.owner.clock()).SlotsUsed; got != 1 {
 		t.Fatalf("the budget carries %d slots, want the edge's 1", got)
@@ -170,18 +170,18 @@ func TestSpillEndWithSilentMember(t *testing.T) {
 	start := time.Now()
 	p.owner.spillOff("acme", sp, "cooled")
 	took := time.Since(start)
-	u := to.lim.Usage(p.owner.clock())
+	u := to.c().lim.Usage(p.owner.clock())
 	t.Logf("ended in %v; the limiter holds %+v", took, u)
 	if took > time.Second {
 		t.Errorf("the end took %v: it waited for the silent member's lapse", took)
 	}
-	if to.lim.Sealed() || !sp.budget.Fenced() {
-		t.Errorf("after the end: sealed %v, fenced %v", to.lim.Sealed(), sp.budget.Fenced())
+	if to.c().lim.Sealed() || !sp.budget.Fenced() {
+		t.Errorf("after the end: sealed %v, fenced %v", to.c().lim.Sealed(), sp.budget.Fenced())
 	}
 	if u.InFlight != 10 {
 		t.Errorf("%d slots counted for the silent member's calls, want all 10 until its lapse", u.InFlight)
 	}
-	if !poll(4*time.Second, func() bool { return to.lim.Usage(p.owner.clock()).InFlight == 0 }) {
+	if !poll(4*time.Second, func() bool { return to.c().lim.Usage(p.owner.clock()).InFlight == 0 }) {
 		t.Error("the silent member's slots were not freed after its lapse")
 	}
 }

@@ -15,29 +15,21 @@ import (
 	"github.com/ringgate/ringgate/upstream"
 )
 
-// tenant is one configured tenant with its live limiter.
+// tenant is one configured tenant (or level of limits): its config, and
+// its core, the part that counts, made at its first use.
 type tenant struct {
 	name     string
 	priority string
 	limits   limiter.Limits
-	lim      *limiter.Tenant
+	// ref holds the core, nil until the tenant's first use on this node;
+	// shared by the tenant's structs across reloads (a request holding an
+	// older struct counts on the same core).
+	ref   *coreRef
+	cores *cores
 	// counts are the tenant's metric series, made at its first count
 	// (counters): a node serves few of many configured tenants.
 	metrics *metrics
 	counts  atomic.Pointer[tenantCounters]
-
-	// The fallback share (fb.share, made at its first use) enforces this
-	// node's strict share of the limits while the tenant's owner cannot be
-	// reached; inFallback marks the episode so it is logged once.
-	inFallback atomic.Bool
-	fallbackMu sync.Mutex // serialises the start of an episode
-	// fb keeps the fallback share and the admissions of fallback
-	// episodes until the owner is told (fallback.go); shared by the
-	// tenant's structs across reloads.
-	fb *fallbackLedger
-	// seen is the owner's usage as its last relayed answer reported it,
-	// to seed a fallback share with (fallback.go).
-	seen ownerSeen
 
 	// gate holds requests while this node, the new owner, loads the
 	// tenant's state; nil when open.
@@ -47,20 +39,13 @@ type tenant struct {
 	// ownedNow while it owns it, 0 if it never did.
 	ownedUntil atomic.Int64
 
-	// spill is the tenant's spillover as this node serves it (spill.go),
-	// shared by the tenant's structs across reloads (a request holding an
-	// older one sees the same); arrivals count its requests at its owner,
-	// for the rate.
-	spill    *spillHolder
+	// arrivals count the tenant's requests at its owner, for the
+	// spillover rate.
 	arrivals atomic.Int64
 	listed   atomic.Bool // in the router's arrived list
 
-	// queue is the line of requests waiting for room in the tenant's
-	// limits on its owner (queue.go), fbQueue on this node's fallback
-	// share while the owner cannot be reached; both shared across
-	// reloads. waits are the wait budgets by class.
-	queue, fbQueue *queue.Queue
-	waits          [2]time.Duration
+	// waits are the wait budgets by class in the tenant's lines.
+	waits [2]time.Duration
 
 	// kind says what the entity is (kindTenant, kindTeam, kindModel);
 	// team and models are a tenant's other levels of limits (levels),
@@ -75,6 +60,123 @@ type tenant struct {
 	// shadow: the tenant's limits are in shadow mode (shadow.go).
 	shadow    bool
 	shadowLog shadowMeter
+}
+
+// core is what a tenant counts on this node. It is made at the tenant's
+// first use, not with its config: a node configured with 100 000 tenants
+// owns a third of them and serves fewer, and an idle tenant costs its
+// config alone. A core is never dropped: a frozen limiter says where the
+// tenant went, and must not be forgotten.
+type core struct {
+	lim *limiter.Tenant
+	// The fallback share (fb.share, made at its first use) enforces this
+	// node's strict share of the limits while the tenant's owner cannot be
+	// reached; inFallback marks the episode so it is logged once.
+	inFallback atomic.Bool
+	fallbackMu sync.Mutex // serialises the start of an episode
+	// fb keeps the fallback share and the admissions of fallback
+	// episodes until the owner is told (fallback.go).
+	fb *fallbackLedger
+	// seen is the owner's usage as its last relayed answer reported it,
+	// to seed a fallback share with (fallback.go).
+	seen ownerSeen
+	// spill is the tenant's spillover as this node serves it (spill.go).
+	spill *spillHolder
+	// queue is the line of requests waiting for room in the tenant's
+	// limits on its owner (queue.go), fbQueue on this node's fallback
+	// share while the owner cannot be reached.
+	queue, fbQueue *queue.Queue
+}
+
+// coreRef holds a tenant's core; one per name, kept across reloads.
+type coreRef struct{ atomic.Pointer[core] }
+
+// c is the tenant's core, made now at its first use.
+func (t *tenant) c() *core {
+	if c := t.ref.Load(); c != nil {
+		return c
+	}
+	return t.cores.make(t)
+}
+
+// peek is the tenant's core if it was made, else nil: nothing counted,
+// no fallback, no spill, no one waiting.
+func (t *tenant) peek() *core { return t.ref.Load() }
+
+// spilled is the tenant's spill on this node, nil if none.
+func (t *tenant) spilled() *spill {
+	if c := t.peek(); c != nil {
+		return c.spill.Load()
+	}
+	return nil
+}
+
+// falling reports whether a fallback episode of the tenant's is on.
+func (t *tenant) falling() bool {
+	c := t.peek()
+	return c != nil && c.inFallback.Load()
+}
+
+// cores makes tenants' cores on the config in force. A reload installs its
+// limits and window under mu (install), and a core is made under mu: one
+// made during a reload counts on the reload's config, or is given it.
+type cores struct {
+	mu              sync.Mutex
+	state           *atomic.Pointer[state] // the router's, in force
+	window, slotTTL time.Duration
+	hooks           stateHooks
+}
+
+// make makes t's core, unless another did first.
+func (cs *cores) make(t *tenant) *core {
+	cs.mu.Lock()
+	defer cs.mu.Unlock()
+	if c := t.ref.Load(); c != nil {
+		return c
+	}
+	limits := t.limits
+	if st := cs.state.Load(); st != nil {
+		if ct := st.byName[t.name]; ct != nil && ct.ref == t.ref {
+			limits = ct.limits // t is a struct a reload replaced
+		}
+	}
+	c := &core{
+		lim:     limiter.NewTenant(limits, cs.window, cs.slotTTL),
+		fb:      &fallbackLedger{window: cs.window, slotTTL: cs.slotTTL},
+		spill:   &spillHolder{live: cs.hooks.spills},
+		queue:   &queue.Queue{},
+		fbQueue: &queue.Queue{},
+	}
+	if f, name := cs.hooks.changed, t.name; f != nil {
+		c.lim.OnChange(func() { f(name) })
+	}
+	t.ref.Store(c)
+	return c
+}
+
+// install puts st in force: the cores made already take its limits (and
+// window, rebucketed at now), those made from now on are made on it.
+func (cs *cores) install(st *state, now int64) {
+	cs.mu.Lock()
+	defer cs.mu.Unlock()
+	lim := st.cfg.Limits
+	rewindow := cs.window != lim.Window || cs.slotTTL != lim.SlotTTL
+	cs.window, cs.slotTTL = lim.Window, lim.SlotTTL
+	for _, t := range st.byName {
+		c := t.peek()
+		if c == nil {
+			continue
+		}
+		c.lim.SetLimits(t.limits)
+		share := c.fb.setWindow(lim.Window, lim.SlotTTL)
+		if rewindow {
+			c.lim.Rebucket(now, lim.Window, lim.SlotTTL)
+			if share != nil {
+				share.Rebucket(now, lim.Window, lim.SlotTTL)
+			}
+		}
+	}
+	cs.state.Store(st)
 }
 
 // state is everything a reload replaces at once; requests read it through an
@@ -96,13 +198,12 @@ type state struct {
 	names []string
 }
 
-// buildState makes a state from cfg, keeping the limiter (and so the usage) of
-// every tenant that prev already had under the same name. If the window or
-// the slot TTL changed, those limiters are rebucketed at now (see
-// limiter.Tenant.Rebucket): what they count and the tickets of calls in
-// flight carry over to the new bucket widths. The limiters are shared with
-// prev, so that is done last: a reload that fails leaves their widths alone.
-func buildState(cfg *config.Config, prev *state, m *metrics, hooks stateHooks, now int64) (*state, error) {
+// buildState makes a state from cfg, keeping the core (and so the usage) of
+// every tenant that prev already had under the same name. It changes
+// nothing shared with prev: cores.install gives the cores the new limits
+// and window once the state is built, so a reload that fails changes
+// nothing.
+func buildState(cfg *config.Config, prev *state, m *metrics, cs *cores) (*state, error) {
 	st := &state{
 		cfg:     cfg,
 		byKey:   make(map[[32]byte]*tenant, len(cfg.Tenants)),
@@ -132,7 +233,7 @@ func buildState(cfg *config.Config, prev *state, m *metrics, hooks stateHooks, n
 			st.byModel[model] = p
 		}
 	}
-	b := entityBuilder{st: st, prev: prev, cfg: cfg, m: m, hooks: hooks, pins: ring.Pins{}}
+	b := entityBuilder{st: st, prev: prev, m: m, cores: cs, pins: ring.Pins{}}
 	for _, tc := range cfg.Teams {
 		lim := limiter.Limits{Requests: int64(tc.RPM), Tokens: int64(tc.TPM), Concurrency: int64(tc.Concurrency)}
 		e := b.entity(teamEntity(tc.Name), lim, tc.Mode)
@@ -173,17 +274,6 @@ func buildState(cfg *config.Config, prev *state, m *metrics, hooks stateHooks, n
 	}
 	st.pins = b.pins
 	st.names = slices.Sorted(maps.Keys(st.byName))
-	rebucket := b.rebucket
-	for _, fb := range b.ledgers {
-		if share := fb.setWindow(cfg.Limits.Window, cfg.Limits.SlotTTL); share != nil && share.Window() != cfg.Limits.Window {
-			rebucket = append(rebucket, share)
-		} else if share != nil && prev != nil && prev.cfg.Limits.SlotTTL != cfg.Limits.SlotTTL {
-			rebucket = append(rebucket, share)
-		}
-	}
-	for _, lim := range rebucket {
-		lim.Rebucket(now, cfg.Limits.Window, cfg.Limits.SlotTTL)
-	}
 	return st, nil
 }
 
@@ -201,16 +291,13 @@ const (
 	kindModel         // one of a tenant's [[tenants.model_limits]]
 )
 
-// entityBuilder makes the entities of a new state, keeping the limiter
-// (and so the usage) of each one prev had under the same name.
+// entityBuilder makes the entities of a new state, keeping the core (and
+// so the usage) of each one prev had under the same name.
 type entityBuilder struct {
 	st, prev *state
-	cfg      *config.Config
 	m        *metrics
-	hooks    stateHooks
+	cores    *cores
 	pins     ring.Pins
-	rebucket []*limiter.Tenant
-	ledgers  []*fallbackLedger // every entity's, for their share's window
 }
 
 // stateHooks are what a state's tenants tell the router.
@@ -224,41 +311,16 @@ type stateHooks struct {
 }
 
 func (b *entityBuilder) entity(name string, limits limiter.Limits, mode string) *tenant {
-	cfg := b.cfg
-	var lim *limiter.Tenant
 	var old *tenant
 	if b.prev != nil {
 		old = b.prev.byName[name]
 	}
-	fb := &fallbackLedger{}
+	t := &tenant{name: name, shadow: mode == config.ModeShadow, limits: limits, metrics: b.m, cores: b.cores}
 	if old != nil {
-		lim, fb = old.lim, old.fb
-		lim.SetLimits(limits)
-		if b.prev.cfg.Limits.Window != cfg.Limits.Window || b.prev.cfg.Limits.SlotTTL != cfg.Limits.SlotTTL {
-			b.rebucket = append(b.rebucket, lim)
-		}
-	} else {
-		lim = limiter.NewTenant(limits, cfg.Limits.Window, cfg.Limits.SlotTTL)
-		if f := b.hooks.changed; f != nil {
-			lim.OnChange(func() { f(name) })
-		}
-	}
-	// The fallback share is made at its first use, with the window in
-	// force then (set once the state is built: a reload that fails
-	// changes nothing); one made already counts over the new window too.
-	b.ledgers = append(b.ledgers, fb)
-	t := &tenant{name: name, shadow: mode == config.ModeShadow, limits: limits, lim: lim, metrics: b.m,
-		fb: fb, spill: &spillHolder{live: b.hooks.spills}, queue: &queue.Queue{}, fbQueue: &queue.Queue{}}
-	if old != nil {
+		t.ref = old.ref
 		t.ownedUntil.Store(old.ownedUntil.Load())
-		// A fallback episode goes on across a reload, its share kept
-		// (old.fallback): not started and seeded again on top of what
-		// it admitted.
-		t.inFallback.Store(old.inFallback.Load())
-		t.seen.at.Store(old.seen.at.Load())
-		t.seen.requests.Store(old.seen.requests.Load())
-		t.seen.tokens.Store(old.seen.tokens.Load())
-		t.spill, t.queue, t.fbQueue = old.spill, old.queue, old.fbQueue
+	} else {
+		t.ref = &coreRef{}
 	}
 	b.st.byName[name] = t
 	return t
