@@ -47,9 +47,17 @@ type Tenants interface {
 	// made if this node never counted the tenant.
 	Limiter(name string) *limiter.Tenant
 	// Counted is the tenant's owner limiter if this node ever counted the
-	// tenant, else nil: an empty, unfrozen state is not worth making (a
-	// node configured with 100 000 tenants touches few of them).
+	// tenant, else nil (and it is empty): a limiter is not worth making
+	// for an empty state (a node configured with 100 000 tenants touches
+	// few of them, and the first node of a cluster hands most over).
 	Counted(name string) *limiter.Tenant
+	// Freeze is Limiter(name).Freeze(now, to), false for an unknown
+	// tenant, and MovedTo Limiter(name).MovedTo(); neither makes a
+	// limiter for a tenant never counted.
+	Freeze(name string, now int64, to string) (limiter.State, bool)
+	MovedTo(name string) string
+	// Thaw is Limiter(name).Thaw(), without making one.
+	Thaw(name string)
 	// Hold makes the tenant's requests wait, at most wait, until Release.
 	Hold(name string, wait time.Duration) bool
 	// Release applies the deltas that reached this node while the tenant
@@ -316,11 +324,7 @@ func (m *Mover) Reconcile() {
 	var back map[string][]string
 	m.mu.Lock()
 	for name := range m.frozen {
-		lim := m.tenants.Limiter(name)
-		to := ""
-		if lim != nil {
-			to = lim.MovedTo()
-		}
+		to := m.tenants.MovedTo(name)
 		if to == "" || to == m.cfg.Self || !m.tenants.Owns(name) {
 			// Taken back, gone from the config, or no longer ours: a
 			// change that gives it back lists it again.
@@ -405,7 +409,7 @@ func (m *Mover) Change(from, to *ring.Ring, publish func()) (lost, gained []stri
 	m.HandOverLost(lost, to)
 	a = m.Take(gained, from, to)
 	for _, name := range gained {
-		if lim := m.tenants.Counted(name); lim != nil && lim.MovedTo() != "" {
+		if m.tenants.MovedTo(name) != "" {
 			m.noteFrozen(name) // ours again, still frozen for another
 		}
 	}
@@ -426,12 +430,14 @@ func (m *Mover) HandOverLost(lost []string, to *ring.Ring) {
 	now := m.cfg.Clock()
 	batch := make([]*snapshot.Snapshot, 0, len(lost))
 	for _, name := range lost {
-		lim := m.tenants.Limiter(name)
-		if lim == nil || lim.MovedTo() != "" {
+		if m.tenants.MovedTo(name) != "" {
 			continue
 		}
 		owner, _ := to.Owner(name)
-		st := lim.Freeze(now, owner)
+		st, known := m.tenants.Freeze(name, now, owner)
+		if !known {
+			continue
+		}
 		batch = append(batch, &snapshot.Snapshot{Tenant: name, Writer: m.cfg.Self, WrittenAt: now,
 			RingHash: to.Hash(), Final: true, State: st})
 	}
@@ -450,23 +456,26 @@ func (m *Mover) HandOver(asker string, names []string) []Reply {
 	out := make([]Reply, len(names))
 	now := m.cfg.Clock()
 	for i, name := range names {
-		out[i] = Reply{Tenant: name, Status: NotHere}
-		lim := m.tenants.Limiter(name)
+		out[i] = Reply{Tenant: name, Status: NotHere} // also for an unknown tenant
+		moved := m.tenants.MovedTo(name)
 		switch {
-		case lim == nil:
 		case m.tenants.Held(name):
 			out[i].Status = Busy
-		case lim.MovedTo() != "" && lim.MovedTo() != asker:
-			out[i] = Reply{Tenant: name, Status: Moved, To: lim.MovedTo()}
-		case lim.MovedTo() == asker && !m.tenants.OwnedWithin(name, m.cfg.Window):
+		case moved != "" && moved != asker:
+			out[i] = Reply{Tenant: name, Status: Moved, To: moved}
+		case moved == asker && !m.tenants.OwnedWithin(name, m.cfg.Window):
 			// Frozen for the asker more than a window ago and not owned
 			// since: the asker has owned the tenant ever since (it asks
 			// again after its ring stepped out and back, a pause): this
 			// old state would replace its own, newer account.
-		case lim.MovedTo() == asker || m.tenants.OwnedWithin(name, m.cfg.Window):
+		case moved == asker || m.tenants.OwnedWithin(name, m.cfg.Window):
 			// Asked twice (the first answer was lost), or ours: the
 			// state as of now, frozen for the asker.
-			out[i] = Reply{Tenant: name, Status: Handed, State: lim.Freeze(now, asker)}
+			st, known := m.tenants.Freeze(name, now, asker)
+			if !known {
+				break
+			}
+			out[i] = Reply{Tenant: name, Status: Handed, State: st}
 			if m.tenants.Owns(name) {
 				m.noteFrozen(name) // an asker whose ring is not ours
 			}
@@ -553,9 +562,7 @@ func (m *Mover) Take(gained []string, from, to *ring.Ring) Arrival {
 			var b Arrival
 			if prev == "" {
 				for _, t := range names {
-					if lim := m.tenants.Counted(t); lim != nil {
-						lim.Thaw()
-					}
+					m.tenants.Thaw(t)
 					m.tenants.Release(t)
 					b.Fresh++
 				}
@@ -810,16 +817,12 @@ func (m *Mover) fromStore(prev string, unreachable, notHere []string, to *ring.R
 	for name, s := range pending {
 		fresh := s == nil && !gone[name] && !failed
 		var lim *limiter.Tenant
-		if fresh {
-			lim = m.tenants.Counted(name)
-		} else {
+		if !fresh {
 			lim = m.tenants.Limiter(name)
 		}
 		switch {
 		case fresh:
-			if lim != nil {
-				lim.Thaw()
-			}
+			m.tenants.Thaw(name)
 			a.Fresh++
 		case lim == nil:
 		case s != nil:
@@ -861,8 +864,14 @@ func (m *Mover) fromStore(prev string, unreachable, notHere []string, to *ring.R
 // lets its requests through. Release also forgets the slots of calls on
 // nodes that are gone.
 func (m *Mover) importState(name string, st limiter.State) {
-	if lim := m.tenants.Limiter(name); lim != nil {
+	lim := m.tenants.Counted(name)
+	if lim == nil && !st.Empty() {
+		lim = m.tenants.Limiter(name)
+	}
+	if lim != nil {
 		lim.Import(m.cfg.Clock(), st.As(m.cfg.Self))
+	} else {
+		m.tenants.Thaw(name) // never counted here, handed empty: nothing to import
 	}
 	m.tenants.Release(name)
 }

@@ -59,6 +59,23 @@ func (mt *memTenants) Changed() []string {
 func (mt *memTenants) Names() []string                  { return mt.names }
 func (mt *memTenants) Limiter(n string) *limiter.Tenant { return mt.lims[n] }
 func (mt *memTenants) Counted(n string) *limiter.Tenant { return mt.lims[n] }
+func (mt *memTenants) MovedTo(n string) string {
+	if lim := mt.lims[n]; lim != nil {
+		return lim.MovedTo()
+	}
+	return ""
+}
+func (mt *memTenants) Thaw(n string) {
+	if lim := mt.lims[n]; lim != nil {
+		lim.Thaw()
+	}
+}
+func (mt *memTenants) Freeze(n string, now int64, to string) (limiter.State, bool) {
+	if lim := mt.lims[n]; lim != nil {
+		return lim.Freeze(now, to), true
+	}
+	return limiter.State{}, false
+}
 func (mt *memTenants) Hold(n string, _ time.Duration) bool {
 	mt.mu.Lock()
 	mt.held[n] = true

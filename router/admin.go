@@ -205,9 +205,9 @@ func (r *Router) serveTeam(ctx *fasthttp.RequestCtx, name string) {
 		owner = r.node
 	}
 	tv := teamView{Name: name, Owner: owner, Node: r.node, Window: st.cfg.Limits.Window.String(), Mode: e.mode(),
-		usageView: viewUsage(e.c().lim.Usage(now)), Tenants: make(map[string]usageView, len(e.members))}
+		usageView: viewUsage(e.usage(now)), Tenants: make(map[string]usageView, len(e.members))}
 	for _, m := range e.members {
-		tv.Tenants[m.name] = viewUsage(m.c().lim.Usage(now))
+		tv.Tenants[m.name] = viewUsage(m.usage(now))
 	}
 	writeJSON(ctx, fasthttp.StatusOK, tv)
 }
@@ -219,7 +219,7 @@ func (r *Router) serveTenant(ctx *fasthttp.RequestCtx, name string) {
 		fail(ctx, fasthttp.StatusNotFound, "invalid_request_error", "unknown_tenant", "No tenant named "+name+".")
 		return
 	}
-	u := t.c().lim.Usage(r.clock())
+	u := t.usage(r.clock())
 	q := viewQueue(t.ownLines()...)
 	owner := r.view.Load().owner(t.name)
 	if owner == "" {
@@ -244,7 +244,7 @@ func (r *Router) serveTenant(ctx *fasthttp.RequestCtx, name string) {
 			}
 			out := make(map[string]usageView, len(t.models))
 			for model, e := range t.models {
-				out[model] = viewUsage(e.c().lim.Usage(r.clock()))
+				out[model] = viewUsage(e.usage(r.clock()))
 			}
 			return out
 		}(),

@@ -2,12 +2,15 @@ package router
 
 import (
 	"fmt"
+	"io"
+	"log/slog"
 	"testing"
 	"time"
 
 	"github.com/valyala/fasthttp"
 
 	"github.com/ringgate/ringgate/config"
+	"github.com/ringgate/ringgate/handoff"
 	"github.com/ringgate/ringgate/limiter"
 	"github.com/ringgate/ringgate/ring"
 )
@@ -111,5 +114,149 @@ func TestCoreMadeAfterReloadTakesItsConfig(t *testing.T) {
 	}
 	if got := lim.Window(); got != time.Minute {
 		t.Errorf("after a second reload: window %v, want 1m", got)
+	}
+}
+
+// A tenant never counted here and handed over (the first node of a
+// cluster hands most of its tenants over as the others join) keeps where
+// it went without a core; the core, once made, is frozen for that node,
+// and a thaw (the tenant back, nobody having counted it) forgets it.
+func TestFrozenWithoutCore(t *testing.T) {
+	r, cfg := testRouter(t, Options{})
+	for i := range 100 {
+		cfg.Tenants = append(cfg.Tenants, config.Tenant{Name: fmt.Sprintf("t%03d", i), Keys: []string{fmt.Sprintf("k%03d", i)}, RPM: 10})
+	}
+	if err := r.Reload(cfg); err != nil {
+		t.Fatal(err)
+	}
+	now := r.clock()
+	for _, name := range r.Names() {
+		st, ok := r.Freeze(name, now, "u")
+		if !ok || !st.Empty() || st.Requests.Width != int64(cfg.Limits.Window)/limiter.Buckets {
+			t.Fatalf("Freeze(%s) = %+v, %v: want an empty state with the window's bucket width", name, st, ok)
+		}
+	}
+	if _, ok := r.Freeze("nobody", now, "u"); ok {
+		t.Error("Freeze of an unknown tenant went through")
+	}
+	if n, _ := made(r); n != 0 {
+		t.Fatalf("freezing 100 tenants never counted made %d cores", n)
+	}
+	if got := r.MovedTo("t001"); got != "u" {
+		t.Fatalf("MovedTo(t001) = %q, want u", got)
+	}
+	if _, d := r.Limiter("t002").Admit(now, 1); !d.Moved || r.Limiter("t002").MovedTo() != "u" {
+		t.Fatalf("the core made after the freeze decides (%+v), want Moved to u", d)
+	}
+	r.Thaw("t003")
+	if got := r.MovedTo("t003"); got != "" || r.Counted("t003") != nil {
+		t.Fatalf("after Thaw: MovedTo %q, core made %v", got, r.Counted("t003") != nil)
+	}
+	if _, d := r.Limiter("t003").Admit(now, 1); !d.Allowed {
+		t.Fatalf("a thawed tenant's core refuses: %+v", d)
+	}
+	if n, names := made(r); n != 2 {
+		t.Fatalf("cores %v, want t002's and t003's", names)
+	}
+}
+
+func coreTestNode(t *testing.T, name string, n int) *Router {
+	cfg := config.Default()
+	cfg.Node.Name = name
+	cfg.Upstreams = []config.Upstream{{Name: "up", Kind: config.KindOpenAI, BaseURL: "http://127.0.0.1:1", Models: []string{"gpt-4o"}}}
+	for i := range n {
+		cfg.Tenants = append(cfg.Tenants, config.Tenant{Name: fmt.Sprintf("t%04d", i), Keys: []string{fmt.Sprintf("k%04d", i)}, RPM: 10, Concurrency: 2})
+	}
+	r, err := New(Options{Config: cfg, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+// A join moves tenants nobody ever sent a request for: the node that
+// loses them keeps where they went without a core, the node that gains
+// them takes their empty states without making one.
+func TestJoinMakesNoCores(t *testing.T) {
+	const n = 1000
+	ra, rb := coreTestNode(t, "a", n), coreTestNode(t, "b", n)
+	net := handoff.NewInmemNet()
+	ma := handoff.New(handoff.Config{Self: "a", Window: time.Minute}, ra, net.Peers("a"), nil, nil)
+	mb := handoff.New(handoff.Config{Self: "b", Window: time.Minute}, rb, net.Peers("b"), nil, nil)
+	net.Join("a", ma)
+	net.Join("b", mb)
+	ma1 := Member{Name: "a", Addr: "127.0.0.1:1"}
+	mb1 := Member{Name: "b", Addr: "127.0.0.1:2"}
+	r1 := ring.New(1, []string{"a"})
+	r2 := ring.New(2, []string{"a", "b"})
+	ra.SetView(View{Ring: r1, Members: []Member{ma1}})
+	if c, _ := made(ra); c != 0 {
+		t.Fatalf("a: %d cores before the join", c)
+	}
+	ra.SetView(View{Ring: r2, Members: []Member{ma1, mb1}})
+	lostA, _, _ := ma.Change(r1, r2, nil)
+	rb.SetView(View{Ring: r2, Members: []Member{ma1, mb1}})
+	_, gainedB, arr := mb.Change(ring.New(0, nil), r2, nil)
+	ca, _ := made(ra)
+	cb, _ := made(rb)
+	t.Logf("join: a lost %d, made %d cores; b gained %d (%v), made %d cores", len(lostA), ca, len(gainedB), arr.Counts(), cb)
+	if len(lostA) == 0 || len(gainedB) != len(lostA) {
+		t.Fatalf("a lost %d, b gained %d: want the same tenants, some", len(lostA), len(gainedB))
+	}
+	if ca+cb > 0 {
+		t.Errorf("a made %d cores and b %d for tenants nobody ever counted", ca, cb)
+	}
+	for _, name := range lostA {
+		if to := ra.MovedTo(name); to != "b" {
+			t.Fatalf("a says %s went to %q, want b", name, to)
+		}
+	}
+}
+
+// Two nodes starting together: each asks the other for the tenants it
+// gains; the other never owned them and makes no core to say so.
+func TestClusterStartMakesNoCores(t *testing.T) {
+	const n = 1000
+	ra, rb := coreTestNode(t, "a", n), coreTestNode(t, "b", n)
+	net := handoff.NewInmemNet()
+	ma := handoff.New(handoff.Config{Self: "a", Window: time.Minute}, ra, net.Peers("a"), nil, nil)
+	mb := handoff.New(handoff.Config{Self: "b", Window: time.Minute}, rb, net.Peers("b"), nil, nil)
+	net.Join("a", ma)
+	net.Join("b", mb)
+	ms := []Member{{Name: "a", Addr: "127.0.0.1:1"}, {Name: "b", Addr: "127.0.0.1:2"}}
+	r2 := ring.New(1, []string{"a", "b"})
+	ra.SetView(View{Ring: r2, Members: ms})
+	rb.SetView(View{Ring: r2, Members: ms})
+	_, ga, aa := ma.Change(ring.New(0, nil), r2, nil)
+	_, gb, ab := mb.Change(ring.New(0, nil), r2, nil)
+	ca, _ := made(ra)
+	cb, _ := made(rb)
+	t.Logf("cold start: a gained %d %v, %d cores; b gained %d %v, %d cores", len(ga), aa.Counts(), ca, len(gb), ab.Counts(), cb)
+	if ca+cb > 0 {
+		t.Errorf("%d cores made on a cluster start with no request", ca+cb)
+	}
+}
+
+// A call of one member of a big team makes its own core and its team's,
+// not every member's (the members' lines are told only if they exist).
+func TestTeamCallMakesNoMemberCores(t *testing.T) {
+	r, cfg := testRouter(t, Options{})
+	cfg.Teams = []config.Team{{Name: "big", RPM: 100000}}
+	for i := range 1000 {
+		cfg.Tenants = append(cfg.Tenants, config.Tenant{Name: fmt.Sprintf("t%04d", i), Keys: []string{fmt.Sprintf("k%04d", i)}, RPM: 10, Concurrency: 2, Team: "big"})
+	}
+	if err := r.Reload(cfg); err != nil {
+		t.Fatal(err)
+	}
+	c := &call{t: r.state.Load().byName["t0007"]}
+	c.lim = c.t.c().lim
+	r.setLevels(c)
+	now := r.clock()
+	for i := range c.nLevels {
+		c.levels[i].tk, _ = c.levels[i].lim.Admit(now, 1)
+	}
+	r.finishLevels(c, 1)
+	if n, _ := made(r); n > 2 {
+		t.Errorf("one call of t0007 made %d cores", n)
 	}
 }

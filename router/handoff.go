@@ -218,6 +218,41 @@ func (r *Router) Counted(name string) *limiter.Tenant {
 	return nil
 }
 
+// MovedTo is the node the tenant was handed to ("" if none, or unknown),
+// without making its core.
+func (r *Router) MovedTo(name string) string {
+	t := r.state.Load().byName[name]
+	if t == nil {
+		return ""
+	}
+	if c := t.peek(); c != nil {
+		return c.lim.MovedTo()
+	}
+	if to := t.ref.frozenTo.Load(); to != nil {
+		return *to
+	}
+	return ""
+}
+
+// Thaw makes this node count the tenant again (limiter.Tenant.Thaw),
+// without making its core.
+func (r *Router) Thaw(name string) {
+	if t := r.state.Load().byName[name]; t != nil {
+		r.cores.thaw(t)
+	}
+}
+
+// Freeze hands the tenant over to the node to (limiter.Tenant.Freeze)
+// and returns its state; false for an unknown tenant. A tenant never
+// counted here is handed empty without making its core.
+func (r *Router) Freeze(name string, now int64, to string) (limiter.State, bool) {
+	t := r.state.Load().byName[name]
+	if t == nil {
+		return limiter.State{}, false
+	}
+	return r.cores.freeze(t, now, to), true
+}
+
 // Owns reports whether this node's ring makes it the tenant's owner (a
 // standalone node owns everything).
 func (r *Router) Owns(name string) bool {

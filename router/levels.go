@@ -205,7 +205,9 @@ func (r *Router) finishLevels(c *call, actual int64) {
 				r.reportDelta(l.e, d)
 			}
 			for _, m := range members {
-				m.c().queue.Kick()
+				if c := m.peek(); c != nil { // no core: no one waiting
+					c.queue.Kick()
+				}
 			}
 			continue
 		}
@@ -218,7 +220,9 @@ func (r *Router) finishLevels(c *call, actual int64) {
 			r.fallbackFinished(l.e, l.fb, d)
 		}
 		for _, m := range members {
-			m.c().fbQueue.Kick()
+			if c := m.peek(); c != nil {
+				c.fbQueue.Kick()
+			}
 		}
 	}
 }

@@ -130,7 +130,7 @@ func New(o Options) (*Router, error) {
 	if r.leaser == nil {
 		r.leaser = lease.NewLeaser(lease.LeaserConfig{Node: r.node, Clock: o.Clock, Logger: o.Logger})
 	}
-	r.cores = &cores{state: &r.state, hooks: r.stateHooks()}
+	r.cores = &cores{state: &r.state, hooks: r.stateHooks(), clock: o.Clock}
 	st, err := buildState(o.Config, nil, r.metrics, r.cores)
 	if err != nil {
 		return nil, err

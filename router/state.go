@@ -89,7 +89,15 @@ type core struct {
 }
 
 // coreRef holds a tenant's core; one per name, kept across reloads.
-type coreRef struct{ atomic.Pointer[core] }
+type coreRef struct {
+	atomic.Pointer[core]
+	// frozenTo, while there is no core, is the node the tenant was handed
+	// to, empty, having never been counted here (Freeze): the core, when
+	// made, is made frozen for it. A node that owned every tenant for a
+	// moment (the first of a cluster) hands tens of thousands over: a
+	// word each, not a core.
+	frozenTo atomic.Pointer[string]
+}
 
 // c is the tenant's core, made now at its first use.
 func (t *tenant) c() *core {
@@ -111,6 +119,15 @@ func (t *tenant) spilled() *spill {
 	return nil
 }
 
+// usage is what t's windows hold at now; nothing, under its limits, for a
+// tenant never counted here (an admin view makes no core).
+func (t *tenant) usage(now int64) limiter.Usage {
+	if c := t.peek(); c != nil {
+		return c.lim.Usage(now)
+	}
+	return limiter.Usage{Limits: t.limits}
+}
+
 // falling reports whether a fallback episode of the tenant's is on.
 func (t *tenant) falling() bool {
 	c := t.peek()
@@ -125,6 +142,7 @@ type cores struct {
 	state           *atomic.Pointer[state] // the router's, in force
 	window, slotTTL time.Duration
 	hooks           stateHooks
+	clock           func() int64
 }
 
 // make makes t's core, unless another did first.
@@ -147,11 +165,48 @@ func (cs *cores) make(t *tenant) *core {
 		queue:   &queue.Queue{},
 		fbQueue: &queue.Queue{},
 	}
+	if to := t.ref.frozenTo.Load(); to != nil {
+		c.lim.Freeze(cs.clock(), *to)
+	}
 	if f, name := cs.hooks.changed, t.name; f != nil {
 		c.lim.OnChange(func() { f(name) })
 	}
 	t.ref.Store(c)
 	return c
+}
+
+// thaw is limiter.Tenant.Thaw for t, without making its core.
+func (cs *cores) thaw(t *tenant) {
+	if c := t.peek(); c != nil {
+		c.lim.Thaw()
+		return
+	}
+	cs.mu.Lock()
+	defer cs.mu.Unlock()
+	if c := t.peek(); c != nil {
+		c.lim.Thaw()
+		return
+	}
+	t.ref.frozenTo.Store(nil)
+}
+
+// freeze is limiter.Tenant.Freeze for t, without making its core if it
+// has none: what it hands over is then an empty state, and where it went
+// is kept in its coreRef until the core is made.
+func (cs *cores) freeze(t *tenant, now int64, to string) limiter.State {
+	if c := t.peek(); c != nil {
+		return c.lim.Freeze(now, to)
+	}
+	cs.mu.Lock()
+	if c := t.peek(); c != nil {
+		cs.mu.Unlock()
+		return c.lim.Freeze(now, to)
+	}
+	t.ref.frozenTo.Store(&to)
+	window, slotTTL := cs.window, cs.slotTTL
+	cs.mu.Unlock()
+	// An empty state as a core's Freeze exports it (bucket widths, head).
+	return limiter.NewTenant(t.limits, window, slotTTL).Freeze(now, to)
 }
 
 // install puts st in force: the cores made already take its limits (and
