@@ -77,7 +77,7 @@ func TestClusterProviderLimitQueued(t *testing.T) {
 	const window, limit = 2 * time.Second, 150
 	run := func(q *config.Queue) (codes map[int]int, breaches, worst int) {
 		srv := redistest.Start(t)
-		c, tenants := startProviderClusterWith(t, window, clOptions{Redis: srv.Addr(), Queue: q,
+		c, tenants := startProviderClusterWith(t, window, clOptions{Redis: srv.Addr(), Queue: q, RedisTimeout: auditRedisTimeout,
 			Upstream: func(u *config.Upstream) { u.RPM = limit }},
 			fakeupstream.ProviderLimits{Requests: limit, Window: window - clJitter}, 5*time.Millisecond)
 		perTenant := window * time.Duration(len(tenants)) * 10 / time.Duration(11*limit)
