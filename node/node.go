@@ -280,10 +280,18 @@ func (n *Node) onRing(from, to *ring.Ring) {
 		"handoff_ms", time.Since(start).Milliseconds(),
 		"took_ms", since.Milliseconds(),
 	)
+	if len(lost)+len(gained) >= bigConfig {
+		// The state of tens of thousands of tenants went through this
+		// node as messages: give their garbage back to the system now
+		// (the second node of a 100 000-tenant cluster held 216-246 MiB
+		// resident for a while after taking half of them, 128-184 MiB
+		// the others).
+		go debug.FreeOSMemory()
+	}
 }
 
-// bigConfig is the number of tenants from which start-up returns the
-// garbage of building them to the system at once.
+// bigConfig is the number of tenants from which start-up, and a handoff,
+// return the garbage of building or moving them to the system at once.
 const bigConfig = 10_000
 
 // maxLoggedTenants bounds the tenant names one log line lists.
