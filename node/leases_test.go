@@ -49,8 +49,7 @@ func TestClusterProviderLimit(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			srv := redistest.Start(t)
 			tc.fake.Window = window - clJitter
-			c, tenants := startProviderClusterWith(t, window, clOptions{Redis: srv.Addr(), Upstream: tc.upstream,
-				RedisTimeout: auditRedisTimeout}, tc.fake, tc.latency)
+			c, tenants := startProviderCluster(t, srv, window, tc.upstream, tc.fake, tc.latency)
 
 			// Twice the provider's limit, over every node: for the
 			// concurrency case, twice the calls it can run at once.
@@ -317,17 +316,18 @@ func answersOf(t *testing.T, res []clResult) map[int]int {
 // Redis call sometimes takes longer than the default 15 ms: the budgets
 // then count the store down and fall to their strict share for half a
 // second or more (store_down in the logs of runs that failed), a window
-// the audit saw 1-27 of 150 used in. Redis down is tested on its own
-// (TestClusterProviderLimitRedisDown); these test the leases' sharing.
+// the audit saw 1-27 of 150 used in. Redis down or hung is made so on
+// purpose where it is tested (TestClusterProviderLimitRedisDown).
 const auditRedisTimeout = 100 * time.Millisecond
 
-// startProviderCluster is 3 nodes leasing from srv, the upstream set by
-// tune, six tenants with no limits of their own, and the fake provider
-// enforcing limits and answering after latency.
+// startProviderCluster is 3 nodes leasing from srv (redis.timeout
+// auditRedisTimeout), the upstream set by tune, six tenants with no
+// limits of their own, and the fake provider enforcing limits and
+// answering after latency.
 func startProviderCluster(t *testing.T, srv *redistest.Server, window time.Duration, tune func(*config.Upstream),
 	limits fakeupstream.ProviderLimits, latency time.Duration) (*clCluster, []config.Tenant) {
 	t.Helper()
-	return startProviderClusterWith(t, window, clOptions{Redis: srv.Addr(), Upstream: tune}, limits, latency)
+	return startProviderClusterWith(t, window, clOptions{Redis: srv.Addr(), Upstream: tune, RedisTimeout: auditRedisTimeout}, limits, latency)
 }
 
 // startProviderClusterWith is startProviderCluster with the nodes' options.
