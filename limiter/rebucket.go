@@ -126,15 +126,15 @@ func (w *Window) rebucket(m remap) {
 	if m.identity() {
 		return
 	}
-	old := w.buckets
+	old := Window{few: w.few, buckets: w.buckets} // the content, to read from
 	lo, hi := max(w.head-ring+1, 0), w.head
 	w.width, w.head, w.newest, w.total = m.to, m.top, 0, 0
-	w.buckets = nil
-	if old == nil {
+	w.drop()
+	if !old.held() {
 		return
 	}
 	for b := lo; b <= hi; b++ {
-		v := old[b%ring]
+		v := old.at(b % ring)
 		if v == 0 {
 			continue
 		}

@@ -81,7 +81,8 @@ func (w *Window) merge(ws WindowState) {
 }
 
 func (w *Window) reset() {
-	w.buckets, w.total = nil, 0
+	w.drop()
+	w.total = 0
 }
 
 // Export returns the tenant's state at now.

@@ -388,7 +388,7 @@ func TestBucketsOnlyWhileCharged(t *testing.T) {
 	lim := NewTenant(Limits{Requests: 5, Tokens: 1000, Concurrency: 2}, time.Second, time.Minute)
 	held := func() (n int) {
 		for _, w := range []*Window{&lim.requests, &lim.tokens, &lim.slots} {
-			if w.buckets != nil {
+			if w.held() {
 				n++
 			}
 		}
@@ -403,7 +403,7 @@ func TestBucketsOnlyWhileCharged(t *testing.T) {
 	}
 	lim.Finish(now, &tk, 80)
 	lim.Usage(now + int64(2*time.Second)) // the requests and tokens left the window
-	if lim.requests.buckets != nil || lim.tokens.buckets != nil {
+	if lim.requests.held() || lim.tokens.held() {
 		t.Error("an empty request or token window still holds its buckets")
 	}
 	if u := lim.Usage(now + int64(2*time.Second)); u.Requests != 0 || u.InFlight != 0 {

@@ -20,30 +20,101 @@ type Window struct {
 	head   int64 // absolute index of the newest bucket seen
 	newest int64 // absolute index of the newest bucket holding a charge
 	total  int64 // sum of the live buckets
-	// buckets is allocated at the first charge and dropped once nothing
+	// The buckets are made at the first charge and dropped once nothing
 	// was charged for a whole window: an idle tenant's window costs a few
 	// words (a node configured with 100 000 tenants holds 6 windows each).
+	// While at most fewMax slots hold a charge they are kept in few (64
+	// bytes); past that in buckets (1 KiB), the ring itself. Most tenants
+	// of a big gateway send a few requests a window.
+	few     *fewBuckets
 	buckets *[ring]int64
+}
+
+// fewMax is how many charged slots the compact form holds.
+const fewMax = 6
+
+// fewBuckets is a window's ring while few of its slots hold a charge:
+// slot[k] holds val[k], for k < n.
+type fewBuckets struct {
+	n    int8
+	slot [fewMax]uint8
+	val  [fewMax]int64
 }
 
 // at is the charge in ring slot i.
 func (w *Window) at(i int64) int64 {
-	if w.buckets == nil {
-		return 0
+	switch {
+	case w.buckets != nil:
+		return w.buckets[i]
+	case w.few != nil:
+		f, s := w.few, uint8(i)
+		for k := f.n - 1; k >= 0; k-- { // newest first: mostly the head's
+			if f.slot[k] == s {
+				return f.val[k]
+			}
+		}
 	}
-	return w.buckets[i]
+	return 0
 }
 
 // add adds v to ring slot i (the caller keeps total).
 func (w *Window) add(i, v int64) {
-	if w.buckets == nil {
-		if v == 0 {
+	if w.buckets != nil {
+		w.buckets[i] += v
+		return
+	}
+	if v == 0 {
+		return
+	}
+	if w.few == nil {
+		w.few = new(fewBuckets)
+	}
+	f, s := w.few, uint8(i)
+	for k := f.n - 1; k >= 0; k-- { // newest first: mostly the head's
+		if f.slot[k] == s {
+			f.val[k] += v
 			return
 		}
-		w.buckets = new([ring]int64)
 	}
+	if f.n < fewMax {
+		f.slot[f.n], f.val[f.n] = s, v
+		f.n++
+		return
+	}
+	// A slot more than the compact form holds: the whole ring.
+	w.buckets = new([ring]int64)
+	for k := range f.n {
+		w.buckets[f.slot[k]] = f.val[k]
+	}
+	w.few = nil
 	w.buckets[i] += v
 }
+
+// clear empties ring slot i and returns what it held.
+func (w *Window) clear(i int64) int64 {
+	if w.buckets != nil {
+		v := w.buckets[i]
+		w.buckets[i] = 0
+		return v
+	}
+	if f := w.few; f != nil {
+		for k := range f.n {
+			if int64(f.slot[k]) == i {
+				v := f.val[k]
+				f.n--
+				f.slot[k], f.val[k] = f.slot[f.n], f.val[f.n]
+				return v
+			}
+		}
+	}
+	return 0
+}
+
+// drop lets the buckets go.
+func (w *Window) drop() { w.buckets, w.few = nil, nil }
+
+// held reports whether the window holds buckets (either form).
+func (w *Window) held() bool { return w.buckets != nil || w.few != nil }
 
 // NewWindow returns a window of the given length and limit. A length shorter
 // than Buckets nanoseconds is rounded up so a bucket is never empty of time.
@@ -79,20 +150,30 @@ func (w *Window) due(now int64) (int64, bool) {
 // roll moves the head to bucket cur (> head), dropping what left.
 func (w *Window) roll(cur int64) {
 	switch {
-	case w.buckets == nil:
+	case !w.held():
 	case cur-w.head >= ring:
-		w.buckets, w.total = nil, 0
+		w.drop()
+		w.total = 0
 	default:
-		for i := w.head + 1; i <= cur; i++ {
-			slot := i % ring
-			w.total -= w.buckets[slot]
-			w.buckets[slot] = 0
+		if f := w.few; f != nil {
+			// The slots of (head, cur]: those at most cur-head past head.
+			for k := int8(0); k < f.n; {
+				if ((int64(f.slot[k])-w.head-1)%ring+ring)%ring < cur-w.head {
+					w.total -= w.clear(int64(f.slot[k]))
+					continue // k now holds the last entry
+				}
+				k++
+			}
+		} else {
+			for i := w.head + 1; i <= cur; i++ {
+				w.total -= w.clear(i % ring)
+			}
 		}
 		if w.total == 0 && cur-w.newest >= ring {
 			// Nothing charged for a whole window (charges are never
 			// negative): a slot window whose calls all ended keeps its
 			// buckets while calls keep coming.
-			w.buckets = nil
+			w.drop()
 		}
 	}
 	w.head = cur
