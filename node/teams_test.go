@@ -114,6 +114,13 @@ func TestClusterTeamAcrossChanges(t *testing.T) {
 			}
 			status := map[int]int{}
 			for _, r := range res {
+				if sc.kill && !r.at.After(changeAt) && (r.err != nil || r.rep.status == http.StatusBadGateway) {
+					// In flight on the owner being killed: "failed
+					// mid-request; retry", as TestDeadOwnerNo502
+					// allows too (a CI run met one).
+					status[-1]++
+					continue
+				}
 				if r.err != nil {
 					t.Errorf("%s via %s: %v", r.tenant, r.via, r.err)
 					continue
