@@ -37,7 +37,7 @@ func TestClusterHotTenantSpills(t *testing.T) {
 	for i := range 3 {
 		tenants = append(tenants, clTenant(fmt.Sprintf("calm-%d", i), calmRPM))
 	}
-	c := startClusterWith(t, 3, window, clOptions{Redis: srv.Addr(), SpilloverRPS: 60, RedisTimeout: auditRedisTimeout}, tenants...)
+	c := startClusterWith(t, 3, window, clOptions{Redis: srv.Addr(), SpilloverRPS: 60}, tenants...)
 	owner := c.byName(c.owner("hot"))
 	t.Logf("hot is owned by %s", owner.Name())
 
@@ -153,12 +153,7 @@ func TestClusterSpilledOwnerCrashes(t *testing.T) {
 		hotLimit = 400
 	)
 	srv := redistest.Start(t)
-	// redis.timeout 100 ms: under -race on 2 loaded cores a Redis call
-	// past the default 15 ms stalls the edges' spill budgets as the owner
-	// dies, a sequence that over-admits (457-544 of 400 in a window) and
-	// is not fixed yet (README, Not done yet); this test is the crash.
-	c := startClusterWith(t, 3, window, clOptions{Redis: srv.Addr(), SpilloverRPS: 60, SnapshotInterval: 200 * time.Millisecond,
-		RedisTimeout: auditRedisTimeout},
+	c := startClusterWith(t, 3, window, clOptions{Redis: srv.Addr(), SpilloverRPS: 60, SnapshotInterval: 200 * time.Millisecond},
 		clTenant("hot", hotLimit))
 	owner := c.byName(c.owner("hot"))
 	var edges []*clNode

@@ -174,17 +174,23 @@ func coreTestNode(t *testing.T, name string, n int) *Router {
 	return r
 }
 
+// coreTestPair is two routers a and b configured with n tenants, with
+// their handoff movers joined on an in-memory network.
+func coreTestPair(t *testing.T, n int) (ra, rb *Router, ma, mb *handoff.Mover) {
+	ra, rb = coreTestNode(t, "a", n), coreTestNode(t, "b", n)
+	net := handoff.NewInmemNet()
+	ma = handoff.New(handoff.Config{Self: "a", Window: time.Minute}, ra, net.Peers("a"), nil, nil)
+	mb = handoff.New(handoff.Config{Self: "b", Window: time.Minute}, rb, net.Peers("b"), nil, nil)
+	net.Join("a", ma)
+	net.Join("b", mb)
+	return ra, rb, ma, mb
+}
+
 // A join moves tenants nobody ever sent a request for: the node that
 // loses them keeps where they went without a core, the node that gains
 // them takes their empty states without making one.
 func TestJoinMakesNoCores(t *testing.T) {
-	const n = 1000
-	ra, rb := coreTestNode(t, "a", n), coreTestNode(t, "b", n)
-	net := handoff.NewInmemNet()
-	ma := handoff.New(handoff.Config{Self: "a", Window: time.Minute}, ra, net.Peers("a"), nil, nil)
-	mb := handoff.New(handoff.Config{Self: "b", Window: time.Minute}, rb, net.Peers("b"), nil, nil)
-	net.Join("a", ma)
-	net.Join("b", mb)
+	ra, rb, ma, mb := coreTestPair(t, 1000)
 	ma1 := Member{Name: "a", Addr: "127.0.0.1:1"}
 	mb1 := Member{Name: "b", Addr: "127.0.0.1:2"}
 	r1 := ring.New(1, []string{"a"})
@@ -216,13 +222,7 @@ func TestJoinMakesNoCores(t *testing.T) {
 // Two nodes starting together: each asks the other for the tenants it
 // gains; the other never owned them and makes no core to say so.
 func TestClusterStartMakesNoCores(t *testing.T) {
-	const n = 1000
-	ra, rb := coreTestNode(t, "a", n), coreTestNode(t, "b", n)
-	net := handoff.NewInmemNet()
-	ma := handoff.New(handoff.Config{Self: "a", Window: time.Minute}, ra, net.Peers("a"), nil, nil)
-	mb := handoff.New(handoff.Config{Self: "b", Window: time.Minute}, rb, net.Peers("b"), nil, nil)
-	net.Join("a", ma)
-	net.Join("b", mb)
+	ra, rb, ma, mb := coreTestPair(t, 1000)
 	ms := []Member{{Name: "a", Addr: "127.0.0.1:1"}, {Name: "b", Addr: "127.0.0.1:2"}}
 	r2 := ring.New(1, []string{"a", "b"})
 	ra.SetView(View{Ring: r2, Members: ms})
