@@ -41,7 +41,7 @@ type budgetLine struct {
 	// served (budgetShadowed), logged as shadowName.
 	shadow     bool
 	shadowName string
-	meter      shadowMeter
+	meter      logMeter
 }
 
 // budgetTake is what one request took of one budget.

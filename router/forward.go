@@ -259,6 +259,14 @@ func (r *Router) fallbackLimiter(t *tenant, v *view, owner string) (*limiter.Ten
 		// recent usage; the others wait for it rather than admit blind.
 		t.c().fallbackMu.Lock()
 		if !t.falling() {
+			if sp := t.spilled(); sp != nil && sp.owner == owner {
+				// The owner's spill stalled here (Redis did not answer)
+				// and the owner does not answer either: leave it. Back on
+				// its budget once Redis answers, this node would admit on
+				// a window that knows nothing of what its share admitted.
+				sp.until.Store(0) // edgeSpill: lapsed, from now on
+				go r.leaveSpill(t, sp, "owner_unreachable")
+			}
 			seeded := r.seedFallback(t, n)
 			t.c().fb.mu.Lock()
 			t.c().fb.owner = owner

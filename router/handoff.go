@@ -386,7 +386,7 @@ func (r *Router) deliverDeltas(t *tenant, from string, ds []limiter.Delta, forwa
 	}
 	addr := v.addrs[dest]
 	if !r.hops.enabled() || forwarded >= maxHops || addr == "" || dest == r.node {
-		r.log.Warn("handoff", "phase", "delta_lost", "tenant", t.name, "owner", dest, "error", "no signed path to the node counting the tenant")
+		r.logDeltaLost(t, dest, "no signed path to the node counting the tenant", 0)
 		return fmt.Errorf("%w to %s: no signed path", errDeltaUndelivered, dest)
 	}
 	// Tried even when the peer is marked down for hops: an owner slow to
@@ -394,7 +394,7 @@ func (r *Router) deliverDeltas(t *tenant, from string, ds []limiter.Delta, forwa
 	r.metrics.deltasSent.Add(float64(len(ds)))
 	status, _, err := r.peerCall(v, addr, dest, deltaPath, deltaMsg{Tenant: t.name, From: from, Deltas: ds}, forwarded+1, deltaTimeout)
 	if err != nil || status != fasthttp.StatusNoContent {
-		r.log.Warn("handoff", "phase", "delta_lost", "tenant", t.name, "owner", dest, "error", fmt.Sprint(err), "status", status)
+		r.logDeltaLost(t, dest, fmt.Sprint(err), status)
 		return fmt.Errorf("%w to %s", errDeltaUndelivered, dest)
 	}
 	return nil
@@ -436,4 +436,17 @@ func (r *Router) serveDelta(ctx *fasthttp.RequestCtx) {
 	}
 	r.metrics.deltasApplied.Add(float64(r.applyOnce(t, now, from, m.Deltas)))
 	ctx.SetStatusCode(fasthttp.StatusNoContent)
+}
+
+// deltaLostEvery bounds the delta_lost lines to one a tenant a second:
+// with its owner gone, a tenant's fallback ledger fails a report every few
+// milliseconds.
+const deltaLostEvery = time.Second
+
+// logDeltaLost warns that deltas for t did not reach owner, at most once a
+// deltaLostEvery; a line says how many failures it stands for.
+func (r *Router) logDeltaLost(t *tenant, owner, reason string, status int) {
+	if ok, muted := t.c().lostLog.allow(r.clock(), deltaLostEvery); ok {
+		r.log.Warn("handoff", "phase", "delta_lost", "tenant", t.name, "owner", owner, "error", reason, "status", status, "not_logged", muted)
+	}
 }

@@ -21,10 +21,23 @@ import (
 // shadowLogEvery bounds the shadow_refusal lines of one tenant.
 const shadowLogEvery = time.Second
 
-// shadowMeter rate-limits one limit's shadow_refusal lines.
-type shadowMeter struct {
+// logMeter rate-limits one kind of line about one thing (a limit's
+// shadow_refusal, a tenant's delta_lost): a burst writes one line, the
+// next says how many it stands for.
+type logMeter struct {
 	last atomic.Int64 // when the last line was written (ns)
-	mute atomic.Int64 // refusals not logged since
+	mute atomic.Int64 // lines not written since
+}
+
+// allow reports whether a line may be written at now (ns), at most one an
+// every, and how many were not written since the last one.
+func (m *logMeter) allow(now int64, every time.Duration) (bool, int64) {
+	last := m.last.Load()
+	if now-last < int64(every) || !m.last.CompareAndSwap(last, now) {
+		m.mute.Add(1)
+		return false, 0
+	}
+	return true, m.mute.Swap(0)
 }
 
 // shadowRefused marks, counts and logs a request t's limits refused (d)
@@ -37,17 +50,15 @@ func (r *Router) shadowRefused(ctx *fasthttp.RequestCtx, t *tenant, d *limiter.D
 
 // shadowRefusal marks, counts and logs (at most once a shadowLogEvery
 // per limit) a refusal on dim by the shadow limit name.
-func (r *Router) shadowRefusal(ctx *fasthttp.RequestCtx, name string, m *shadowMeter, dim limiter.Dimension, retry time.Duration) {
+func (r *Router) shadowRefusal(ctx *fasthttp.RequestCtx, name string, m *logMeter, dim limiter.Dimension, retry time.Duration) {
 	ctx.Response.Header.Set("x-ringgate-shadow-refused", dim.String())
 	r.metrics.shadow.WithLabelValues(name, dim.String()).Inc()
-	now := time.Now().UnixNano()
-	last := m.last.Load()
-	if now-last < int64(shadowLogEvery) || !m.last.CompareAndSwap(last, now) {
-		m.mute.Add(1)
+	ok, muted := m.allow(time.Now().UnixNano(), shadowLogEvery)
+	if !ok {
 		return
 	}
 	r.log.Info("shadow_refusal", "tenant", name, "limit", dim.String(), "retry_after_ms", retry.Milliseconds(),
-		"not_logged", m.mute.Swap(0))
+		"not_logged", muted)
 }
 
 // budgetShadowed marks, counts and logs the refusal of c's provider

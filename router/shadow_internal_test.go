@@ -17,7 +17,7 @@ import (
 func TestShadowLogRateLimited(t *testing.T) {
 	var logs bytes.Buffer
 	r, _ := testRouter(t, Options{Logger: slog.New(slog.NewJSONHandler(&logs, nil))})
-	var m shadowMeter
+	var m logMeter
 	refuse := func() {
 		var ctx fasthttp.RequestCtx
 		r.shadowRefusal(&ctx, "team/x", &m, limiter.Requests, time.Second)

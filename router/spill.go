@@ -75,6 +75,25 @@ type spillHolder struct {
 	// live is the router's count of tenants with a spill, kept by Store
 	// and CompareAndSwap (nil: not counted).
 	live *atomic.Int64
+	// leftAt is when (router clock) this node last stopped serving a spill
+	// it did not own (leaveSpill): until a window has passed, what the
+	// owner's answers said of the tenant misses what the cluster admitted
+	// on the spill.
+	leftAt atomic.Int64
+}
+
+// spilledWithin reports whether this node served the tenant on another
+// node's spill at some point since from (router clock): it does now, or
+// left one since.
+func (t *tenant) spilledWithin(self string, from int64) bool {
+	c := t.peek()
+	if c == nil {
+		return false
+	}
+	if sp := c.spill.Load(); sp != nil && sp.owner != self {
+		return true
+	}
+	return c.spill.leftAt.Load() >= from
 }
 
 // Store sets the tenant's spill, counted.
@@ -846,6 +865,7 @@ func (r *Router) leaveSpill(t *tenant, sp *spill, reason string) bool {
 	was := sp.closed.Swap(true)
 	t.c().spill.endEpoch(sp.epoch)
 	t.c().spill.CompareAndSwap(sp, nil)
+	t.c().spill.leftAt.Store(r.clock())
 	sp.mu.Unlock()
 	sp.line.Kick() // those waiting for the spill are decided again
 	r.reportFallback(t)

@@ -59,7 +59,7 @@ type tenant struct {
 
 	// shadow: the tenant's limits are in shadow mode (shadow.go).
 	shadow    bool
-	shadowLog shadowMeter
+	shadowLog logMeter
 }
 
 // core is what a tenant counts on this node. It is made at the tenant's
@@ -86,6 +86,8 @@ type core struct {
 	// limits on its owner (queue.go), fbQueue on this node's fallback
 	// share while the owner cannot be reached.
 	queue, fbQueue *queue.Queue
+	// lostLog bounds the tenant's delta_lost lines (handoff.go).
+	lostLog logMeter
 }
 
 // coreRef holds a tenant's core; one per name, kept across reloads.
