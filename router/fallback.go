@@ -248,17 +248,17 @@ func (r *Router) noteOwnerUsage(t *tenant, h *fasthttp.ResponseHeader) {
 // of the owner's usage as last seen in its answers; with none seen within
 // the window, with 1/n of the whole limit: an edge that knows nothing of
 // what the owner admitted before it went silent assumes it admitted all it
-// could, and its share opens as that window passes. So does an edge that
-// served the tenant on a spill within the window: the owner's answers are
-// from before the spill, and what every node admitted on it since is only
-// in Redis's window of the budget, which is what did not answer.
-func (r *Router) seedFromAnswers(t *tenant, n int64) string {
+// could, and its share opens as that window passes. So does an edge whose
+// last answers from the owner are from before it left a spill (what every
+// node admitted on the spill is only in Redis's window of the budget,
+// which is what did not answer), and one told to (blind).
+func (r *Router) seedFromAnswers(t *tenant, n int64, blind bool) string {
 	now := r.clock()
 	window := int64(t.c().lim.Window())
 	at := t.c().seen.at.Load()
 	reqs, toks := t.c().seen.requests.Load(), t.c().seen.tokens.Load()
 	how := "owner_answers"
-	if at == 0 || now-at >= window || t.spilledWithin(r.node, now-window) {
+	if blind || at == 0 || now-at >= window || t.answersMissSpill(r.node, at) {
 		at, reqs, toks, how = now, t.limits.Requests, t.limits.Tokens, "full_window"
 	}
 	ceil := func(v int64) int64 { return (v + n - 1) / n }

@@ -259,14 +259,6 @@ func (r *Router) fallbackLimiter(t *tenant, v *view, owner string) (*limiter.Ten
 		// recent usage; the others wait for it rather than admit blind.
 		t.c().fallbackMu.Lock()
 		if !t.falling() {
-			if sp := t.spilled(); sp != nil && sp.owner == owner {
-				// The owner's spill stalled here (Redis did not answer)
-				// and the owner does not answer either: leave it. Back on
-				// its budget once Redis answers, this node would admit on
-				// a window that knows nothing of what its share admitted.
-				sp.until.Store(0) // edgeSpill: lapsed, from now on
-				go r.leaveSpill(t, sp, "owner_unreachable")
-			}
 			seeded := r.seedFallback(t, n)
 			t.c().fb.mu.Lock()
 			t.c().fb.owner = owner
@@ -287,8 +279,15 @@ func (r *Router) fallbackLimiter(t *tenant, v *view, owner string) (*limiter.Ten
 // keeps their admissions plus the owner's within the limit, instead of
 // adding n-1 fresh shares to whatever the owner had admitted before it
 // went silent. It says which account it used.
+//
+// A node that abandoned a spill within the window (abandonSpill) uses
+// neither: other nodes may have gone on admitting on the spill's budget,
+// which does not count this node's share, and no snapshot holds what they
+// admit. Its share starts spent.
 func (r *Router) seedFallback(t *tenant, n int64) string {
-	if seed := r.fallbackSeed.Load(); seed != nil {
+	c := t.c()
+	abandoned := c.spill.abandonedAt.Load() > r.clock()-int64(c.lim.Window())
+	if seed := r.fallbackSeed.Load(); seed != nil && !abandoned {
 		if st, ok := (*seed)(t.name); ok {
 			share := st.Share(n)
 			now := r.clock()
@@ -298,7 +297,7 @@ func (r *Router) seedFallback(t *tenant, n int64) string {
 			return "redis_snapshot"
 		}
 	}
-	return r.seedFromAnswers(t, n)
+	return r.seedFromAnswers(t, n, abandoned)
 }
 
 // SetFallbackSeed gives the router a source of a tenant's last known state

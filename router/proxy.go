@@ -118,6 +118,7 @@ func (r *Router) serveAPI(ctx *fasthttp.RequestCtx, ep upstream.Endpoint) bool {
 	if handled {
 		return streaming
 	}
+	r.abandonSpill(t, owner)
 	lim, open := r.fallbackLimiter(t, v, owner)
 	if !open {
 		return r.refuseZeroShare(ctx)

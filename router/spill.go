@@ -76,16 +76,21 @@ type spillHolder struct {
 	// and CompareAndSwap (nil: not counted).
 	live *atomic.Int64
 	// leftAt is when (router clock) this node last stopped serving a spill
-	// it did not own (leaveSpill): until a window has passed, what the
-	// owner's answers said of the tenant misses what the cluster admitted
-	// on the spill.
-	leftAt atomic.Int64
+	// it did not own (leaveSpill): the owner's answers seen before then
+	// miss what the cluster admitted on the spill. abandonedAt is when it
+	// last abandoned one (abandonSpill): other nodes may have gone on
+	// admitting on that budget, which knows nothing of this node's share.
+	leftAt, abandonedAt atomic.Int64
 }
 
-// spilledWithin reports whether this node served the tenant on another
-// node's spill at some point since from (router clock): it does now, or
-// left one since.
-func (t *tenant) spilledWithin(self string, from int64) bool {
+// spillAbandoned marks a spill's until once this node abandoned it
+// (abandonSpill): lapsed for edgeSpill, left by abandonSpill's own leave.
+const spillAbandoned = -1
+
+// answersMissSpill reports whether the owner's answers seen at (router
+// clock) miss admissions on another node's spill that this node took part
+// in: it serves one now, or left one after at.
+func (t *tenant) answersMissSpill(self string, at int64) bool {
 	c := t.peek()
 	if c == nil {
 		return false
@@ -93,7 +98,27 @@ func (t *tenant) spilledWithin(self string, from int64) bool {
 	if sp := c.spill.Load(); sp != nil && sp.owner != self {
 		return true
 	}
-	return c.spill.leftAt.Load() >= from
+	return c.spill.leftAt.Load() > at
+}
+
+// abandonSpill leaves the tenant's spill of owner when a request this node
+// forwarded to owner failed: it got here because the spill's budget
+// stalled (Redis did not answer this node), and the owner does not answer
+// either. The request goes to the fallback share; back on the budget once
+// Redis answers, this node would admit on a window that knows nothing of
+// what its share admitted. (An owner that is alive after all announces the
+// spill again: this node rejoins once its share's admissions reached it,
+// which charges them to the budget.)
+func (r *Router) abandonSpill(t *tenant, owner string) {
+	sp := t.spilled()
+	if sp == nil || sp.owner != owner || owner == r.node {
+		return
+	}
+	if u := sp.until.Load(); u == spillAbandoned || !sp.until.CompareAndSwap(u, spillAbandoned) {
+		return // abandoned already, or renewed this instant: the next request sees it
+	}
+	t.c().spill.abandonedAt.Store(r.clock())
+	go r.leaveSpill(t, sp, "owner_unreachable")
 }
 
 // Store sets the tenant's spill, counted.
@@ -152,7 +177,7 @@ type spill struct {
 	toldMu sync.Mutex
 	told   map[string]time.Time
 	ending atomic.Bool   // spillOff started
-	done   chan struct{} // closed when spillOff is over
+	done   chan struct{} // closed when spillOff is over (an edge: leaveSpill)
 
 	// Admissions hold mu shared; ending the spill takes it, so none is
 	// half done (on the budget, not yet in the ledger) when the ledger
@@ -383,7 +408,9 @@ func (r *Router) RunSpillover(ctx context.Context) {
 		for name, t := range tenants {
 			sp := t.spilled()
 			if sp != nil && sp.owner != r.node {
-				if r.clock() > sp.until.Load() {
+				if u := sp.until.Load(); u == spillAbandoned {
+					// abandonSpill is leaving it.
+				} else if r.clock() > u {
 					go r.leaveSpill(t, sp, "owner_silent")
 				} else if v.owner(name) != sp.owner {
 					go r.leaveSpill(t, sp, "owner_changed")
@@ -800,12 +827,20 @@ func (r *Router) serveSpill(ctx *fasthttp.RequestCtx) {
 	cur := t.spilled()
 	if !m.On {
 		var arrivals int64
+		delivered := true
 		if cur != nil && cur.owner == m.Owner && cur.epoch == m.Epoch {
 			arrivals = cur.arrivals.Load()
-			if !r.leaveSpill(t, cur, "owner_ended") {
-				fail(ctx, fasthttp.StatusServiceUnavailable, "server_error", "ledger_undelivered", "This node could not report what it admitted.")
-				return
-			}
+			delivered = r.leaveSpill(t, cur, "owner_ended")
+		} else if c := t.peek(); c != nil && !c.fb.delivered() {
+			// Left already (abandoned, lapsed), and what it admitted on
+			// the spill or its share since has not reached the owner: the
+			// owner must not take this as confirmed.
+			r.reportFallback(t)
+			delivered = c.fb.delivered()
+		}
+		if !delivered {
+			fail(ctx, fasthttp.StatusServiceUnavailable, "server_error", "ledger_undelivered", "This node could not report what it admitted.")
+			return
 		}
 		writeJSON(ctx, fasthttp.StatusOK, spillReply{Arrivals: arrivals})
 		return
@@ -830,6 +865,12 @@ func (r *Router) serveSpill(ctx *fasthttp.RequestCtx) {
 	case cur != nil && cur.owner == r.node:
 		refuse("busy", "This node's own spillover of the tenant is still ending.")
 		return
+	case t.falling() || !t.c().fb.delivered() || cur != nil && cur.until.Load() == spillAbandoned:
+		// This node enforces its fallback share, or the owner has not
+		// been told yet what the share admitted (which charges it to the
+		// budget): the budget's window would not count it.
+		refuse("in_fallback", "This node serves the tenant on its fallback share until the owner has its admissions.")
+		return
 	}
 	if cur == nil || cur.owner != m.Owner || cur.epoch != m.Epoch {
 		if cur != nil {
@@ -839,6 +880,7 @@ func (r *Router) serveSpill(ctx *fasthttp.RequestCtx) {
 		// sees, and must see this one.
 		r.reloadMu.Lock()
 		sp := r.newSpill(t, m.Owner, m.Epoch, m.Limits)
+		sp.done = make(chan struct{})
 		sp.until.Store(r.clock() + int64(spillLease))
 		if !t.c().spill.CompareAndSwap(nil, sp) {
 			r.reloadMu.Unlock()
@@ -863,14 +905,18 @@ func (r *Router) serveSpill(ctx *fasthttp.RequestCtx) {
 func (r *Router) leaveSpill(t *tenant, sp *spill, reason string) bool {
 	sp.mu.Lock()
 	was := sp.closed.Swap(true)
-	t.c().spill.endEpoch(sp.epoch)
+	if reason != "owner_unreachable" {
+		// Never again for this epoch. An abandoned spill may be joined
+		// again if its owner turns out alive (serveSpill).
+		t.c().spill.endEpoch(sp.epoch)
+	}
+	t.c().spill.leftAt.Store(r.clock()) // before the spill is gone: answersMissSpill sees one or the other
 	t.c().spill.CompareAndSwap(sp, nil)
-	t.c().spill.leftAt.Store(r.clock())
 	sp.mu.Unlock()
 	sp.line.Kick() // those waiting for the spill are decided again
 	r.reportFallback(t)
 	delivered := t.c().fb.delivered()
-	if !delivered || reason == "owner_silent" {
+	if !was && (!delivered || reason == "owner_silent" || reason == "owner_unreachable") {
 		// The owner may be gone: the snapshot a fallback share would be
 		// seeded with does not hold what this node admitted on the spill
 		// lately. The share counts it itself.
@@ -881,6 +927,9 @@ func (r *Router) leaveSpill(t *tenant, sp *spill, reason string) bool {
 		if reason != "owner_ended" {
 			r.metrics.spillover.WithLabelValues("left").Inc()
 			r.log.Info("spillover", "phase", "left", "tenant", t.name, "owner", sp.owner, "reason", reason)
+		}
+		if sp.done != nil {
+			close(sp.done)
 		}
 	}
 	return delivered

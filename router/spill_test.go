@@ -225,3 +225,83 @@ func TestSpillLateFallbackAdmissionCounted(t *testing.T) {
 		t.Errorf("slots %d after the call ended, want %d", got, before.SlotsUsed)
 	}
 }
+
+// An edge abandons a spill (its budget stalled, its forward to the owner
+// failed) while the owner is alive but out of its reach. Its ledger holds
+// what it admitted and could not report: the owner's "off" must not count
+// it as confirmed (before, the edge, having no spill any more, answered
+// 200, and the owner unsealed without fencing the budget or counting the
+// edge's admissions). Once its admissions reached the owner, the edge
+// takes the spill again from the owner's next word: an abandoned spill is
+// not ended for good.
+func TestSpillAbandoned(t *testing.T) {
+	for _, ends := range []bool{true, false} {
+		name := map[bool]string{true: "owner-ends-it", false: "edge-rejoins"}[ends]
+		t.Run(name, func(t *testing.T) {
+			p := newSpillPair(t)
+			sp := p.start(t)
+			te := p.edge.state.Load().byName["acme"]
+			good := *p.edge.view.Load()
+			hot := time.NewTicker(50 * time.Millisecond) // the tenant stays hot: the spill does not cool
+			defer hot.Stop()
+			go func() {
+				for range hot.C {
+					p.owner.state.Load().byName["acme"].arrivals.Add(1000)
+				}
+			}()
+			cut := View{Ring: ring.New(1, []string{"owner"}), Members: []Member{
+				{Name: "edge", Addr: good.addrs["edge"], State: "active"},
+				{Name: "owner", Addr: deadAddr(t), State: "active"},
+			}}
+			p.edge.SetView(cut) // the edge cannot reach the owner; the owner reaches the edge
+			mirror := limiter.NewTenant(limiter.Limits{}, 4*time.Second, 10*time.Minute)
+			tk, _ := mirror.Admit(p.edge.clock(), 10)
+			e := p.edge.fallbackAdmitted(te, &tk, sp.epoch)
+			if !poll(2*time.Second, func() bool { // its first report tried and failed
+				l := te.c().fb
+				l.mu.Lock()
+				sent := e.sent
+				l.mu.Unlock()
+				if !sent || l.soon.Load() || !l.sendMu.TryLock() {
+					return false
+				}
+				l.sendMu.Unlock()
+				return true
+			}) {
+				t.Fatal("the edge never tried to report its admission")
+			}
+			abandoned := te.spilled()
+			p.edge.abandonSpill(te, "owner")
+			if p.edge.edgeSpill(te, "owner") != nil {
+				t.Fatal("the edge serves the spill it abandoned")
+			}
+			select {
+			case <-abandoned.done:
+			case <-time.After(2 * time.Second):
+				t.Fatal("the edge never left the spill")
+			}
+			if te.c().fb.delivered() {
+				t.Fatal("the edge's admission reached an owner it cannot reach")
+			}
+			if ends {
+				p.owner.spillOff("acme", sp, "cooled")
+				if !sp.budget.Fenced() {
+					t.Error("the owner ended the spill as confirmed by an edge whose admissions it does not have")
+				}
+				return
+			}
+			p.edge.SetView(View{Ring: ring.New(1, []string{"owner"}), Members: []Member{
+				{Name: "edge", Addr: good.addrs["edge"], State: "active"},
+				{Name: "owner", Addr: good.addrs["owner"], State: "active"},
+			}})
+			time.Sleep(2 * spillTick) // pacing: an "on" or two while the admission is not delivered
+			if te.spilled() != nil {
+				t.Fatalf("the edge took the spill again before the owner had its admission (delivered %v)", te.c().fb.delivered())
+			}
+			p.edge.reportFallback(te)
+			if !poll(2*time.Second, func() bool { return p.edge.edgeSpill(te, "owner") != nil }) {
+				t.Error("the edge never took the spill again once the owner had its admission")
+			}
+		})
+	}
+}
