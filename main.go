@@ -60,7 +60,8 @@ func serve(args []string) error {
 	// keep those in the JSON log, at debug level (the snapshot store counts
 	// and logs failures itself).
 	redis.SetLogger(redisLog{log})
-	n, err := node.Start(cfg, node.Options{Logger: log})
+	source := func() (*config.Config, error) { return config.FromArgs(args, os.Getenv) }
+	n, err := node.Start(cfg, node.Options{Logger: log, Source: source})
 	if err != nil {
 		return err
 	}
@@ -68,14 +69,7 @@ func serve(args []string) error {
 	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
 	for sig := range sigs {
 		if sig == syscall.SIGHUP {
-			next, err := config.FromArgs(args, os.Getenv)
-			if err != nil {
-				log.Error("reload", "error", err.Error())
-				continue
-			}
-			if err := n.Reload(next); err != nil {
-				log.Error("reload", "error", err.Error())
-			}
+			n.ReloadFromSource("sighup") // logged, and shown in /cluster
 			continue
 		}
 		signal.Stop(sigs)

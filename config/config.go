@@ -58,6 +58,10 @@ type Config struct {
 	Tenants   []Tenant
 
 	Path string // file it was loaded from; "" for Default()
+	// Version names the file's content: the first 12 hex digits of its
+	// SHA-256 ("" for a config made in code). Nodes gossip it, so /cluster
+	// shows who runs which file; env: values and flags are not in it.
+	Version string
 
 	// lines maps key paths ("tenants[1].rpm") to the line they were
 	// written on, made from the file's text when an error first needs it
@@ -135,6 +139,36 @@ type Redis struct {
 	SnapshotInterval time.Duration // snapshot_interval, default 1s
 	Timeout          time.Duration // timeout, default 15ms: past this a call counts as failed
 	HandoffWait      time.Duration // handoff_wait, default 100ms
+
+	// Redis as production runs it. Addrs (addrs) lists several nodes of a
+	// Redis Cluster, or with MasterName (master_name) the Sentinels of a
+	// replicated master; one address in either addr or addrs is a plain
+	// Redis. Username and Password (username, password; env: values)
+	// authenticate (ACL user, or the default user's password). TLS (tls)
+	// connects over TLS, verified against TLSCAFile (tls_ca_file, PEM; the
+	// system's roots without it) for TLSServerName (tls_server_name; the
+	// address's host without it).
+	Addrs         []string
+	MasterName    string
+	Username      string
+	Password      string
+	TLS           bool
+	TLSCAFile     string
+	TLSServerName string
+}
+
+// Enabled reports whether a Redis is configured.
+func (r Redis) Enabled() bool { return r.Addr != "" || len(r.Addrs) > 0 }
+
+// Addresses is where Redis is: addrs, or addr alone.
+func (r Redis) Addresses() []string {
+	if len(r.Addrs) > 0 {
+		return r.Addrs
+	}
+	if r.Addr != "" {
+		return []string{r.Addr}
+	}
+	return nil
 }
 
 // Limits is the [limits] table: gateway-wide limiter settings.
@@ -379,6 +413,8 @@ func parse(data []byte, name string, getenv func(string) string) (*Config, error
 	if err != nil {
 		return nil, err
 	}
+	sum := sha256.Sum256(data)
+	c.Version = hex.EncodeToString(sum[:6])
 	if err := c.finish(); err != nil {
 		return nil, err
 	}

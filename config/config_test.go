@@ -150,6 +150,37 @@ addr = "redis"`, `t.toml:3: redis.addr: must be host:port (got "redis": missing 
 		{"redis timeout zero", `
 [redis]
 timeout = "0ms"`, `t.toml:3: redis.timeout: must be > 0 (got 0s)`},
+		{"redis addr and addrs", `
+[redis]
+addr = "127.0.0.1:6379"
+addrs = ["127.0.0.1:7000", "127.0.0.1:7001"]`, `t.toml:4: redis.addrs: set either redis.addr (one Redis) or redis.addrs, not both`},
+		{"redis addrs entry", `
+[redis]
+addrs = ["127.0.0.1:7000", ":7001"]`, `t.toml:3: redis.addrs[1]: needs a host, not just a port (got ":7001")`},
+		{"redis master_name alone", `
+[redis]
+master_name = "mymaster"`, `t.toml:3: redis.master_name: needs the Sentinels' addresses in redis.addrs`},
+		{"redis password without redis", `
+[redis]
+password = "pw"`, `t.toml:3: redis.password: set without redis.addr or redis.addrs`},
+		{"redis tls type", `
+[redis]
+addr = "127.0.0.1:6379"
+tls = "yes"`, `t.toml:4: redis.tls: must be true or false (got string)`},
+		{"redis tls_ca_file without tls", `
+[redis]
+addr = "127.0.0.1:6379"
+tls_ca_file = "/etc/ssl/ca.pem"`, `t.toml:4: redis.tls_ca_file: set with redis.tls = false: set redis.tls = true to connect over TLS`},
+		{"redis tls_ca_file missing", `
+[redis]
+addr = "127.0.0.1:6379"
+tls = true
+tls_ca_file = "/nonexistent/ca.pem"`, `t.toml:5: redis.tls_ca_file: cannot read "/nonexistent/ca.pem": no such file or directory`},
+		{"redis tls_ca_file not PEM", `
+[redis]
+addr = "127.0.0.1:6379"
+tls = true
+tls_ca_file = "config_test.go"`, `t.toml:5: redis.tls_ca_file: "config_test.go" holds no PEM certificate`},
 
 		// Upstreams.
 		{"upstream kind", `
@@ -634,6 +665,26 @@ func TestSecretsNotEchoed(t *testing.T) {
 	}
 }
 
+// A config's version names its file's content: the same bytes, the same
+// version, whatever the environment; another file, another version.
+func TestVersion(t *testing.T) {
+	a, err := parse([]byte("[limits]\nwindow = \"60s\"\n"), "a.toml", noEnv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := parse([]byte("[limits]\nwindow = \"60s\"\n"), "b.toml", noEnv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := parse([]byte("[limits]\nwindow = \"30s\"\n"), "a.toml", noEnv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(a.Version) != 12 || a.Version != b.Version || a.Version == c.Version {
+		t.Errorf("versions %q %q %q: want 12 hex digits, equal for equal files only", a.Version, b.Version, c.Version)
+	}
+}
+
 func TestDefaults(t *testing.T) {
 	c, err := parse(nil, "empty.toml", noEnv)
 	if err != nil {
@@ -641,6 +692,7 @@ func TestDefaults(t *testing.T) {
 	}
 	want := Default()
 	want.Path = "empty.toml"
+	want.Version = "e3b0c44298fc" // SHA-256 of nothing
 	if c.Node.Name == "" || c.Node.Name != want.Node.Name {
 		t.Errorf("node.name = %q, want host name %q", c.Node.Name, want.Node.Name)
 	}
@@ -863,6 +915,12 @@ secret = "env:SECRET"
 token = "env:TOKEN"
 [redis]
 timeout = "env:REDIS_TIMEOUT"
+addrs = ["env:REDIS_SENTINEL", "127.0.0.1:26380"]
+master_name = "mymaster"
+username = "env:REDIS_USER"
+password = "env:REDIS_PASSWORD"
+tls = true
+tls_server_name = "redis.internal"
 [[upstreams]]
 name = "u"
 base_url = "env:BASE"
@@ -872,14 +930,17 @@ name = "t"
 keys = ["env:TENANT_KEY", "plain"]
 `
 	env := map[string]string{
-		"NODE_NAME":     "n1",
-		"SEED":          "10.0.0.1:7946",
-		"SECRET":        secret32,
-		"TOKEN":         "tok",
-		"REDIS_TIMEOUT": "20ms",
-		"BASE":          "http://127.0.0.1:9000",
-		"API_KEY":       "sk-up",
-		"TENANT_KEY":    "sk-t",
+		"NODE_NAME":      "n1",
+		"SEED":           "10.0.0.1:7946",
+		"SECRET":         secret32,
+		"TOKEN":          "tok",
+		"REDIS_TIMEOUT":  "20ms",
+		"REDIS_SENTINEL": "127.0.0.1:26379",
+		"REDIS_USER":     "ringgate",
+		"REDIS_PASSWORD": "pw",
+		"BASE":           "http://127.0.0.1:9000",
+		"API_KEY":        "sk-up",
+		"TENANT_KEY":     "sk-t",
 	}
 	c, err := parse([]byte(doc), "t.toml", envMap(env))
 	if err != nil {
@@ -891,23 +952,28 @@ keys = ["env:TENANT_KEY", "plain"]
 		!reflect.DeepEqual(c.Tenants[0].Keys, []string{"sk-t", "plain"}) {
 		t.Errorf("substitution wrong: %+v", c)
 	}
+	if want := (Redis{Addrs: []string{"127.0.0.1:26379", "127.0.0.1:26380"}, MasterName: "mymaster", Username: "ringgate", Password: "pw",
+		TLS: true, TLSServerName: "redis.internal"}); !reflect.DeepEqual(c.Redis.Addresses(), want.Addrs) || c.Redis.MasterName != want.MasterName ||
+		c.Redis.Username != want.Username || c.Redis.Password != want.Password || !c.Redis.TLS || c.Redis.TLSServerName != want.TLSServerName || !c.Redis.Enabled() {
+		t.Errorf("[redis] wrong: %+v", c.Redis)
+	}
 
 	// Secrets may come from an empty/unset variable: they are then empty.
-	for _, k := range []string{"SECRET", "TOKEN", "API_KEY"} {
+	for _, k := range []string{"SECRET", "TOKEN", "API_KEY", "REDIS_USER", "REDIS_PASSWORD"} {
 		delete(env, k)
 	}
 	c, err = parse([]byte(doc), "t.toml", envMap(env))
 	if err != nil {
 		t.Fatalf("unset secret variables: %v", err)
 	}
-	if c.Cluster.Secret != nil || c.Admin.Token != "" || c.Upstreams[0].APIKey != "" {
+	if c.Cluster.Secret != nil || c.Admin.Token != "" || c.Upstreams[0].APIKey != "" || c.Redis.Password != "" || c.Redis.Username != "" {
 		t.Errorf("unset secrets not empty: %+v", c)
 	}
 
 	// Other keys may not.
 	for k, want := range map[string]string{
 		"NODE_NAME":  "t.toml:3: node.name: environment variable NODE_NAME is not set",
-		"TENANT_KEY": "t.toml:17: tenants[0].keys[0]: environment variable TENANT_KEY is not set",
+		"TENANT_KEY": "t.toml:23: tenants[0].keys[0]: environment variable TENANT_KEY is not set",
 	} {
 		e2 := map[string]string{}
 		for a, b := range env {

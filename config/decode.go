@@ -223,6 +223,17 @@ func fSecret(dst *string) field {
 	}
 }
 
+func fBool(dst *bool) field {
+	return func(d *decoder, path string, v any) {
+		b, ok := v.(bool)
+		if !ok {
+			d.errf(path, "must be true or false (got %s)", typeName(v))
+			return
+		}
+		*dst = b
+	}
+}
+
 func fStrs(dst *[]string) field {
 	return func(d *decoder, path string, v any) {
 		a, ok := v.([]any)
@@ -397,6 +408,13 @@ func (d *decoder) rootFields() map[string]field {
 			"snapshot_interval": fDur(&c.Redis.SnapshotInterval),
 			"timeout":           fDur(&c.Redis.Timeout),
 			"handoff_wait":      fDur(&c.Redis.HandoffWait),
+			"addrs":             fStrs(&c.Redis.Addrs),
+			"master_name":       fStr(&c.Redis.MasterName),
+			"username":          fSecret(&c.Redis.Username),
+			"password":          fSecret(&c.Redis.Password),
+			"tls":               fBool(&c.Redis.TLS),
+			"tls_ca_file":       fStr(&c.Redis.TLSCAFile),
+			"tls_server_name":   fStr(&c.Redis.TLSServerName),
 		}),
 		"queue": fTable(map[string]field{
 			"interactive_wait": fDur(&c.Queue.InteractiveWait),

@@ -1,9 +1,12 @@
 package config
 
 import (
+	"crypto/x509"
+	"errors"
 	"fmt"
 	"net"
 	"net/url"
+	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -142,6 +145,38 @@ func (v *validator) redis() {
 	r := v.c.Redis
 	if r.Addr != "" {
 		v.hostPort("redis.addr", r.Addr, false)
+	}
+	if r.Addr != "" && len(r.Addrs) > 0 {
+		v.errf("redis.addrs", "set either redis.addr (one Redis) or redis.addrs, not both")
+	}
+	for i, a := range r.Addrs {
+		v.hostPort(fmt.Sprintf("redis.addrs[%d]", i), a, true)
+	}
+	if r.MasterName != "" && len(r.Addrs) == 0 && r.Addr == "" {
+		v.errf("redis.master_name", "needs the Sentinels' addresses in redis.addrs")
+	}
+	if !r.Enabled() {
+		for key, set := range map[string]bool{"redis.username": r.Username != "", "redis.password": r.Password != "", "redis.tls": r.TLS} {
+			if set {
+				v.errf(key, "set without redis.addr or redis.addrs")
+			}
+		}
+	}
+	if !r.TLS && (r.TLSCAFile != "" || r.TLSServerName != "") {
+		key := "redis.tls_ca_file"
+		if r.TLSCAFile == "" {
+			key = "redis.tls_server_name"
+		}
+		v.errf(key, "set with redis.tls = false: set redis.tls = true to connect over TLS")
+	}
+	if r.TLSCAFile != "" {
+		pem, err := os.ReadFile(r.TLSCAFile)
+		switch {
+		case err != nil:
+			v.errf("redis.tls_ca_file", "cannot read %q: %v", r.TLSCAFile, errors.Unwrap(err))
+		case !x509.NewCertPool().AppendCertsFromPEM(pem):
+			v.errf("redis.tls_ca_file", "%q holds no PEM certificate", r.TLSCAFile)
+		}
 	}
 	v.positive("redis.snapshot_interval", r.SnapshotInterval)
 	v.positive("redis.timeout", r.Timeout)

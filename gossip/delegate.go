@@ -119,7 +119,7 @@ func (d *delegate) record(kind string, n *memberlist.Node) {
 	m := Member{Name: n.Name, GossipAddr: n.Address()}
 	wm, err := decodeMeta(n.Meta)
 	if err == nil {
-		m.HTTPAddr, m.State, m.Pins = wm.H, wm.S, wm.P
+		m.HTTPAddr, m.State, m.Pins, m.ConfigVersion = wm.H, wm.S, wm.P, wm.C
 	}
 
 	d.viewMu.Lock()

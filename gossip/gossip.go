@@ -41,6 +41,9 @@ type Member struct {
 	// Pins is the hash of the placement the member's config asks for
 	// (Config.Pins, SetPins); 0 for none.
 	Pins uint64
+	// ConfigVersion is the version of the member's config file
+	// (Config.ConfigVersion, SetConfigVersion); "" for none.
+	ConfigVersion string
 }
 
 // Config configures a Node. Only Name is required.
@@ -60,6 +63,10 @@ type Config struct {
 	// this node's config asks for, so that members can tell when they all
 	// ask for the same (SetPins changes it).
 	Pins uint64
+	// ConfigVersion is carried in the node metadata too: the version of
+	// the config file this node runs, so that members can show which
+	// config each runs (SetConfigVersion changes it).
+	ConfigVersion string
 	// Seeds are gossip addresses (host:port) to join. Empty: start a new
 	// cluster. This node's own address is skipped if listed.
 	Seeds []string
@@ -102,15 +109,16 @@ const (
 
 // Node is this process's membership in the cluster.
 type Node struct {
-	name       string
-	httpAddr   string
-	pins       atomic.Uint64 // what the metadata carries as Pins
-	gossipAddr string
-	timing     Timing
-	log        *slog.Logger
-	onChange   func([]Member)
-	ml         *memberlist.Memberlist
-	d          *delegate
+	name          string
+	httpAddr      string
+	pins          atomic.Uint64          // what the metadata carries as Pins
+	configVersion atomic.Pointer[string] // what the metadata carries as ConfigVersion
+	gossipAddr    string
+	timing        Timing
+	log           *slog.Logger
+	onChange      func([]Member)
+	ml            *memberlist.Memberlist
+	d             *delegate
 
 	setMu sync.Mutex // serialises SetState (meta read by UpdateNode must be the latest)
 
@@ -146,7 +154,7 @@ func Start(cfg Config) (*Node, error) {
 	default:
 		return nil, fmt.Errorf("gossip: SecretKey must be 16, 24 or 32 bytes, got %d", len(cfg.SecretKey))
 	}
-	meta, err := encodeMeta(cfg.HTTPAddr, StateActive, cfg.Pins)
+	meta, err := encodeMeta(wireMeta{H: cfg.HTTPAddr, S: StateActive, P: cfg.Pins, C: cfg.ConfigVersion})
 	if err != nil {
 		return nil, err
 	}
@@ -211,6 +219,7 @@ func Start(cfg Config) (*Node, error) {
 		done:       make(chan struct{}),
 	}
 	n.pins.Store(cfg.Pins)
+	n.configVersion.Store(&cfg.ConfigVersion)
 	if len(cfg.SecretKey) == 0 {
 		logger.Warn("gossip", "event", "plaintext", "detail", "no SecretKey: gossip is neither encrypted nor authenticated")
 	}
@@ -271,7 +280,7 @@ func (n *Node) otherSeeds(seeds []string, bindAddr, advertiseAddr string) []stri
 // Self returns this node as other members see it.
 func (n *Node) Self() Member {
 	_, st := n.d.currentMeta()
-	return Member{Name: n.name, GossipAddr: n.gossipAddr, HTTPAddr: n.httpAddr, State: st, Pins: n.pins.Load()}
+	return Member{Name: n.name, GossipAddr: n.gossipAddr, HTTPAddr: n.httpAddr, State: st, Pins: n.pins.Load(), ConfigVersion: *n.configVersion.Load()}
 }
 
 // Members returns the live members, self included, sorted by name; nil after
@@ -325,9 +334,9 @@ func (n *Node) SetState(s State) error {
 		return fmt.Errorf("gossip: invalid state %q", s)
 	}
 	var old State
-	err := n.updateMeta(func(st State, pins uint64) (State, uint64, bool) {
-		old = st
-		return s, pins, st != s
+	err := n.updateMeta(func(m *wireMeta) bool {
+		old, m.S = m.S, s
+		return old != s
 	})
 	if errors.Is(err, ErrStopped) {
 		return err
@@ -345,13 +354,33 @@ func (n *Node) SetState(s State) error {
 // SetPins changes the placement hash this node's metadata carries and
 // broadcasts it, like SetState; the same value again is a no-op.
 func (n *Node) SetPins(p uint64) error {
-	err := n.updateMeta(func(st State, pins uint64) (State, uint64, bool) { return st, p, pins != p })
+	return n.setMeta("pins", func(m *wireMeta) bool {
+		old := m.P
+		m.P = p
+		return old != p
+	})
+}
+
+// SetConfigVersion changes the config version this node's metadata
+// carries and broadcasts it, like SetPins.
+func (n *Node) SetConfigVersion(v string) error {
+	return n.setMeta("config_version", func(m *wireMeta) bool {
+		old := m.C
+		m.C = v
+		return old != v
+	})
+}
+
+// setMeta is updateMeta for one field, named event in the warning logged
+// when the broadcast is not confirmed.
+func (n *Node) setMeta(event string, change func(*wireMeta) bool) error {
+	err := n.updateMeta(change)
 	if errors.Is(err, ErrStopped) {
 		return err
 	}
 	if err != nil {
-		n.log.Warn("gossip", "event", "pins", "member", n.name, "error", err)
-		return fmt.Errorf("gossip: pins: %w", err)
+		n.log.Warn("gossip", "event", event, "member", n.name, "error", err)
+		return fmt.Errorf("gossip: %s: %w", event, err)
 	}
 	return nil
 }
@@ -360,7 +389,7 @@ func (n *Node) SetPins(p uint64) error {
 // reports no change) and broadcasts it. An error after the change was made
 // locally says the broadcast was not confirmed; gossip and push/pull still
 // carry it to the peers.
-func (n *Node) updateMeta(change func(State, uint64) (State, uint64, bool)) error {
+func (n *Node) updateMeta(change func(*wireMeta) bool) error {
 	n.setMu.Lock()
 	defer n.setMu.Unlock()
 	n.life.RLock()
@@ -369,16 +398,17 @@ func (n *Node) updateMeta(change func(State, uint64) (State, uint64, bool)) erro
 		return ErrStopped
 	}
 	_, st := n.d.currentMeta()
-	s, pins, changed := change(st, n.pins.Load())
-	if !changed {
+	m := wireMeta{H: n.httpAddr, S: st, P: n.pins.Load(), C: *n.configVersion.Load()}
+	if !change(&m) {
 		return nil
 	}
-	meta, err := encodeMeta(n.httpAddr, s, pins)
+	meta, err := encodeMeta(m)
 	if err != nil {
 		return err
 	}
-	n.pins.Store(pins)
-	n.d.setMeta(meta, s)
+	n.pins.Store(m.P)
+	n.configVersion.Store(&m.C)
+	n.d.setMeta(meta, m.S)
 	// UpdateNode re-reads NodeMeta, bumps our incarnation, updates our own
 	// entry (which fires our update event) and broadcasts.
 	if err := n.ml.UpdateNode(n.timing.updateTimeout()); err != nil {

@@ -655,3 +655,26 @@ func TestSetPinsSeenByPeers(t *testing.T) {
 		return ok && m.Pins == 9 && m.State == StateActive
 	})
 }
+
+// A member's config version (Config.ConfigVersion, then SetConfigVersion)
+// reaches the others, and changing it keeps its state and pins.
+func TestSetConfigVersionSeenByPeers(t *testing.T) {
+	t.Parallel()
+	lc := newLogCapture(t)
+	nodes := startCluster(t, lc, []string{"a", "b"}, false, func(c *Config) { c.Pins, c.ConfigVersion = 7, "0123456789ab" })
+	a, b := nodes[0], nodes[1]
+	waitFor(t, 5*time.Second, "a sees b's config version", func() bool {
+		m, ok := findMember(a.Members(), "b")
+		return ok && m.ConfigVersion == "0123456789ab"
+	})
+	if err := b.SetConfigVersion("ba9876543210"); err != nil {
+		t.Fatalf("SetConfigVersion: %v", err)
+	}
+	if s := b.Self(); s.ConfigVersion != "ba9876543210" || s.Pins != 7 || s.State != StateActive {
+		t.Fatalf("Self() = %+v, want the new version, pins 7, active", s)
+	}
+	waitFor(t, 5*time.Second, "a sees b's new config version, pins kept", func() bool {
+		m, ok := findMember(a.Members(), "b")
+		return ok && m.ConfigVersion == "ba9876543210" && m.Pins == 7
+	})
+}

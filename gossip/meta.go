@@ -23,13 +23,17 @@ type wireMeta struct {
 	// (Config.Pins); absent (0) from a member that has none or predates
 	// it.
 	P uint64 `json:"p,omitempty"`
+	// C is the version of the member's config file (Config.ConfigVersion);
+	// absent from a member that has none or predates it.
+	C string `json:"c,omitempty"`
 }
 
 var errBadMeta = errors.New("gossip: invalid member metadata")
 
 // encodeMeta encodes the metadata and checks memberlist's size limit.
-func encodeMeta(httpAddr string, s State, pins uint64) ([]byte, error) {
-	b, err := json.Marshal(wireMeta{V: metaVersion, H: httpAddr, S: s, P: pins})
+func encodeMeta(m wireMeta) ([]byte, error) {
+	m.V = metaVersion
+	b, err := json.Marshal(m)
 	if err != nil {
 		return nil, err
 	}

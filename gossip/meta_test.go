@@ -7,7 +7,7 @@ import (
 
 func TestMetaRoundTrip(t *testing.T) {
 	for _, s := range []State{StateActive, StateDraining} {
-		b, err := encodeMeta("10.1.2.3:8080", s, 0)
+		b, err := encodeMeta(wireMeta{H: "10.1.2.3:8080", S: s, P: 0})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -19,18 +19,18 @@ func TestMetaRoundTrip(t *testing.T) {
 			t.Fatalf("decode(%s) = %+v %v", b, m, err)
 		}
 	}
-	b := must(encodeMeta("10.1.2.3:8080", StateActive, 1<<63+5))
-	if m, err := decodeMeta(b); err != nil || m.P != 1<<63+5 {
-		t.Fatalf("decode(%s) = %+v %v, want the pins hash", b, m, err)
+	b := must(encodeMeta(wireMeta{H: "10.1.2.3:8080", S: StateActive, P: 1<<63 + 5, C: "3f2a9c01b7d4"}))
+	if m, err := decodeMeta(b); err != nil || m.P != 1<<63+5 || m.C != "3f2a9c01b7d4" {
+		t.Fatalf("decode(%s) = %+v %v, want the pins hash and the config version", b, m, err)
 	}
 	t.Logf("meta example: %s", b)
 }
 
 func TestMetaSizeLimit(t *testing.T) {
-	if _, err := encodeMeta(strings.Repeat("a", 450), StateActive, 1<<64-1); err != nil {
+	if _, err := encodeMeta(wireMeta{H: strings.Repeat("a", 450), S: StateActive, P: 1<<64 - 1}); err != nil {
 		t.Fatalf("450-byte address with a pins hash rejected: %v", err)
 	}
-	if _, err := encodeMeta(strings.Repeat("a", 500), StateDraining, 0); err == nil {
+	if _, err := encodeMeta(wireMeta{H: strings.Repeat("a", 500), S: StateDraining, P: 0}); err == nil {
 		t.Fatal("meta over 512 bytes accepted")
 	}
 }
@@ -53,13 +53,14 @@ func FuzzDecodeMeta(f *testing.F) {
 	f.Add([]byte(`{"v":1,"h":"10.0.0.1:8080","s":"active"}`))
 	f.Add([]byte(`{"v":1,"h":"","s":"draining"}`))
 	f.Add([]byte(`{"v":1,"h":"10.0.0.1:8080","s":"active","p":12345}`))
+	f.Add([]byte(`{"v":1,"h":"10.0.0.1:8080","s":"active","p":12345,"c":"3f2a9c01b7d4"}`))
 	f.Add([]byte("\x00\x01\x02"))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		m, err := decodeMeta(b)
 		if err != nil {
 			return
 		}
-		b2, err := encodeMeta(m.H, m.S, m.P)
+		b2, err := encodeMeta(m)
 		if err != nil {
 			return // decodable but an address too long to re-encode: fine
 		}

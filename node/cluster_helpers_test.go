@@ -148,6 +148,9 @@ type clOptions struct {
 	Queue *config.Queue
 	// Teams are the [[teams]] the tenants may name.
 	Teams []config.Team
+	// Source, if set, is each node's config source (Options.Source),
+	// given the config the node started with.
+	Source func(started *config.Config) (*config.Config, error)
 }
 
 // clTenant is a tenant with the given requests per window and token and
@@ -281,11 +284,16 @@ func (c *clCluster) addNode() *clNode {
 			c.t.Fatalf("listen for %s: %v", cfg.Node.Name, err)
 		}
 	}
+	var source func() (*config.Config, error)
+	if c.opts.Source != nil {
+		source = func() (*config.Config, error) { return c.opts.Source(cfg) }
+	}
 	nd, err := Start(cfg, Options{
 		Tokenizer:  tok,
 		Logger:     slog.New(slog.NewJSONHandler(lg, nil)),
 		DrainGrace: clDrainGrace,
 		Listener:   ln,
+		Source:     source,
 	})
 	if err != nil {
 		c.t.Fatalf("start %s: %v", cfg.Node.Name, err)

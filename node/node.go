@@ -46,6 +46,11 @@ type Options struct {
 	// OnAdmit, if set, is told of every admission the node decides
 	// (router.Options.OnAdmit).
 	OnAdmit func(tenant string, at int64)
+	// Source reads the config again, as the node was started from it
+	// (main: the file and the flags): SIGHUP and POST /admin/reload apply
+	// what it returns (ReloadFromSource). nil: POST /admin/reload answers
+	// 409.
+	Source func() (*config.Config, error)
 }
 
 // Node is a running ringgate node.
@@ -68,8 +73,12 @@ type Node struct {
 	leaser     *lease.Leaser
 	stopLeases context.CancelFunc
 
-	pubMu       sync.Mutex
-	mu          sync.Mutex
+	pubMu sync.Mutex
+	mu    sync.Mutex
+	// source reads the config again (Options.Source); reloadMu keeps
+	// two reloads from it (a SIGHUP and a POST) from interleaving.
+	source      func() (*config.Config, error)
+	reloadMu    sync.Mutex
 	ring        *ring.Ring // the ring onRing last handled: the one routing uses
 	members     []gossip.Member
 	changedAt   time.Time
@@ -92,8 +101,8 @@ func Start(cfg *config.Config, o Options) (*Node, error) {
 	// snapshots and the leases.
 	var conn *redisconn.Conn
 	var leases lease.Store
-	if cfg.Redis.Addr != "" {
-		c, err := redisconn.New(redisconn.Config{Addrs: []string{cfg.Redis.Addr}, Timeout: cfg.Redis.Timeout, Logger: log})
+	if cfg.Redis.Enabled() {
+		c, err := redisconn.New(redisConfig(cfg.Redis, log))
 		if err != nil {
 			return nil, fmt.Errorf("start node %s: redis: %w", cfg.Node.Name, err)
 		}
@@ -148,7 +157,7 @@ func Start(cfg *config.Config, o Options) (*Node, error) {
 		clock = func() int64 { return time.Now().UnixNano() }
 	}
 	var store handoff.Store = handoff.NoStore{}
-	if cfg.Redis.Addr != "" {
+	if cfg.Redis.Enabled() {
 		s, err := snapshot.NewStore(snapshot.StoreConfig{Conn: conn, Logger: log})
 		if err != nil {
 			_ = ln.Close()
@@ -198,6 +207,7 @@ func Start(cfg *config.Config, o Options) (*Node, error) {
 			Logger:        o.Logger, // gossip adds the node name itself
 			OnChange:      n.onMembers,
 			Pins:          n.pins.wantHash,
+			ConfigVersion: cfg.Version,
 		})
 		if err != nil {
 			n.table.Close()
@@ -211,7 +221,12 @@ func Start(cfg *config.Config, o Options) (*Node, error) {
 		n.mu.Unlock()
 		n.startWatchdog(o.Timing)
 	}
-	log.Info("start", "listen", ln.Addr().String(), "gossip", n.GossipAddr(), "tenants", len(cfg.Tenants), "upstreams", len(cfg.Upstreams))
+	if o.Source != nil {
+		n.source = o.Source
+		rt.SetReloader(n.ReloadFromSource)
+	}
+	log.Info("start", "listen", ln.Addr().String(), "gossip", n.GossipAddr(), "tenants", len(cfg.Tenants), "upstreams", len(cfg.Upstreams),
+		"config_version", cfg.Version)
 	return n, nil
 }
 
@@ -335,7 +350,7 @@ func (n *Node) publish() {
 	}
 	view := router.View{Ring: r}
 	for _, m := range ms {
-		view.Members = append(view.Members, router.Member{Name: m.Name, Addr: m.HTTPAddr, State: string(m.State)})
+		view.Members = append(view.Members, router.Member{Name: m.Name, Addr: m.HTTPAddr, State: string(m.State), ConfigVersion: m.ConfigVersion})
 	}
 	n.router.SetView(view)
 }
@@ -374,7 +389,11 @@ func (n *Node) Reload(cfg *config.Config) error {
 	}
 	n.mu.Lock()
 	n.tenantNames = n.router.Names()
+	g := n.gossip
 	n.mu.Unlock()
+	if g != nil {
+		_ = g.SetConfigVersion(cfg.Version) // logged by gossip; carried by push/pull anyway
+	}
 	if n.table != nil {
 		// A tenant that joined or left a team moves like in a ring
 		// change (its state handed over to its new owner), once every
@@ -391,6 +410,34 @@ func (n *Node) Reload(cfg *config.Config) error {
 		}
 	}
 	return nil
+}
+
+// ReloadFromSource reads the config again from Options.Source and applies
+// it (Reload): on SIGHUP (trigger "sighup") and POST /admin/reload
+// ("admin"). A config that does not parse, does not validate or cannot be
+// applied is refused with the reason, and the one running goes on. The
+// outcome is logged and shown in /cluster.
+func (n *Node) ReloadFromSource(trigger string) router.ReloadResult {
+	res := router.ReloadResult{At: time.Now(), Trigger: trigger}
+	n.reloadMu.Lock()
+	defer n.reloadMu.Unlock()
+	var err error
+	if n.source == nil {
+		err = errors.New("no config source")
+	} else if next, e := n.source(); e != nil {
+		err = e
+	} else if e := n.Reload(next); e != nil {
+		err = e
+	} else {
+		res.OK, res.ConfigVersion = true, next.Version
+	}
+	if err != nil {
+		res.Error = err.Error()
+		res.ConfigVersion = n.router.ConfigVersion()
+		n.log.Error("reload", "trigger", trigger, "error", res.Error, "config_version", res.ConfigVersion)
+	}
+	n.router.NoteReload(res)
+	return res
 }
 
 // Drain leaves gracefully: /readyz turns 503 and the node tells the cluster
@@ -492,4 +539,15 @@ func (n *Node) shutdown() {
 		}
 	default:
 	}
+}
+
+// redisConfig is the connection the [redis] table asks for: a plain Redis,
+// a Cluster or a Sentinel-watched master, with AUTH and TLS as set.
+func redisConfig(r config.Redis, log *slog.Logger) redisconn.Config {
+	c := redisconn.Config{Addrs: r.Addresses(), MasterName: r.MasterName, Username: r.Username, Password: r.Password,
+		Timeout: r.Timeout, Logger: log}
+	if r.TLS {
+		c.TLS = &redisconn.TLS{CAFile: r.TLSCAFile, ServerName: r.TLSServerName}
+	}
+	return c
 }

@@ -5,27 +5,60 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/ringgate/ringgate/config"
 	"github.com/ringgate/ringgate/internal/redistest"
 )
 
 // A standalone node restarted on the same config continues its tenants'
 // windows from Redis instead of handing every tenant a fresh window: the
-// drain writes final snapshots and the next process loads them.
+// drain writes final snapshots and the next process loads them. Redis in
+// each shape production runs it (redis.addr, or redis.addrs with
+// master_name, username, password and tls): a plain server, one with an
+// ACL user over TLS only, a Cluster of three masters and a master watched
+// by a Sentinel. The provider's limit is leased from the same Redis.
 func TestStandaloneRestartKeepsUsage(t *testing.T) {
-	rds := redistest.Start(t)
+	shapes := []struct {
+		name  string
+		redis func(t *testing.T) config.Redis
+	}{
+		{"plain", func(t *testing.T) config.Redis { return config.Redis{Addr: redistest.Start(t).Addr()} }},
+		{"acl-tls", func(t *testing.T) config.Redis {
+			files := redistest.NewTLSFiles(t)
+			srv := redistest.StartWith(t, redistest.Options{TLS: files, Args: []string{
+				"--user", "default", "off", "--user", "ringgate", "on", ">s3cret", "~*", "&*", "+@all"}})
+			return config.Redis{Addrs: []string{srv.Addr()}, Username: "ringgate", Password: "s3cret",
+				TLS: true, TLSCAFile: files.CAFile, TLSServerName: "redis.test"}
+		}},
+		{"cluster", func(t *testing.T) config.Redis { return config.Redis{Addrs: redistest.StartCluster(t, 3).Addrs()} }},
+		{"sentinel", func(t *testing.T) config.Redis {
+			master := redistest.Start(t)
+			return config.Redis{Addrs: []string{redistest.StartSentinel(t, master, "ringgate-master").Addr()}, MasterName: "ringgate-master"}
+		}},
+	}
+	for _, shape := range shapes {
+		t.Run(shape.name, func(t *testing.T) { restartKeepsUsage(t, shape.redis(t)) })
+	}
+}
+
+func restartKeepsUsage(t *testing.T, rds config.Redis) {
 	_, upAddr := startBenchFake(t)
 	cfg := benchConfig("solo", upAddr)
 	cfg.Tenants[0].RPM = 5
+	cfg.Upstreams[0].RPM = 1000 // leased from Redis
 	cfg.Limits.Window = time.Minute
-	cfg.Redis.Addr = rds.Addr()
-	cfg.Redis.Timeout = 100 * time.Millisecond
-	cfg.Redis.SnapshotInterval = 100 * time.Millisecond
-	cfg.Redis.HandoffWait = 100 * time.Millisecond
+	rds.Timeout = 100 * time.Millisecond
+	rds.SnapshotInterval = 100 * time.Millisecond
+	rds.HandoffWait = 100 * time.Millisecond
+	cfg.Redis = rds
 	cfg.Node.DrainTimeout = 5 * time.Second
+	if err := cfg.Validate(); err != nil {
+		t.Fatal(err)
+	}
 
 	logs := &clLog{}
 	start := func() *Node {
@@ -79,4 +112,24 @@ func TestStandaloneRestartKeepsUsage(t *testing.T) {
 	if !strings.Contains(string(metrics), "ringgate_snapshot_loaded_total 1") {
 		t.Errorf("/metrics lacks the snapshot counters:\n%.2000s", metrics)
 	}
+	grants, storeErrors := metricSum(string(metrics), "ringgate_lease_grants_total"), metricSum(string(metrics), "ringgate_lease_store_errors_total")
+	t.Logf("the provider's budget: %v grants from Redis, %v store errors", grants, storeErrors)
+	if grants < 1 || storeErrors != 0 {
+		t.Errorf("the provider's budget got %v grants and %v store errors from Redis, want some and none", grants, storeErrors)
+	}
+}
+
+// metricSum adds up every series of the metric name in a /metrics text.
+func metricSum(text, name string) float64 {
+	sum := 0.0
+	for _, line := range strings.Split(text, "\n") {
+		rest, ok := strings.CutPrefix(line, name)
+		if !ok || rest == "" || (rest[0] != ' ' && rest[0] != '{') {
+			continue
+		}
+		if v, err := strconv.ParseFloat(rest[strings.LastIndexByte(rest, ' ')+1:], 64); err == nil {
+			sum += v
+		}
+	}
+	return sum
 }

@@ -11,9 +11,12 @@ package redisconn
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -43,9 +46,33 @@ var ErrClosed = errors.New("redis connection closed")
 type Config struct {
 	Addrs      []string      // one addr: plain Redis; several: Cluster (or Sentinel with MasterName)
 	MasterName string        // Sentinel master name, optional
+	Username   string        // ACL user, optional
 	Password   string        // optional
+	TLS        *TLS          // nil: plain TCP
 	Timeout    time.Duration // budget of one call, default 15 ms
 	Logger     *slog.Logger  // default: discard
+}
+
+// TLS is how to reach Redis over TLS.
+type TLS struct {
+	CAFile     string // PEM roots to verify the server with; "": the system's
+	ServerName string // the name its certificate must hold; "": the address's host
+}
+
+// config is t as a crypto/tls config.
+func (t *TLS) config() (*tls.Config, error) {
+	c := &tls.Config{MinVersion: tls.VersionTLS12, ServerName: t.ServerName}
+	if t.CAFile != "" {
+		pem, err := os.ReadFile(t.CAFile)
+		if err != nil {
+			return nil, fmt.Errorf("redis tls: %w", err)
+		}
+		c.RootCAs = x509.NewCertPool()
+		if !c.RootCAs.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("redis tls: %s holds no PEM certificate", t.CAFile)
+		}
+	}
+	return c, nil
 }
 
 // Conn is a Redis client with a per-call budget and a breaker. It is safe
@@ -75,11 +102,21 @@ func New(cfg Config) (*Conn, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
+	var tlsConfig *tls.Config
+	if cfg.TLS != nil {
+		c, err := cfg.TLS.config()
+		if err != nil {
+			return nil, err
+		}
+		tlsConfig = c
+	}
 	t := cfg.Timeout
 	client := redis.NewUniversalClient(&redis.UniversalOptions{
 		Addrs:      cfg.Addrs,
 		MasterName: cfg.MasterName,
+		Username:   cfg.Username,
 		Password:   cfg.Password,
+		TLSConfig:  tlsConfig,
 
 		// Without ContextTimeoutEnabled a context deadline does not bound
 		// the socket read; with it, a read or write stops at the earlier of

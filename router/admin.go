@@ -5,6 +5,7 @@ import (
 	"crypto/subtle"
 	"encoding/json"
 	"strings"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/valyala/fasthttp"
@@ -38,13 +39,18 @@ func (r *Router) serveAdmin(ctx *fasthttp.RequestCtx) {
 		return
 	}
 	profiling := strings.HasPrefix(path, "/debug/pprof/")
-	if path != "/cluster" && path != "/metrics" && path != "/upstreams" && !strings.HasPrefix(path, "/tenants/") && !strings.HasPrefix(path, "/teams/") && !profiling {
+	if path != "/cluster" && path != "/metrics" && path != "/upstreams" && path != "/admin/reload" &&
+		!strings.HasPrefix(path, "/tenants/") && !strings.HasPrefix(path, "/teams/") && !profiling {
 		fail(ctx, fasthttp.StatusNotFound, "invalid_request_error", "not_found", "Unknown path "+path+".")
 		return
 	}
-	if !ctx.IsGet() {
-		ctx.Response.Header.Set("Allow", "GET")
-		fail(ctx, fasthttp.StatusMethodNotAllowed, "invalid_request_error", "method_not_allowed", "Use GET.")
+	method := "GET"
+	if path == "/admin/reload" {
+		method = "POST"
+	}
+	if string(ctx.Method()) != method {
+		ctx.Response.Header.Set("Allow", method)
+		fail(ctx, fasthttp.StatusMethodNotAllowed, "invalid_request_error", "method_not_allowed", "Use "+method+".")
 		return
 	}
 	if !r.adminAllowed(ctx) {
@@ -61,6 +67,8 @@ func (r *Router) serveAdmin(ctx *fasthttp.RequestCtx) {
 		r.metricsHandler(ctx)
 	case path == "/cluster":
 		writeJSON(ctx, fasthttp.StatusOK, r.clusterView())
+	case path == "/admin/reload":
+		r.serveReload(ctx)
 	case path == "/upstreams":
 		r.serveUpstreams(ctx)
 	case strings.HasPrefix(path, "/teams/"):
@@ -88,24 +96,85 @@ type Member struct {
 	Name  string `json:"name"`
 	Addr  string `json:"addr"`
 	State string `json:"state"`
+	// ConfigVersion is the version of the config file the member runs
+	// (config.Config.Version), as it gossips it; "" when it says none.
+	ConfigVersion string `json:"config_version,omitempty"`
 }
 
 type clusterView struct {
-	Self        string   `json:"self"`
-	RingVersion uint64   `json:"ring_version"`
-	Members     []Member `json:"members"`
+	Self          string `json:"self"`
+	RingVersion   uint64 `json:"ring_version"`
+	ConfigVersion string `json:"config_version,omitempty"` // this node's
+	// ConfigsDiffer: members run config files of different versions
+	// (a rolling reload half done, or a node left behind).
+	ConfigsDiffer bool          `json:"configs_differ"`
+	LastReload    *ReloadResult `json:"last_reload,omitempty"`
+	Members       []Member      `json:"members"`
 }
 
 func (r *Router) clusterView() clusterView {
+	cv := clusterView{Self: r.node, ConfigVersion: r.state.Load().cfg.Version, LastReload: r.lastReload.Load()}
 	v := r.view.Load()
 	if v == nil {
 		st := "active"
 		if r.draining.Load() {
 			st = "draining"
 		}
-		return clusterView{Self: r.node, Members: []Member{{Name: r.node, Addr: r.state.Load().cfg.Node.Listen, State: st}}}
+		cv.Members = []Member{{Name: r.node, Addr: r.state.Load().cfg.Node.Listen, State: st, ConfigVersion: cv.ConfigVersion}}
+		return cv
 	}
-	return clusterView{Self: r.node, RingVersion: v.version(), Members: v.members}
+	cv.RingVersion, cv.Members = v.version(), v.members
+	for _, m := range v.members {
+		// A member that says no version (one that predates them, or runs
+		// a config made in code) counts as another one.
+		if m.Name != r.node && m.ConfigVersion != cv.ConfigVersion {
+			cv.ConfigsDiffer = true
+		}
+	}
+	return cv
+}
+
+// ReloadResult is the outcome of a reload of the config from its source
+// (its file, its flags): SIGHUP or POST /admin/reload.
+type ReloadResult struct {
+	At      time.Time `json:"at"`
+	Trigger string    `json:"trigger"` // "sighup" or "admin"
+	OK      bool      `json:"ok"`
+	// Error is why the new config was refused (the old one runs on).
+	Error string `json:"error,omitempty"`
+	// ConfigVersion is the version running after it.
+	ConfigVersion string `json:"config_version,omitempty"`
+}
+
+// SetReloader gives the router what POST /admin/reload runs: it reads the
+// config from its source and applies it (the node's). Without one the
+// endpoint answers 409.
+func (r *Router) SetReloader(reload func(trigger string) ReloadResult) {
+	r.reloader.Store(&reload)
+}
+
+// ConfigVersion is the version of the config in force.
+func (r *Router) ConfigVersion() string { return r.state.Load().cfg.Version }
+
+// NoteReload records the outcome of a reload for /cluster.
+func (r *Router) NoteReload(res ReloadResult) {
+	r.lastReload.Store(&res)
+}
+
+// serveReload answers POST /admin/reload: 200 with the version now
+// running, or 400 with why the config was refused (the old one runs on).
+func (r *Router) serveReload(ctx *fasthttp.RequestCtx) {
+	reload := r.reloader.Load()
+	if reload == nil {
+		fail(ctx, fasthttp.StatusConflict, "invalid_request_error", "no_config_source", "This node was not started from a config source it can read again.")
+		return
+	}
+	res := (*reload)("admin")
+	if !res.OK {
+		fail(ctx, fasthttp.StatusBadRequest, "invalid_request_error", "invalid_config", "Config refused, the old one keeps running: "+res.Error)
+		return
+	}
+	writeJSON(ctx, fasthttp.StatusOK, map[string]any{"status": "reloaded", "config_version": res.ConfigVersion, "at": res.At})
 }
 
 type dimension struct {

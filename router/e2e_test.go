@@ -1138,6 +1138,21 @@ func TestE2EAdmin(t *testing.T) {
 				t.Errorf("GET %s with the token: %s", p, r)
 			}
 		}
+		// POST /admin/reload: the admin token, POST only, and a node
+		// started in code has no config source to read again.
+		for _, bad := range []string{"", "wrong-token"} {
+			if r := e.post("/admin/reload", bad, nil, nil); r.status != 401 {
+				t.Errorf("POST /admin/reload with token %q: %s, want 401", bad, r)
+			}
+		}
+		if r := e.get("/admin/reload", token); r.status != 405 || r.header.Get("Allow") != "POST" {
+			t.Errorf("GET /admin/reload: %s (Allow %q), want 405 with Allow: POST", r, r.header.Get("Allow"))
+		}
+		if r := e.post("/admin/reload", token, nil, nil); r.status != 409 || !strings.Contains(string(r.body), "no_config_source") {
+			t.Errorf("POST /admin/reload without a config source: %s, want 409 no_config_source", r)
+		} else {
+			checkErrorShape(t, r, "")
+		}
 	})
 }
 

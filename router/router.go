@@ -62,6 +62,10 @@ type Router struct {
 	hopCalls     hopWatches   // hop calls waiting for their upstream, for an edge's cancel (hopcancel.go)
 	spillRetryAt atomic.Int64 // no spillover switch before (spill.go)
 	ownerSpills  atomic.Int32 // spills this node owns (spill.go)
+	// reloader reads and applies the config again (SetReloader);
+	// lastReload is its last outcome, for /cluster.
+	reloader   atomic.Pointer[func(trigger string) ReloadResult]
+	lastReload atomic.Pointer[ReloadResult]
 	// spills counts the tenants with a spill, owned or served here
 	// (spillHolder): while there are none the spillover loop looks only
 	// at the tenants that had requests (arrived).
@@ -224,7 +228,7 @@ func (r *Router) Reload(cfg *config.Config) error {
 		}
 	}
 	r.kickBudgetLines()
-	r.log.Info("reload", "tenants", len(cfg.Tenants), "upstreams", len(cfg.Upstreams))
+	r.log.Info("reload", "tenants", len(cfg.Tenants), "upstreams", len(cfg.Upstreams), "config_version", cfg.Version)
 	return nil
 }
 

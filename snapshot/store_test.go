@@ -272,14 +272,15 @@ func TestRedisStopped(t *testing.T) {
 	if st.Available() {
 		t.Fatal("available after a failure")
 	}
-	// The breaker is open: calls fail fast without touching the network.
+	// The breaker is open: calls fail fast without touching the network
+	// (ErrUnavailable says so; the time is bounded only against a hang).
 	d = timed(func() { err = st.SaveBatch(ctx, in, time.Minute) })
-	if !errors.Is(err, ErrUnavailable) || d > 10*time.Millisecond {
+	if !errors.Is(err, ErrUnavailable) || d > failBound {
 		t.Fatalf("SaveBatch with the breaker open: %v after %v", err, d)
 	}
 	var got *Snapshot
 	d = timed(func() { got, err = st.Load(ctx, in[0].Tenant) })
-	if got != nil || !errors.Is(err, ErrUnavailable) || d > 10*time.Millisecond {
+	if got != nil || !errors.Is(err, ErrUnavailable) || d > failBound {
 		t.Fatalf("Load with the breaker open: %v, %v after %v", got, err, d)
 	}
 	s := st.Stats()

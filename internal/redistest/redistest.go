@@ -7,6 +7,7 @@ package redistest
 
 import (
 	"bufio"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
@@ -14,6 +15,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -35,6 +37,7 @@ type Server struct {
 	bin  string
 	dir  string
 	port int
+	opts Options
 
 	mu     sync.Mutex
 	proc   *process // nil when stopped
@@ -53,6 +56,23 @@ type process struct {
 // sets RINGGATE_SKIP_REDIS=1 and redis-server is missing.
 func Start(tb testing.TB) *Server {
 	tb.Helper()
+	return StartWith(tb, Options{})
+}
+
+// Options are what a server is started with beyond Start's defaults.
+type Options struct {
+	// Args are more redis-server arguments, e.g. "--requirepass", "pw".
+	Args []string
+	// TLS: the server speaks TLS only (no plain port), with these files.
+	TLS *TLSFiles
+	// Monitor: the server is a Sentinel (redis-server --sentinel)
+	// watching the master at Monitor under the name MasterName.
+	Monitor, MasterName string
+}
+
+// StartWith is Start with options.
+func StartWith(tb testing.TB, o Options) *Server {
+	tb.Helper()
 	bin, err := findBinary()
 	if err != nil {
 		if os.Getenv(SkipEnv) == "1" {
@@ -60,7 +80,7 @@ func Start(tb testing.TB) *Server {
 		}
 		tb.Fatalf("redistest: %v; install redis-server (Debian: apt-get install redis-server) or set %s=1 to skip tests that need it", err, SkipEnv)
 	}
-	s := &Server{tb: tb, bin: bin, dir: tb.TempDir()}
+	s := &Server{tb: tb, bin: bin, dir: tb.TempDir(), opts: o}
 	tb.Cleanup(s.Stop)
 	// A free port found by listening on :0 can be taken by someone else
 	// before redis-server binds it: try a few.
@@ -164,14 +184,32 @@ func (s *Server) startLocked() error {
 		return err
 	}
 	defer logf.Close() // the child has its own descriptor
-	cmd := exec.Command(s.bin,
+	args := []string{
 		"--port", strconv.Itoa(s.port),
 		"--bind", "127.0.0.1",
-		"--save", "",
-		"--appendonly", "no",
 		"--protected-mode", "no",
 		"--dir", s.dir,
-	)
+	}
+	if s.opts.Monitor == "" {
+		args = append(args, "--save", "", "--appendonly", "no")
+	}
+	if t := s.opts.TLS; t != nil {
+		args = append(args, "--port", "0", "--tls-port", strconv.Itoa(s.port),
+			"--tls-cert-file", t.CertFile, "--tls-key-file", t.KeyFile, "--tls-ca-cert-file", t.CAFile, "--tls-auth-clients", "no")
+	}
+	if s.opts.Monitor != "" {
+		// A Sentinel rewrites its config file: it needs one of its own.
+		conf := filepath.Join(s.dir, "sentinel-"+strconv.Itoa(s.port)+".conf")
+		host, port, _ := net.SplitHostPort(s.opts.Monitor)
+		text := fmt.Sprintf("sentinel monitor %s %s %s 1\nsentinel down-after-milliseconds %[1]s 1000\nsentinel failover-timeout %[1]s 2000\n",
+			s.opts.MasterName, host, port)
+		if err := os.WriteFile(conf, []byte(text), 0o644); err != nil {
+			return err
+		}
+		args = append([]string{conf, "--sentinel"}, args...)
+	}
+	args = append(args, s.opts.Args...)
+	cmd := exec.Command(s.bin, args...)
 	cmd.Stdout = logf
 	cmd.Stderr = logf
 	cmd.SysProcAttr = sysProcAttr()
@@ -195,7 +233,7 @@ func (s *Server) startLocked() error {
 			return fmt.Errorf("redis-server on %s exited at start (%v); log:\n%s", addr, cmd.ProcessState, tail(logPath))
 		default:
 		}
-		if ping(addr, 200*time.Millisecond) == nil {
+		if ping(addr, s.opts.TLS, 200*time.Millisecond) == nil {
 			return nil
 		}
 		if time.Now().After(deadline) {
@@ -258,9 +296,16 @@ func freePort() (int, error) {
 	return l.Addr().(*net.TCPAddr).Port, nil
 }
 
-// ping sends an inline PING and expects +PONG.
-func ping(addr string, timeout time.Duration) error {
-	c, err := net.DialTimeout("tcp", addr, timeout)
+// ping sends an inline PING and expects +PONG (or, from a server that
+// wants AUTH first, -NOAUTH: it is up).
+func ping(addr string, t *TLSFiles, timeout time.Duration) error {
+	var c net.Conn
+	var err error
+	if t != nil {
+		c, err = tls.DialWithDialer(&net.Dialer{Timeout: timeout}, "tcp", addr, &tls.Config{InsecureSkipVerify: true}) // liveness only
+	} else {
+		c, err = net.DialTimeout("tcp", addr, timeout)
+	}
 	if err != nil {
 		return err
 	}
@@ -273,7 +318,7 @@ func ping(addr string, timeout time.Duration) error {
 	if err != nil {
 		return err
 	}
-	if line != "+PONG\r\n" {
+	if line != "+PONG\r\n" && !strings.HasPrefix(line, "-NOAUTH") {
 		return fmt.Errorf("PING answered %q", line)
 	}
 	return nil

@@ -9,24 +9,24 @@ import (
 func TestServerLifecycle(t *testing.T) {
 	s := Start(t)
 	addr := s.Addr()
-	if err := ping(addr, time.Second); err != nil {
+	if err := ping(addr, nil, time.Second); err != nil {
 		t.Fatalf("ping after Start: %v", err)
 	}
 
 	s.Pause(0)
-	if err := ping(addr, 100*time.Millisecond); err == nil {
+	if err := ping(addr, nil, 100*time.Millisecond); err == nil {
 		t.Fatal("a paused server answered PING")
 	}
 	s.Resume()
-	if err := ping(addr, time.Second); err != nil {
+	if err := ping(addr, nil, time.Second); err != nil {
 		t.Fatalf("ping after Resume: %v", err)
 	}
 
 	s.Pause(150 * time.Millisecond) // resumes by itself
-	if err := ping(addr, 50*time.Millisecond); err == nil {
+	if err := ping(addr, nil, 50*time.Millisecond); err == nil {
 		t.Fatal("a paused server answered PING")
 	}
-	if err := ping(addr, 2*time.Second); err != nil {
+	if err := ping(addr, nil, 2*time.Second); err != nil {
 		t.Fatalf("ping after an automatic resume: %v", err)
 	}
 
@@ -39,7 +39,7 @@ func TestServerLifecycle(t *testing.T) {
 	if s.PID() == pid || s.PID() == 0 {
 		t.Fatalf("Restart kept pid %d (now %d)", pid, s.PID())
 	}
-	if err := ping(addr, time.Second); err != nil {
+	if err := ping(addr, nil, time.Second); err != nil {
 		t.Fatalf("ping after Restart: %v", err)
 	}
 
