@@ -1,7 +1,7 @@
 # make test is the project's test command (README, .ci/run).
 GO ?= go
 
-.PHONY: test check unit e2e fuzz bench report build
+.PHONY: test short check unit e2e fuzz bench report build static cluster scale-up scale-down logs cluster-down
 
 test: check unit e2e
 
@@ -38,3 +38,28 @@ report:
 
 build:
 	$(GO) build -o ringgate .
+
+# The release binary: static (no libc, no cgo), reproducible paths, no
+# symbol table; what the Dockerfile builds.
+OUT ?= ringgate
+static:
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags='-s -w' -o $(OUT) .
+
+# The fast tier for everyday work: unit tests without the cluster ones.
+short:
+	$(GO) test -short -count=1 ./...
+
+# A local cluster on loopback (deploy/local): Redis, the fake provider, 3
+# nodes behind HAProxy in TCP mode on 127.0.0.1:8000, and the demo load.
+# scale-up adds node-4, scale-down drains it, logs follows the rebalance
+# and drain events, cluster-down stops everything.
+cluster:
+	deploy/local/cluster.sh up
+scale-up:
+	deploy/local/cluster.sh scale-up
+scale-down:
+	deploy/local/cluster.sh scale-down
+logs:
+	deploy/local/cluster.sh logs
+cluster-down:
+	deploy/local/cluster.sh down

@@ -5,6 +5,8 @@
 //	ringgate -config config.toml      run a node
 //	ringgate demo                     a self-contained cluster on loopback
 //	ringgate fake-upstream -listen …  the fake OpenAI-compatible provider
+//	ringgate load -url … -keys …      a load of chat completions, a line a second
+//	ringgate healthcheck              exit 0 if the local node answers /healthz
 package main
 
 import (
@@ -13,15 +15,19 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
+	"net"
+	"net/http"
 	"os"
 	"os/signal"
 	"syscall"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
 	"github.com/ringgate/ringgate/config"
 	"github.com/ringgate/ringgate/demo"
 	"github.com/ringgate/ringgate/fakeupstream"
+	"github.com/ringgate/ringgate/loadgen"
 	"github.com/ringgate/ringgate/node"
 )
 
@@ -35,6 +41,12 @@ func main() {
 		stop()
 	case len(args) > 0 && args[0] == "fake-upstream":
 		err = fakeupstream.Main(args[1:], os.Stdout)
+	case len(args) > 0 && args[0] == "load":
+		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+		err = loadgen.Run(ctx, args[1:], os.Stdout)
+		stop()
+	case len(args) > 0 && args[0] == "healthcheck":
+		err = healthcheck(args[1:])
 	default:
 		err = serve(args)
 	}
@@ -83,4 +95,32 @@ type redisLog struct{ l *slog.Logger }
 
 func (r redisLog) Printf(ctx context.Context, format string, v ...any) {
 	r.l.DebugContext(ctx, "redis", "detail", fmt.Sprintf(format, v...))
+}
+
+// healthcheck asks the node on this host for /healthz and fails unless it
+// answers 200 within 2 s: a container's health check, where the image has
+// nothing but the binary. The node's address is -url, else
+// RINGGATE_LISTEN's port on 127.0.0.1, else 127.0.0.1:8080.
+func healthcheck(args []string) error {
+	fs := flag.NewFlagSet("healthcheck", flag.ContinueOnError)
+	def := "http://127.0.0.1:8080/healthz"
+	if l := os.Getenv("RINGGATE_LISTEN"); l != "" {
+		if _, port, err := net.SplitHostPort(l); err == nil {
+			def = "http://127.0.0.1:" + port + "/healthz"
+		}
+	}
+	url := fs.String("url", def, "the health endpoint to ask")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	c := &http.Client{Timeout: 2 * time.Second}
+	resp, err := c.Get(*url)
+	if err != nil {
+		return fmt.Errorf("healthcheck: %w", err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("healthcheck: %s answered %d", *url, resp.StatusCode)
+	}
+	return nil
 }

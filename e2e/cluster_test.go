@@ -445,41 +445,39 @@ team = "crew"
 	return b.String()
 }
 
-// haproxyConfig is HAProxy in TCP mode in front of the nodes, checking each
-// one's /readyz, with a stats page for the test to read server states from.
+// haproxyConfig is the HAProxy recipe users run (deploy/haproxy/haproxy.cfg:
+// TCP mode, each node's /readyz checked, a stats page the test reads server
+// states from), with the test's front and stats addresses and its nodes.
 func haproxyConfig(front, stats string, nodes []*gwNode) string {
-	var b strings.Builder
-	fmt.Fprintf(&b, `global
-    log stderr format raw local0 notice
-    maxconn 2000
-
-defaults
-    mode tcp
-    log global
-    retries 3
-    option redispatch
-    timeout connect 1s
-    timeout client 30s
-    timeout server 30s
-    timeout check 1s
-
-listen gw
-    bind %s
-    balance roundrobin
-    option httpchk GET /readyz
-    http-check expect status 200
-    default-server check inter 200ms fall 1 rise 1
-`, front)
-	for _, n := range nodes {
-		fmt.Fprintf(&b, "    server %s %s\n", n.name, n.listen)
+	recipe, err := os.ReadFile(filepath.Join("..", "deploy", "haproxy", "haproxy.cfg"))
+	if err != nil {
+		panic(fmt.Sprintf("the HAProxy recipe: %v", err))
 	}
-	fmt.Fprintf(&b, `
-listen stats
-    mode http
-    bind %s
-    stats enable
-    stats uri /stats
-`, stats)
+	var b strings.Builder
+	section, servers := "", false
+	for _, line := range strings.Split(string(recipe), "\n") {
+		f := strings.Fields(line)
+		switch {
+		case len(f) == 2 && f[0] == "listen":
+			section = f[1]
+		case len(f) == 2 && f[0] == "bind" && section == "gw":
+			line = "    bind " + front
+		case len(f) == 2 && f[0] == "bind" && section == "stats":
+			line = "    bind " + stats
+		case len(f) > 0 && f[0] == "server" && servers:
+			continue
+		case len(f) > 0 && f[0] == "server":
+			// The test's nodes where the recipe's are (after its
+			// default-server line, which they take).
+			servers = true
+			var lines []string
+			for _, n := range nodes {
+				lines = append(lines, fmt.Sprintf("    server %s %s", n.name, n.listen))
+			}
+			line = strings.Join(lines, "\n")
+		}
+		b.WriteString(line + "\n")
+	}
 	return b.String()
 }
 
