@@ -13,6 +13,7 @@ import (
 	"net"
 	"runtime/debug"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/valyala/fasthttp"
@@ -73,8 +74,9 @@ type Node struct {
 	leaser     *lease.Leaser
 	stopLeases context.CancelFunc
 
-	pubMu sync.Mutex
-	mu    sync.Mutex
+	pubMu   sync.Mutex
+	mu      sync.Mutex
+	metrics *nodeMetrics
 	// source reads the config again (Options.Source); reloadMu keeps
 	// two reloads from it (a SIGHUP and a POST) from interleaving.
 	source      func() (*config.Config, error)
@@ -101,8 +103,15 @@ func Start(cfg *config.Config, o Options) (*Node, error) {
 	// snapshots and the leases.
 	var conn *redisconn.Conn
 	var leases lease.Store
+	var metrics atomic.Pointer[nodeMetrics] // made with the router, which holds the registry
 	if cfg.Redis.Enabled() {
-		c, err := redisconn.New(redisConfig(cfg.Redis, log))
+		rc := redisConfig(cfg.Redis, log)
+		rc.OnCall = func(took time.Duration, err error) {
+			if m := metrics.Load(); m != nil { // the script load at start comes first
+				m.redisCall(took, err)
+			}
+		}
+		c, err := redisconn.New(rc)
 		if err != nil {
 			return nil, fmt.Errorf("start node %s: redis: %w", cfg.Node.Name, err)
 		}
@@ -136,7 +145,8 @@ func Start(cfg *config.Config, o Options) (*Node, error) {
 		}
 	}
 	n := &Node{cfg: cfg, log: log, router: rt, server: rt.Server(), ln: ln, served: make(chan error, 1), grace: o.DrainGrace,
-		conn: conn, leaser: leaser}
+		conn: conn, leaser: leaser, metrics: newNodeMetrics(rt.Register)}
+	metrics.Store(n.metrics)
 	leaseCtx, stopLeases := context.WithCancel(context.Background())
 	n.stopLeases = stopLeases
 	go leaser.Run(leaseCtx)
@@ -180,6 +190,7 @@ func Start(cfg *config.Config, o Options) (*Node, error) {
 		// from the last snapshots instead of starting them empty; it
 		// loads them before it serves.
 		a := n.mover.Restore(n.tenants())
+		n.metrics.handedOff(a, a.Took)
 		log.Info("rebalance", "ring_version", 0, "members", []string{cfg.Node.Name}, "taken_over", len(n.tenants()),
 			"state", a.Counts(), "handoff_ms", a.Took.Milliseconds())
 	}
@@ -282,6 +293,7 @@ func (n *Node) onRing(from, to *ring.Ring) {
 	n.mu.Lock()
 	since := time.Since(n.changedAt)
 	n.mu.Unlock()
+	n.metrics.handedOff(a, time.Since(start))
 	n.log.Info("rebalance",
 		"ring_version", to.Version(),
 		"members", append([]string{}, to.Members()...), // [] rather than null when empty

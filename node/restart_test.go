@@ -5,7 +5,6 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -112,24 +111,10 @@ func restartKeepsUsage(t *testing.T, rds config.Redis) {
 	if !strings.Contains(string(metrics), "ringgate_snapshot_loaded_total 1") {
 		t.Errorf("/metrics lacks the snapshot counters:\n%.2000s", metrics)
 	}
-	grants, storeErrors := metricSum(string(metrics), "ringgate_lease_grants_total"), metricSum(string(metrics), "ringgate_lease_store_errors_total")
+	page := parseMetrics(string(metrics))
+	grants, storeErrors := page.sum("ringgate_lease_grants_total"), page.sum("ringgate_lease_store_errors_total")
 	t.Logf("the provider's budget: %v grants from Redis, %v store errors", grants, storeErrors)
 	if grants < 1 || storeErrors != 0 {
 		t.Errorf("the provider's budget got %v grants and %v store errors from Redis, want some and none", grants, storeErrors)
 	}
-}
-
-// metricSum adds up every series of the metric name in a /metrics text.
-func metricSum(text, name string) float64 {
-	sum := 0.0
-	for _, line := range strings.Split(text, "\n") {
-		rest, ok := strings.CutPrefix(line, name)
-		if !ok || rest == "" || (rest[0] != ' ' && rest[0] != '{') {
-			continue
-		}
-		if v, err := strconv.ParseFloat(rest[strings.LastIndexByte(rest, ' ')+1:], 64); err == nil {
-			sum += v
-		}
-	}
-	return sum
 }

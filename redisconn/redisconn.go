@@ -51,6 +51,11 @@ type Config struct {
 	TLS        *TLS          // nil: plain TCP
 	Timeout    time.Duration // budget of one call, default 15 ms
 	Logger     *slog.Logger  // default: discard
+	// OnCall, if set, is told of every call's outcome: how long it took
+	// and its error (nil, or a reply error: Redis answered); a call the
+	// breaker skipped reports ErrUnavailable and no time. It must not
+	// block: metrics.
+	OnCall func(took time.Duration, err error)
 }
 
 // TLS is how to reach Redis over TLS.
@@ -83,6 +88,7 @@ type Conn struct {
 	log     *slog.Logger
 	brk     breaker
 	closed  atomic.Bool
+	onCall  func(time.Duration, error)
 	opens   atomic.Uint64
 	skipped atomic.Uint64
 }
@@ -138,7 +144,7 @@ func New(cfg Config) (*Conn, error) {
 		DisableIdentity:          true,
 		MaintNotificationsConfig: &maintnotifications.Config{Mode: maintnotifications.ModeDisabled},
 	})
-	return &Conn{client: client, timeout: t, log: cfg.Logger}, nil
+	return &Conn{client: client, timeout: t, log: cfg.Logger, onCall: cfg.OnCall}, nil
 }
 
 // Client is the underlying client, for callers that run their commands
@@ -156,15 +162,22 @@ func (c *Conn) Call(ctx context.Context, extra time.Duration, fn func(ctx contex
 	if c.closed.Load() {
 		return ErrClosed
 	}
-	probe, ok := c.brk.allow(time.Now())
+	start := time.Now()
+	probe, ok := c.brk.allow(start)
 	if !ok {
 		c.skipped.Add(1)
+		if c.onCall != nil {
+			c.onCall(0, ErrUnavailable)
+		}
 		return ErrUnavailable
 	}
 	cctx, cancel := context.WithTimeout(ctx, c.timeout+extra)
 	err := fn(cctx)
 	cancel()
 	c.done(ctx, err, probe)
+	if c.onCall != nil {
+		c.onCall(time.Since(start), err)
+	}
 	return err
 }
 

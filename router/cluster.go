@@ -61,6 +61,7 @@ func (r *Router) SetView(v View) {
 			r.dropGoneSlots(t, nv)
 		}
 	}
+	r.metrics.viewChanged(r.clusterView())
 }
 
 // membersLeft reports whether a member of old is not in nv.

@@ -110,6 +110,7 @@ func (r *Router) toOwner(ctx *fasthttp.RequestCtx, v *view, owner string, t *ten
 	}
 	pc := r.peers.get(addr)
 	if until := pc.downUntil.Load(); until != 0 && time.Now().UnixNano() < until {
+		r.metrics.hopEnded(hopUnreachable, 0) // marked down a moment ago: not tried
 		return false, false
 	}
 	req := fasthttp.AcquireRequest()
@@ -121,11 +122,14 @@ func (r *Router) toOwner(ctx *fasthttp.RequestCtx, v *view, owner string, t *ten
 	r.hops.sign(req, r.node, owner, v.version(), hops)
 	resp := fasthttp.AcquireResponse()
 	w := r.watchHop(ctx, v, owner, string(req.Header.Peek(hopHeader)))
+	sent := time.Now()
 	err := pc.hc.Do(req, resp)
+	took := time.Since(sent)
 	fasthttp.ReleaseRequest(req)
 	if w.stop() {
 		// The client hung up while the owner waited for the upstream:
 		// the owner was told and ended the call; nothing to relay.
+		r.metrics.hopEnded(hopAnswered, took)
 		r.hopGone(ctx, w, owner, resp)
 		return true, false
 	}
@@ -133,6 +137,7 @@ func (r *Router) toOwner(ctx *fasthttp.RequestCtx, v *view, owner string, t *ten
 		fasthttp.ReleaseResponse(resp)
 		var de *dialError
 		if errors.As(err, &de) || errors.Is(err, fasthttp.ErrNoFreeConns) {
+			r.metrics.hopEnded(hopUnreachable, took)
 			pc.failed(err)
 			return false, false
 		}
@@ -140,10 +145,12 @@ func (r *Router) toOwner(ctx *fasthttp.RequestCtx, v *view, owner string, t *ten
 			// Every pooled connection tried was closed by the owner
 			// before the request was written (peerconn.go): it never saw
 			// it. Not a sign it is down: the next hop dials afresh.
+			r.metrics.hopEnded(hopUnreachable, took)
 			return false, false
 		}
 		// The owner took the request and then failed: it may have admitted
 		// it, so it is not retried here.
+		r.metrics.hopEnded(hopFailed, took)
 		r.log.Warn("forward", "tenant", t.name, "owner", owner, "error", err.Error())
 		fail(ctx, fasthttp.StatusBadGateway, "server_error", "owner_failed",
 			fmt.Sprintf("The node enforcing this tenant's limits (%s) failed mid-request; retry.", owner))
@@ -154,10 +161,12 @@ func (r *Router) toOwner(ctx *fasthttp.RequestCtx, v *view, owner string, t *ten
 	if reason := hopRefusal(resp); reason != "" {
 		// The owner refused the hop (stale, not ready, ...): it took
 		// nothing, and its refusal is not the client's (wake.go).
+		r.metrics.hopEnded(hopRefused, took)
 		fasthttp.ReleaseResponse(resp)
 		r.ownerRefused(ctx, t, owner, reason)
 		return true, false
 	}
+	r.metrics.hopEnded(hopAnswered, took)
 	r.noteOwnerUsage(t, &resp.Header)
 	r.endFallback(t, owner)
 	for k, val := range resp.Header.All() {
@@ -264,6 +273,7 @@ func (r *Router) fallbackLimiter(t *tenant, v *view, owner string) (*limiter.Ten
 			t.c().fb.owner = owner
 			t.c().fb.mu.Unlock()
 			t.c().inFallback.Store(true)
+			r.metrics.fallbackEpisodes.Inc()
 			r.log.Warn("fallback", "phase", "start", "tenant", t.name, "owner", owner, "members", n,
 				"share_rpm", l.Requests, "share_tpm", l.Tokens, "share_concurrency", l.Concurrency, "seeded", seeded)
 		}

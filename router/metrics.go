@@ -2,6 +2,7 @@ package router
 
 import (
 	"sync"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -32,6 +33,19 @@ type metrics struct {
 	shadow *prometheus.CounterVec
 	// queueWaited is how long requests waited in a tenant's line.
 	queueWaited *prometheus.HistogramVec
+	// The cluster as this node sees it (SetView): its ring's version,
+	// the members by state, whether their config versions differ.
+	ringVersion   prometheus.Gauge
+	members       *prometheus.GaugeVec
+	configsDiffer prometheus.Gauge
+	// hops are this node's requests handed to a tenant's owner, by
+	// outcome; hopSeconds how long the owner took to answer (its
+	// headers: the upstream's time included).
+	hops       [hopOutcomes]prometheus.Counter
+	hopSeconds prometheus.Histogram
+	// fallbackEpisodes counts the episodes a tenant's owner could not be
+	// reached and this node enforced its share.
+	fallbackEpisodes prometheus.Counter
 
 	mu      sync.Mutex
 	tenants map[string]*tenantCounters
@@ -139,11 +153,83 @@ func newMetrics() *metrics {
 			Help:    "How long requests refused by their tenant's limits waited in its line, by class (admitted or not).",
 			Buckets: []float64{.001, .005, .025, .1, .25, .5, 1, 2, 5, 15, 60},
 		}, []string{"class"}),
+		ringVersion: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "ringgate_ring_version",
+			Help: "This node's ring counter (as /cluster): one more on each ring it builds.",
+		}),
+		members: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "ringgate_members",
+			Help: "Live members this node's gossip knows, by state (active, draining), itself included.",
+		}, []string{"state"}),
+		configsDiffer: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "ringgate_configs_differ",
+			Help: "1 while a member gossips another config version than this node's (as /cluster).",
+		}),
+		hopSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "ringgate_hop_seconds",
+			Help:    "Requests handed to a tenant's owner: time until the owner's answer headers (the upstream's time included).",
+			Buckets: []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 10, 60},
+		}),
+		fallbackEpisodes: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "ringgate_fallback_episodes_total",
+			Help: "Episodes in which a tenant's owner could not be reached and this node enforced its strict share.",
+		}),
 		tenants: make(map[string]*tenantCounters),
 	}
+	hops := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "ringgate_hops_total",
+		Help: "Requests this node handed to a tenant's owner, by outcome: answered, unreachable (not sent; the fallback share decided), refused (by the owner: stale, catching up), failed (the owner failed mid-request: 502 owner_failed).",
+	}, []string{"result"})
+	for o := range hopOutcomes {
+		m.hops[o] = hops.WithLabelValues(hopOutcome(o).String())
+	}
 	m.reg.MustRegister(m.decisions, m.tokens, m.upstream, m.inflight, m.hopsRefused, m.deltasSent, m.deltasApplied, m.fallbackReported, m.clientGone, m.spillover, m.queueWaited, m.shadow,
+		m.ringVersion, m.members, m.configsDiffer, hops, m.hopSeconds, m.fallbackEpisodes,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
+}
+
+// hopOutcome is how a hop to a tenant's owner ended.
+type hopOutcome int
+
+const (
+	hopAnswered hopOutcome = iota
+	hopUnreachable
+	hopRefused
+	hopFailed
+	hopOutcomes
+)
+
+func (o hopOutcome) String() string {
+	return [...]string{"answered", "unreachable", "refused", "failed"}[o]
+}
+
+// hopEnded counts a hop by outcome, and the owner's time when it answered.
+func (m *metrics) hopEnded(o hopOutcome, took time.Duration) {
+	m.hops[o].Inc()
+	if o == hopAnswered {
+		m.hopSeconds.Observe(took.Seconds())
+	}
+}
+
+// viewChanged sets the ring and membership gauges.
+func (m *metrics) viewChanged(cv clusterView) {
+	m.ringVersion.Set(float64(cv.RingVersion))
+	var active, draining float64
+	for _, mb := range cv.Members {
+		if mb.State == "draining" {
+			draining++
+		} else {
+			active++
+		}
+	}
+	m.members.WithLabelValues("active").Set(active)
+	m.members.WithLabelValues("draining").Set(draining)
+	differ := 0.0
+	if cv.ConfigsDiffer {
+		differ = 1
+	}
+	m.configsDiffer.Set(differ)
 }
 
 // refused counts a refusal by the dimension that refused.
