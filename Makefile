@@ -1,7 +1,7 @@
 # make test is the project's test command (README, .ci/run).
 GO ?= go
 
-.PHONY: test short check unit e2e fuzz bench report build static cluster scale-up scale-down logs cluster-down
+.PHONY: test short lint check unit e2e fuzz bench report build static cluster scale-up scale-down logs cluster-down
 
 test: check unit e2e
 
@@ -20,10 +20,19 @@ unit:
 e2e:
 	@if [ -d e2e ]; then $(GO) test -race -count=1 -timeout 15m -tags e2e ./e2e/...; else echo "no e2e tests yet"; fi
 
+# Each fuzz target for FUZZTIME (their seed corpora run with every make
+# unit): request bodies of the four APIs, SSE usage, config, snapshots,
+# handoff replies, gossip metadata, hop signatures, peers' deltas.
+FUZZTIME ?= 30s
 fuzz:
-	$(GO) test -run XXX -fuzz FuzzParseRequest -fuzztime 30s ./upstream/
-	$(GO) test -run XXX -fuzz FuzzParse -fuzztime 30s ./config/
-	$(GO) test -run XXX -fuzz FuzzDecode -fuzztime 30s ./snapshot/
+	$(GO) test -run XXX -fuzz '^FuzzParseRequest$$' -fuzztime $(FUZZTIME) ./upstream/
+	$(GO) test -run XXX -fuzz '^FuzzStreamFilter$$' -fuzztime $(FUZZTIME) ./upstream/
+	$(GO) test -run XXX -fuzz '^FuzzParse$$' -fuzztime $(FUZZTIME) ./config/
+	$(GO) test -run XXX -fuzz '^FuzzDecode$$' -fuzztime $(FUZZTIME) ./snapshot/
+	$(GO) test -run XXX -fuzz '^FuzzDecodeReplies$$' -fuzztime $(FUZZTIME) ./handoff/
+	$(GO) test -run XXX -fuzz '^FuzzDecodeMeta$$' -fuzztime $(FUZZTIME) ./gossip/
+	$(GO) test -run XXX -fuzz '^FuzzHopVerify$$' -fuzztime $(FUZZTIME) ./router/
+	$(GO) test -run XXX -fuzz '^FuzzApplyDeltas$$' -fuzztime $(FUZZTIME) ./router/
 
 bench:
 	$(GO) test -run XXX -bench . -benchmem ./limiter/ ./reserve/ ./ring/ ./snapshot/
@@ -44,6 +53,12 @@ build:
 OUT ?= ringgate
 static:
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags='-s -w' -o $(OUT) .
+
+# golangci-lint (.golangci.yml: errcheck, staticcheck, unused, bodyclose,
+# govet, ineffassign); .ci/run installs the pinned version when missing.
+GOLANGCI_LINT ?= golangci-lint
+lint:
+	$(GOLANGCI_LINT) run ./...
 
 # The fast tier for everyday work: unit tests without the cluster ones.
 short:

@@ -77,7 +77,7 @@ func Run(ctx context.Context, args []string, out io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("start fake upstream: %w", err)
 	}
-	defer fake.Close()
+	defer func() { _ = fake.Close() }()
 
 	secret := make([]byte, 32)
 	if _, err := crand.Read(secret); err != nil {
@@ -355,7 +355,7 @@ func report(out io.Writer, res []outcome, recs []fakeupstream.Record, decided *d
 			fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%d\t\n", t.name, w+1, c.reqs, t.rpm, c.tokens, t.tpm)
 		}
 	}
-	tw.Flush()
+	_ = tw.Flush()
 
 	fmt.Fprintf(out, "\nthe auditor's view: the most any sliding %s window ever held, and what clients were told\n", window)
 	tw = tabwriter.NewWriter(out, 0, 0, 2, ' ', tabwriter.AlignRight)
@@ -422,7 +422,7 @@ func report(out io.Writer, res []outcome, recs []fakeupstream.Record, decided *d
 		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%s\t\n", t.name, maxReq, maxDecided, t.rpm, maxTok, t.tpm,
 			codes[200], codes[429], other, strings.Join(names, ","))
 	}
-	tw.Flush()
+	_ = tw.Flush()
 	if len(others) > 0 {
 		fmt.Fprintf(out, "\nother answers: %s\n", strings.Join(others, "; "))
 	}

@@ -576,7 +576,7 @@ func TestInFlightAndReset(t *testing.T) {
 		}
 		resps, bodies = append(resps, resp), append(bodies, r)
 	}
-	if s.InFlight() != k || s.MaxInFlight() != k {
+	if s.InFlight() != k || s.MaxInFlight() != k || len(bodies) != k {
 		t.Fatalf("InFlight %d, MaxInFlight %d, want %d", s.InFlight(), s.MaxInFlight(), k)
 	}
 	s.Reset()

@@ -177,10 +177,6 @@ func TestRebucketNeverOverLimit(t *testing.T) {
 	}
 }
 
-func limitString(l Limits) string {
-	return fmt.Sprintf("rpm %d, tpm %d, concurrency %d", l.Requests, l.Tokens, l.Concurrency)
-}
-
 // rebucketFigures are shares of the limits in one run: the most any audited
 // interval held of any limit (slots: at any admission), and the requests
 // admitted in the first new window after the reload and, on average, in the

@@ -303,7 +303,7 @@ func answersOf(t *testing.T, res []clResult) map[int]int {
 		codes[r.rep.status]++
 		switch {
 		case r.rep.status >= 500:
-			t.Errorf("%s via %s: %v", r.tenant, r.via, r.rep)
+			t.Errorf("%s via %s at %s: %v", r.tenant, r.via, r.sent.Format("15:04:05.000"), r.rep)
 		case r.rep.status == 429 && r.rep.header.Get("Retry-After") == "":
 			t.Errorf("429 without Retry-After: %v", r.rep)
 		}

@@ -747,7 +747,7 @@ func TestE2ERateLimitedAnswer(t *testing.T) {
 	})
 	body := chatBody(openAIModel, 5, false, false)
 	send := func() reply { return e.post("/v1/chat/completions", keyOf("acme"), body, nil) }
-	check429 := func(r reply) (retryAfter, retryAfterMS time.Duration) {
+	check429 := func(r reply) (retryAfter, retryAfterPrecise time.Duration) {
 		t.Helper()
 		if r.status != http.StatusTooManyRequests {
 			t.Fatalf("want 429, got %s", r)

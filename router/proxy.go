@@ -288,11 +288,20 @@ func (r *Router) serveLocalOnce(ctx *fasthttp.RequestCtx, ep upstream.Endpoint, 
 	c.tk, d = lim.Admit(r.clock(), int64(c.res.Total))
 	if d.Moved {
 		r.cancelBudgets(c)
-		if owned && lim.MovedTo() == "" && again == firstTry && t.spilled() != nil {
-			// Sealed for a spill starting meanwhile: once more, on it
-			// (or on the limiter again, if the switch failed).
-			t.ownerSpill(r.node) // waits for it to start
-			return r.serveLocalOnce(ctx, ep, st, t, lim, hops, retrySpill)
+		if sp := t.spilled(); owned && lim.MovedTo() == "" && sp != nil && sp.owner == r.node {
+			switch again {
+			case firstTry:
+				// Sealed for a spill starting meanwhile: once more, on it
+				// (or on the limiter again, if the switch failed).
+				t.ownerSpill(r.node) // waits for it to start
+				return r.serveLocalOnce(ctx, ep, st, t, lim, hops, retrySpill)
+			case retrySpill:
+				// Sealed for a spill that is ending (closed, its members'
+				// reports still coming in): on the limiter, once it is
+				// unsealed, not a 503.
+				waitClosed(sp.done, spillEndWait)
+				return r.serveLocalOnce(ctx, ep, st, t, lim, hops, retryLimiter)
+			}
 		}
 		return r.movedOn(ctx, t, lim, hops)
 	}
@@ -348,7 +357,7 @@ func (r *Router) serveLocalOnce(ctx *fasthttp.RequestCtx, ep upstream.Endpoint, 
 func (r *Router) redecideSpill(ctx *fasthttp.RequestCtx, ep upstream.Endpoint, st *state, c *call, hops int) bool {
 	r.cancelBudgets(c)
 	if c.sp.owner == r.node {
-		waitClosed(c.sp.done, 400*time.Millisecond)
+		waitClosed(c.sp.done, spillEndWait)
 		return r.serveLocalOnce(ctx, ep, st, c.t, c.t.c().lim, hops, retryLimiter)
 	}
 	return r.serveAPI(ctx, ep)

@@ -59,6 +59,11 @@ const (
 	spillSeedWait = 250 * time.Millisecond
 	// spillCallTimeout bounds one announcement to a member.
 	spillCallTimeout = 250 * time.Millisecond
+	// spillEndWait bounds how long a request on the owner waits for a
+	// spill that is ending to end (its members told, its window fenced,
+	// its ledger reported: each bounded), to be decided on the unsealed
+	// limiter rather than refused with a 503.
+	spillEndWait = spillCallTimeout + 100*time.Millisecond + deltaTimeout + 150*time.Millisecond
 	// spillBackoff is how long after a switch refused (Redis did not take
 	// the seed) no tenant is switched: each try holds the tenant's
 	// requests for up to spillSeedWait.
@@ -673,7 +678,7 @@ func (r *Router) spillOff(name string, sp *spill, reason string) {
 	if !sp.ending.CompareAndSwap(false, true) {
 		// Ending already (cooled, drained): at most an announcement, a
 		// fence and a report away.
-		waitClosed(sp.done, 400*time.Millisecond)
+		waitClosed(sp.done, spillEndWait)
 		return
 	}
 	defer close(sp.done)
@@ -697,9 +702,13 @@ func (r *Router) spillOff(name string, sp *spill, reason string) {
 		used, fenceErr = r.leaser.Fence(ctx, sp.budget, spillLease+spillTick)
 		cancel()
 	}
+	// What this node admitted on the spill goes into its limiter: most of
+	// it now, while requests still go on the spill (a report in flight
+	// can take up to deltaTimeout), the rest with the spill closed.
+	r.reportFallback(t)
 	sp.mu.Lock()
 	sp.closed.Store(true)
-	r.reportFallback(t) // what this node admitted on the spill, into its limiter
+	r.reportFallback(t)
 	if unconfirmed > 0 {
 		r.chargeUnreported(t, used, fenceErr)
 	}

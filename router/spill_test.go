@@ -2,7 +2,10 @@ package router
 
 import (
 	"context"
+	"io"
 	"net"
+	"net/http"
+	"strings"
 	"testing"
 	"time"
 
@@ -303,5 +306,39 @@ func TestSpillAbandoned(t *testing.T) {
 				t.Error("the edge never took the spill again once the owner had its admission")
 			}
 		})
+	}
+}
+
+// A request on the owner while its spill ends slowly (closed, the limiter
+// still sealed until the owner's ledger is in it: a report in flight takes
+// up to deltaTimeout) waits for the end and is decided on the limiter. It
+// answered 503 tenant_moving at once before (a CI run saw 169 of them
+// while an owner's ledger report took 150-500 ms).
+func TestSpillEndingSlowlyNo503(t *testing.T) {
+	p := newSpillPair(t)
+	sp := p.start(t)
+	to := p.owner.state.Load().byName["acme"]
+	sp.ending.Store(true) // as spillOff does: the owner's loop leaves it alone
+	sp.mu.Lock()
+	sp.closed.Store(true)
+	sp.mu.Unlock()
+	ended := time.AfterFunc(600*time.Millisecond, func() {
+		to.c().lim.Unseal()
+		to.c().spill.CompareAndSwap(sp, nil)
+		close(sp.done)
+	})
+	defer ended.Stop()
+	req, _ := http.NewRequest(http.MethodPost, "http://"+p.owner.view.Load().addrs["owner"]+"/v1/chat/completions",
+		strings.NewReader(`{"model":"m","messages":[{"role":"user","content":"hi"}]}`))
+	req.Header.Set("Authorization", "Bearer key-acme")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	// Admitted, the call goes to an upstream that is not there: 502.
+	if resp.StatusCode == http.StatusServiceUnavailable || !strings.Contains(string(body), "upstream") {
+		t.Errorf("during a slow end of the spill: %d %s, want the request decided on the limiter", resp.StatusCode, body)
 	}
 }
