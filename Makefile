@@ -1,7 +1,7 @@
 # make test is the project's test command (README, .ci/run).
 GO ?= go
 
-.PHONY: test short lint check unit e2e fuzz bench report build static cluster scale-up scale-down logs cluster-down
+.PHONY: test short lint soak bench-report check unit e2e fuzz bench report build static cluster scale-up scale-down logs cluster-down
 
 test: check unit e2e
 
@@ -59,6 +59,18 @@ static:
 GOLANGCI_LINT ?= golangci-lint
 lint:
 	$(GOLANGCI_LINT) run ./...
+
+# The published comparison (docs/bench/report.md and its charts): ringgate,
+# one Redis call per request, uncoordinated local limits, the floor and
+# direct, on loopback; about 2 minutes.
+bench-report:
+	$(GO) run ./bench/report -out docs/bench
+
+# A soak (not in make test): a loaded cluster for SOAK, goroutines and heap
+# checked flat, no slot left held.
+SOAK ?= 5m
+soak:
+	RINGGATE_SOAK=$(SOAK) $(GO) test -count=1 -run '^TestSoak$$' -timeout 30m -v ./node/
 
 # The fast tier for everyday work: unit tests without the cluster ones.
 short:

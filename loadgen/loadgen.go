@@ -73,6 +73,10 @@ type counts map[int]int
 
 // Run runs the load.
 func (c Config) Run(ctx context.Context, out io.Writer) error {
+	// Requests are sent until the duration passes, and those in flight
+	// then are waited for (each bounded by Timeout); only ctx (an
+	// interrupt) cuts them off.
+	sendCtx := ctx
 	ctx, cancel := context.WithTimeout(ctx, c.Duration)
 	defer cancel()
 	client := &http.Client{Timeout: c.Timeout, Transport: &http.Transport{MaxIdleConnsPerHost: maxInFlight}}
@@ -111,7 +115,7 @@ func (c Config) Run(ctx context.Context, out io.Writer) error {
 				}
 				inflight.Go(func() {
 					defer func() { <-sem }()
-					note(i, c.post(ctx, client, key, body))
+					note(i, c.post(sendCtx, client, key, body))
 				})
 			}
 		})
@@ -126,7 +130,7 @@ func (c Config) Run(ctx context.Context, out io.Writer) error {
 		case <-report.C:
 		}
 		mu.Lock()
-		fmt.Fprintf(out, "%5.0fs %s\n", time.Since(start).Seconds(), c.line(second))
+		fmt.Fprintf(out, "%6.1fs %s\n", time.Since(start).Seconds(), c.line(second))
 		for i := range second {
 			second[i] = counts{}
 		}

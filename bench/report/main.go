@@ -1,0 +1,275 @@
+// Command report is ringgate's published benchmark (make bench-report):
+// on loopback, the same load against
+//
+//	(a) ringgate: a 3-node cluster, each request sent to any node (the
+//	    round robin an L4 load balancer does),
+//	(b) one Redis round trip per request: 3 bare proxies, each running the
+//	    seed article's atomic Lua sliding window in one Redis,
+//	(c) per-node local limits with no coordination: 3 standalone ringgate
+//	    nodes, each with the whole limits,
+//	(d) the floor: a bare fasthttp reverse proxy (bench/floor),
+//	(e) direct to the fake provider,
+//
+// measuring latency against offered load and saturated throughput for
+// all five, and for (a)-(c) accuracy at the provider (the fullest sliding
+// window of each tenant against its limit, utilisation, the provider's
+// own limit breached) through a scale-up, a drain and a kill -9. It writes
+// docs/bench/report.md and two PNG charts, and says which machine and
+// command made them.
+package main
+
+import (
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/valyala/fasthttp"
+
+	"github.com/ringgate/ringgate/bench/floor"
+	"github.com/ringgate/ringgate/config"
+	"github.com/ringgate/ringgate/fakeupstream"
+	"github.com/ringgate/ringgate/node"
+)
+
+func main() {
+	out := flag.String("out", "docs/bench", "directory for report.md and the charts")
+	quick := flag.Bool("quick", false, "short phases: a smoke run, figures not for publishing")
+	flag.Parse()
+	if err := run(*out, *quick); err != nil {
+		fmt.Fprintln(os.Stderr, "report:", err)
+		os.Exit(1)
+	}
+}
+
+// Accuracy scenario: 4 tenants at twice their limit of tenantLimit per
+// window; the provider's own limit is above the sum of their limits and
+// below what they send.
+const (
+	window        = 2 * time.Second
+	tenantLimit   = 60
+	tenants       = 4
+	providerLimit = 300
+	model         = "gpt-4o-mini"
+)
+
+var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
+
+func run(out string, quick bool) error {
+	if err := os.MkdirAll(out, 0o755); err != nil {
+		return err
+	}
+	fake := fakeupstream.New(fakeupstream.Options{CompletionMin: 20, CompletionMax: 20, MaxRecords: 1 << 20})
+	upAddr, err := fake.Start("127.0.0.1:0")
+	if err != nil {
+		return err
+	}
+	defer func() { _ = fake.Close() }()
+	rds, err := startRedis()
+	if err != nil {
+		return err
+	}
+	defer rds.Stop()
+
+	rates := []int{250, 500, 1000, 2000}
+	step, satFor, scenario := 2*time.Second, 2*time.Second, 14*time.Second
+	if quick {
+		rates, step, satFor, scenario = []int{250, 1000}, 500*time.Millisecond, 500*time.Millisecond, 7*time.Second
+	}
+	started := time.Now()
+
+	// Latency and throughput: limits that never bind.
+	lat, err := latencyPhase(fake, upAddr, rds.addr, rates, step, satFor)
+	if err != nil {
+		return err
+	}
+	// Accuracy through changes, for the three that limit.
+	var acc []accuracy
+	for _, sys := range []string{"ringgate", "redis-per-request", "local-limits"} {
+		fake.SetOptions(fakeupstream.Options{CompletionMin: 20, CompletionMax: 20, MaxRecords: 1 << 20,
+			Limits: fakeupstream.ProviderLimits{Requests: providerLimit, Window: window - window/64}})
+		fake.Reset()
+		a, err := accuracyRun(sys, fake, upAddr, rds.addr, scenario)
+		if err != nil {
+			return fmt.Errorf("%s: %w", sys, err)
+		}
+		acc = append(acc, a)
+	}
+	if err := drawAccuracy(filepath.Join(out, "accuracy.png"), acc, scenario); err != nil {
+		return err
+	}
+	if err := drawLatency(filepath.Join(out, "latency.png"), lat, rates); err != nil {
+		return err
+	}
+	return writeReport(filepath.Join(out, "report.md"), lat, acc, rates, quick, time.Since(started))
+}
+
+// system is a set of front addresses a load balancer sends to, which the
+// scenario's events change.
+type system struct {
+	mu    sync.Mutex
+	addrs []string
+}
+
+func (s *system) set(addrs []string) {
+	s.mu.Lock()
+	s.addrs = slices.Clone(addrs)
+	s.mu.Unlock()
+}
+
+func (s *system) pick(i int) string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.addrs[i%len(s.addrs)]
+}
+
+// gateway is one node or proxy of a system under test.
+type gateway struct {
+	addr  string
+	node  *node.Node
+	proxy *redisLimiter
+}
+
+// build makes system sys's gateways: n of them, limits or not.
+type builder struct {
+	sys, upAddr, redisAddr string
+	limits                 bool
+	secret                 []byte
+	n                      int
+	seeds                  []string
+}
+
+func (b *builder) config(name string, clustered bool) *config.Config {
+	cfg := config.Default()
+	cfg.Node.Name = name
+	cfg.Node.Listen = "127.0.0.1:0"
+	cfg.Node.Gossip = ""
+	cfg.Node.DrainTimeout = 5 * time.Second
+	cfg.Limits.Window = window
+	if clustered {
+		cfg.Node.Gossip = "127.0.0.1:0"
+		cfg.Node.Join = slices.Clone(b.seeds)
+		cfg.Cluster.Secret = b.secret
+		cfg.Redis.Addr = b.redisAddr
+		cfg.Redis.SnapshotInterval = 200 * time.Millisecond
+		cfg.Redis.Timeout = 50 * time.Millisecond
+	}
+	up := config.Upstream{Name: "fake", Kind: config.KindOpenAI, BaseURL: "http://" + b.upAddr, Models: []string{model},
+		Timeout: 10 * time.Second, ConnectTimeout: time.Second, StreamIdleTimeout: 10 * time.Second,
+		AnthropicVersion: config.DefaultAnthropicVersion}
+	rpm := 1 << 30
+	if b.limits {
+		up.RPM, rpm = providerLimit, tenantLimit
+	}
+	cfg.Upstreams = []config.Upstream{up}
+	for i := range tenants {
+		cfg.Tenants = append(cfg.Tenants, config.Tenant{Name: fmt.Sprintf("t%d", i), Keys: []string{fmt.Sprintf("sk-t%d", i)},
+			RPM: rpm, TPM: 1 << 30, Concurrency: 1 << 20, Priority: config.PriorityInteractive})
+	}
+	return cfg
+}
+
+// add starts one more gateway of the system.
+func (b *builder) add() (*gateway, error) {
+	b.n++
+	name := fmt.Sprintf("%s-%d", b.sys, b.n)
+	switch b.sys {
+	case "redis-per-request":
+		limit := 1 << 30
+		if b.limits {
+			limit = tenantLimit
+		}
+		p, err := startRedisLimiter(b.redisAddr, b.upAddr, window, limit)
+		if err != nil {
+			return nil, err
+		}
+		return &gateway{addr: p.Addr(), proxy: p}, nil
+	case "floor":
+		p, err := floor.Start("127.0.0.1:0", b.upAddr)
+		if err != nil {
+			return nil, err
+		}
+		return &gateway{addr: p.Addr()}, nil
+	}
+	nd, err := node.Start(b.config(name, b.sys == "ringgate"), node.Options{Logger: quiet})
+	if err != nil {
+		return nil, err
+	}
+	if b.sys == "ringgate" {
+		b.seeds = append(b.seeds, nd.GossipAddr())
+	}
+	return &gateway{addr: nd.Addr(), node: nd}, nil
+}
+
+// start makes n gateways and waits until they serve.
+func (b *builder) start(n int) ([]*gateway, error) {
+	var gs []*gateway
+	for range n {
+		g, err := b.add()
+		if err != nil {
+			return nil, err
+		}
+		gs = append(gs, g)
+	}
+	return gs, waitReady(gs)
+}
+
+func waitReady(gs []*gateway) error {
+	deadline := time.Now().Add(15 * time.Second)
+	for _, g := range gs {
+		for {
+			code, _, err := fasthttp.Get(nil, "http://"+g.addr+"/readyz")
+			if g.node == nil || (err == nil && code == 200) {
+				break
+			}
+			if time.Now().After(deadline) {
+				return fmt.Errorf("%s not ready", g.addr)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	time.Sleep(300 * time.Millisecond) // rings agree (gossip's round)
+	return nil
+}
+
+func (g *gateway) stop(graceful bool) {
+	switch {
+	case g.proxy != nil:
+		g.proxy.Close()
+	case g.node != nil && graceful:
+		g.node.Drain()
+	case g.node != nil:
+		_ = g.node.Close()
+	}
+}
+
+func addrsOf(gs []*gateway) []string {
+	var out []string
+	for _, g := range gs {
+		out = append(out, g.addr)
+	}
+	return out
+}
+
+// machine says what ran the report.
+func machine() string {
+	host, _ := os.Hostname()
+	cpu := "?"
+	if b, err := os.ReadFile("/proc/cpuinfo"); err == nil {
+		for _, line := range strings.Split(string(b), "\n") {
+			if strings.HasPrefix(line, "model name") {
+				cpu = strings.TrimSpace(strings.SplitN(line, ":", 2)[1])
+				break
+			}
+		}
+	}
+	return fmt.Sprintf("%s, %d CPUs (GOMAXPROCS %d), %s, %s %s/%s, %s", host, runtime.NumCPU(), runtime.GOMAXPROCS(0), cpu,
+		runtime.Version(), runtime.GOOS, runtime.GOARCH, redisVersion())
+}
