@@ -38,8 +38,10 @@ package config
 import (
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"fmt"
 	"os"
+	"reflect"
 	"strings"
 	"sync"
 	"time"
@@ -58,10 +60,6 @@ type Config struct {
 	Tenants   []Tenant
 
 	Path string // file it was loaded from; "" for Default()
-	// Version names the file's content: the first 12 hex digits of its
-	// SHA-256 ("" for a config made in code). Nodes gossip it, so /cluster
-	// shows who runs which file; env: values and flags are not in it.
-	Version string
 
 	// lines maps key paths ("tenants[1].rpm") to the line they were
 	// written on, made from the file's text when an error first needs it
@@ -413,8 +411,6 @@ func parse(data []byte, name string, getenv func(string) string) (*Config, error
 	if err != nil {
 		return nil, err
 	}
-	sum := sha256.Sum256(data)
-	c.Version = hex.EncodeToString(sum[:6])
 	if err := c.finish(); err != nil {
 		return nil, err
 	}
@@ -478,4 +474,45 @@ func keyHash(k string) ([32]byte, error) {
 		return h, fmt.Errorf("must not be empty")
 	}
 	return KeyHash([]byte(k)), nil
+}
+
+// Fingerprint names the settings every node of a cluster should share —
+// [limits], [queue], [[upstreams]], [[teams]], [[tenants]], as they stand
+// once env: values are read — as the first 12 hex digits of a SHA-256 of
+// them. Nodes gossip it (/cluster: config_version), so an operator sees a
+// rolling reload half done; files that differ only in per-node settings
+// ([node], [cluster], [admin], [redis]) have the same one.
+func (c *Config) Fingerprint() string {
+	b, err := json.Marshal(struct {
+		Limits    Limits
+		Queue     Queue
+		Upstreams []Upstream
+		Teams     []Team
+		Tenants   []Tenant
+	}{c.Limits, c.Queue, c.Upstreams, c.Teams, c.Tenants})
+	if err != nil {
+		return ""
+	}
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:6])
+}
+
+// RestartOnly names the tables of c that differ from running's where a
+// reload applies nothing: what is read at start only ([node] but its
+// body_grace and body_min_rate, [cluster], [redis]). A reload that changes
+// them runs on the old values until a restart.
+func (c *Config) RestartOnly(running *Config) []string {
+	var out []string
+	n, r := c.Node, running.Node
+	n.BodyGrace, n.BodyMinRate, r.BodyGrace, r.BodyMinRate = 0, 0, 0, 0
+	if !reflect.DeepEqual(n, r) {
+		out = append(out, "node")
+	}
+	if !reflect.DeepEqual(c.Cluster, running.Cluster) {
+		out = append(out, "cluster")
+	}
+	if !reflect.DeepEqual(c.Redis, running.Redis) {
+		out = append(out, "redis")
+	}
+	return out
 }

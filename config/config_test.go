@@ -665,23 +665,28 @@ func TestSecretsNotEchoed(t *testing.T) {
 	}
 }
 
-// A config's version names its file's content: the same bytes, the same
-// version, whatever the environment; another file, another version.
-func TestVersion(t *testing.T) {
-	a, err := parse([]byte("[limits]\nwindow = \"60s\"\n"), "a.toml", noEnv)
-	if err != nil {
-		t.Fatal(err)
+// A config's fingerprint names what a cluster's nodes share: files that
+// differ in per-node settings only have the same one, any change to a
+// tenant, a team, an upstream or the limits another.
+func TestFingerprint(t *testing.T) {
+	parseOK := func(doc string) *Config {
+		c, err := parse([]byte(doc), "t.toml", noEnv)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c
 	}
-	b, err := parse([]byte("[limits]\nwindow = \"60s\"\n"), "b.toml", noEnv)
-	if err != nil {
-		t.Fatal(err)
+	a := parseOK("[node]\nname = \"a\"\nlisten = \"127.0.0.1:8081\"\n[limits]\nwindow = \"60s\"\n[[tenants]]\nname = \"x\"\nkeys = [\"k\"]\nrpm = 5\n")
+	b := parseOK("[node]\nname = \"b\"\nlisten = \"127.0.0.1:8082\"\n[limits]\nwindow = \"60s\"\n[[tenants]]\nname = \"x\"\nkeys = [\"k\"]\nrpm = 5\n")
+	c := parseOK("[node]\nname = \"a\"\nlisten = \"127.0.0.1:8081\"\n[limits]\nwindow = \"60s\"\n[[tenants]]\nname = \"x\"\nkeys = [\"k\"]\nrpm = 6\n")
+	if f := a.Fingerprint(); len(f) != 12 || f != b.Fingerprint() || f == c.Fingerprint() {
+		t.Errorf("fingerprints %q %q %q: want 12 hex digits, equal across per-node settings only", f, b.Fingerprint(), c.Fingerprint())
 	}
-	c, err := parse([]byte("[limits]\nwindow = \"30s\"\n"), "a.toml", noEnv)
-	if err != nil {
-		t.Fatal(err)
+	if got := b.RestartOnly(a); len(got) != 1 || got[0] != "node" {
+		t.Errorf("RestartOnly = %v, want [node]", got)
 	}
-	if len(a.Version) != 12 || a.Version != b.Version || a.Version == c.Version {
-		t.Errorf("versions %q %q %q: want 12 hex digits, equal for equal files only", a.Version, b.Version, c.Version)
+	if got := c.RestartOnly(a); len(got) != 0 {
+		t.Errorf("RestartOnly of a tenant change = %v, want none", got)
 	}
 }
 
@@ -692,7 +697,6 @@ func TestDefaults(t *testing.T) {
 	}
 	want := Default()
 	want.Path = "empty.toml"
-	want.Version = "e3b0c44298fc" // SHA-256 of nothing
 	if c.Node.Name == "" || c.Node.Name != want.Node.Name {
 		t.Errorf("node.name = %q, want host name %q", c.Node.Name, want.Node.Name)
 	}

@@ -59,8 +59,8 @@ func Run(ctx context.Context, args []string, out io.Writer) error {
 	switch {
 	case len(c.Keys) == 0:
 		return errors.New("load: -keys names no key")
-	case c.Rate <= 0 || c.Rate > 10000:
-		return fmt.Errorf("load: -rate must be in (0, 10000] (got %v)", c.Rate)
+	case c.Rate < 0.01 || c.Rate > 10000:
+		return fmt.Errorf("load: -rate must be in [0.01, 10000] (got %v)", c.Rate)
 	case c.Duration <= 0 || c.Duration > 24*time.Hour:
 		return fmt.Errorf("load: -duration must be in (0, 24h] (got %v)", c.Duration)
 	}

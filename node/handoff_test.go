@@ -224,7 +224,16 @@ func (c *clCluster) warm(tenants []string) {
 			if nd.Name() == o {
 				continue
 			}
-			rep, err := c.post(nd, tn, false, nil)
+			// A node still taking the tenant over at start may answer 503
+			// with Retry-After (tenant_moving): a client retries it.
+			var rep clReply
+			var err error
+			for deadline := time.Now().Add(3 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+				rep, err = c.post(nd, tn, false, nil)
+				if err != nil || rep.status != http.StatusServiceUnavailable || rep.header.Get("Retry-After") == "" || time.Now().After(deadline) {
+					break
+				}
+			}
 			if err != nil || rep.status != http.StatusOK {
 				c.t.Fatalf("warm-up %s via %s: %v %v", tn, nd.Name(), rep, err)
 			}

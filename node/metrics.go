@@ -35,7 +35,7 @@ func newNodeMetrics(register func(prometheus.Collector) error) *nodeMetrics {
 		}),
 		redisCalls: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "ringgate_redis_calls_total",
-			Help: "Calls to Redis (snapshots and leases) by result: ok (Redis answered), error (failed or timed out), skipped (the breaker was open).",
+			Help: "Calls to Redis (snapshots and leases) by result: ok (Redis answered), reply_error (Redis answered with an error: auth, ACL, read-only replica, cluster down), error (failed or timed out), skipped (the breaker was open).",
 		}, []string{"result"}),
 		redisSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "ringgate_redis_call_seconds",
@@ -46,7 +46,7 @@ func newNodeMetrics(register func(prometheus.Collector) error) *nodeMetrics {
 	for _, src := range []string{"peer", "redis_snapshot", "stale_redis_snapshot", "conservative", "fresh"} {
 		m.handoffTenants.WithLabelValues(src) // every source shows, at 0
 	}
-	for _, r := range []string{"ok", "error", "skipped"} {
+	for _, r := range []string{"ok", "reply_error", "error", "skipped"} {
 		m.redisCalls.WithLabelValues(r)
 	}
 	for _, c := range []prometheus.Collector{m.handoffTenants, m.handoffSeconds, m.redisCalls, m.redisSeconds} {
@@ -70,8 +70,12 @@ func (m *nodeMetrics) redisCall(took time.Duration, err error) {
 	case errors.Is(err, redisconn.ErrUnavailable):
 		m.redisCalls.WithLabelValues("skipped").Inc()
 		return
-	case err == nil || errors.As(err, &reply):
+	case err == nil || errors.Is(err, redis.Nil):
 		m.redisCalls.WithLabelValues("ok").Inc()
+	case errors.As(err, &reply):
+		// Redis answered with an error: WRONGPASS, NOPERM, READONLY
+		// after a failover, CLUSTERDOWN...
+		m.redisCalls.WithLabelValues("reply_error").Inc()
 	default:
 		m.redisCalls.WithLabelValues("error").Inc()
 	}

@@ -218,7 +218,7 @@ func Start(cfg *config.Config, o Options) (*Node, error) {
 			Logger:        o.Logger, // gossip adds the node name itself
 			OnChange:      n.onMembers,
 			Pins:          n.pins.wantHash,
-			ConfigVersion: cfg.Version,
+			ConfigVersion: rt.ConfigVersion(),
 		})
 		if err != nil {
 			n.table.Close()
@@ -237,7 +237,7 @@ func Start(cfg *config.Config, o Options) (*Node, error) {
 		rt.SetReloader(n.ReloadFromSource)
 	}
 	log.Info("start", "listen", ln.Addr().String(), "gossip", n.GossipAddr(), "tenants", len(cfg.Tenants), "upstreams", len(cfg.Upstreams),
-		"config_version", cfg.Version)
+		"config_version", rt.ConfigVersion())
 	return n, nil
 }
 
@@ -404,7 +404,7 @@ func (n *Node) Reload(cfg *config.Config) error {
 	g := n.gossip
 	n.mu.Unlock()
 	if g != nil {
-		_ = g.SetConfigVersion(cfg.Version) // logged by gossip; carried by push/pull anyway
+		_ = g.SetConfigVersion(n.router.ConfigVersion()) // logged by gossip; carried by push/pull anyway
 	}
 	if n.table != nil {
 		// A tenant that joined or left a team moves like in a ring
@@ -438,10 +438,17 @@ func (n *Node) ReloadFromSource(trigger string) router.ReloadResult {
 		err = errors.New("no config source")
 	} else if next, e := n.source(); e != nil {
 		err = e
-	} else if e := n.Reload(next); e != nil {
-		err = e
 	} else {
-		res.OK, res.ConfigVersion = true, next.Version
+		restart := next.RestartOnly(n.router.Config())
+		if e := n.Reload(next); e != nil {
+			err = e
+		} else {
+			res.OK, res.ConfigVersion, res.RestartRequired = true, n.router.ConfigVersion(), restart
+			if len(restart) > 0 {
+				n.log.Warn("reload", "trigger", trigger, "restart_required", restart,
+					"detail", "these tables changed in the file and are read at start only: their old values stay until a restart")
+			}
+		}
 	}
 	if err != nil {
 		res.Error = err.Error()

@@ -51,7 +51,7 @@ func TestClusterReloadFromFile(t *testing.T) {
 			return nil, err
 		}
 		next := *started
-		next.Tenants, next.Version = f.Tenants, f.Version
+		next.Tenants = f.Tenants
 		return &next, next.Validate()
 	}
 	c := startClusterWith(t, 2, hoWindow, clOptions{Source: source}, clTenant("alpha", oldRPM))

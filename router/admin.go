@@ -97,7 +97,7 @@ type Member struct {
 	Addr  string `json:"addr"`
 	State string `json:"state"`
 	// ConfigVersion is the version of the config file the member runs
-	// (config.Config.Version), as it gossips it; "" when it says none.
+	// (config.Config.Fingerprint), as it gossips it; "" when it says none.
 	ConfigVersion string `json:"config_version,omitempty"`
 }
 
@@ -113,7 +113,7 @@ type clusterView struct {
 }
 
 func (r *Router) clusterView() clusterView {
-	cv := clusterView{Self: r.node, ConfigVersion: r.state.Load().cfg.Version, LastReload: r.lastReload.Load()}
+	cv := clusterView{Self: r.node, ConfigVersion: r.ConfigVersion(), LastReload: r.lastReload.Load()}
 	v := r.view.Load()
 	if v == nil {
 		st := "active"
@@ -144,6 +144,10 @@ type ReloadResult struct {
 	Error string `json:"error,omitempty"`
 	// ConfigVersion is the version running after it.
 	ConfigVersion string `json:"config_version,omitempty"`
+	// RestartRequired names the tables the new file changed that a
+	// reload does not apply (node, cluster, redis): they keep their old
+	// values until a restart.
+	RestartRequired []string `json:"restart_required,omitempty"`
 }
 
 // SetReloader gives the router what POST /admin/reload runs: it reads the
@@ -153,8 +157,11 @@ func (r *Router) SetReloader(reload func(trigger string) ReloadResult) {
 	r.reloader.Store(&reload)
 }
 
+// Config is the config in force (read only).
+func (r *Router) Config() *config.Config { return r.state.Load().cfg }
+
 // ConfigVersion is the version of the config in force.
-func (r *Router) ConfigVersion() string { return r.state.Load().cfg.Version }
+func (r *Router) ConfigVersion() string { return r.state.Load().version }
 
 // NoteReload records the outcome of a reload for /cluster.
 func (r *Router) NoteReload(res ReloadResult) {

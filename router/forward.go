@@ -129,7 +129,11 @@ func (r *Router) toOwner(ctx *fasthttp.RequestCtx, v *view, owner string, t *ten
 	if w.stop() {
 		// The client hung up while the owner waited for the upstream:
 		// the owner was told and ended the call; nothing to relay.
-		r.metrics.hopEnded(hopAnswered, took)
+		if err != nil {
+			r.metrics.hopEnded(hopFailed, took)
+		} else {
+			r.metrics.hopEnded(hopAnswered, took)
+		}
 		r.hopGone(ctx, w, owner, resp)
 		return true, false
 	}
@@ -166,7 +170,6 @@ func (r *Router) toOwner(ctx *fasthttp.RequestCtx, v *view, owner string, t *ten
 		r.ownerRefused(ctx, t, owner, reason)
 		return true, false
 	}
-	r.metrics.hopEnded(hopAnswered, took)
 	r.noteOwnerUsage(t, &resp.Header)
 	r.endFallback(t, owner)
 	for k, val := range resp.Header.All() {
@@ -176,6 +179,7 @@ func (r *Router) toOwner(ctx *fasthttp.RequestCtx, v *view, owner string, t *ten
 	}
 	ctx.SetStatusCode(resp.StatusCode())
 	if bytes.HasPrefix(resp.Header.ContentType(), []byte("text/event-stream")) {
+		r.metrics.hopEnded(hopAnswered, took)
 		ctx.SetBodyStreamWriter(func(w *bufio.Writer) {
 			defer r.done()
 			defer fasthttp.ReleaseResponse(resp)
@@ -186,6 +190,11 @@ func (r *Router) toOwner(ctx *fasthttp.RequestCtx, v *view, owner string, t *ten
 	ctx.Response.ResetBody()
 	err = readAnswer(&ctx.Response, resp)
 	fasthttp.ReleaseResponse(resp)
+	if err != nil {
+		r.metrics.hopEnded(hopFailed, took)
+	} else {
+		r.metrics.hopEnded(hopAnswered, took)
+	}
 	if err != nil {
 		ctx.Response.ResetBody()
 		ctx.Response.Header.Reset()

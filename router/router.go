@@ -228,7 +228,7 @@ func (r *Router) Reload(cfg *config.Config) error {
 		}
 	}
 	r.kickBudgetLines()
-	r.log.Info("reload", "tenants", len(cfg.Tenants), "upstreams", len(cfg.Upstreams), "config_version", cfg.Version)
+	r.log.Info("reload", "tenants", len(cfg.Tenants), "upstreams", len(cfg.Upstreams), "config_version", r.ConfigVersion())
 	return nil
 }
 

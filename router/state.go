@@ -240,6 +240,7 @@ func (cs *cores) install(st *state, now int64) {
 // atomic pointer and never see half of a reload.
 type state struct {
 	cfg       *config.Config
+	version   string // cfg.Fingerprint(), computed once
 	byKey     map[[32]byte]*tenant
 	byName    map[string]*tenant
 	byModel   map[string]*upstream.Provider
@@ -263,6 +264,7 @@ type state struct {
 func buildState(cfg *config.Config, prev *state, m *metrics, cs *cores) (*state, error) {
 	st := &state{
 		cfg:     cfg,
+		version: cfg.Fingerprint(),
 		byKey:   make(map[[32]byte]*tenant, len(cfg.Tenants)),
 		byName:  make(map[string]*tenant, len(cfg.Tenants)),
 		byModel: make(map[string]*upstream.Provider),

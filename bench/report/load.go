@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"math"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -33,16 +34,18 @@ func post(addr, tenant string) int {
 	req.Header.SetContentType("application/json")
 	req.Header.Set("Authorization", "Bearer sk-"+tenant)
 	req.SetBodyString(`{"model":"` + model + `","user":"` + tenant + `","max_tokens":20,"messages":[{"role":"user","content":"Say hello."}]}`)
-	if err := client.DoTimeout(req, resp, reqTimeout); err != nil {
+	if err := client.Do(req, resp); err != nil { // bounded by the client's read and write timeouts
 		return 0
 	}
 	return resp.StatusCode()
 }
 
 // openLoop sends rate requests a second for d, round robin over sys, each
-// due at its time whatever the answers before (a slow answer shows as
-// latency, not as less load); it returns the latencies of those answered
-// 200, sorted, and how many were not.
+// sent at its time whatever the answers before (a slow answer does not
+// lower the load); it returns the latencies, from sending to the whole
+// answer, of those answered 200, sorted, and how many were not. (Measured
+// from the send, not the due time: the generator's own lateness, a
+// sleep's overshoot on a busy 2-core machine, is not the target's.)
 func openLoop(sys *system, tenant string, rate int, d time.Duration) ([]time.Duration, int) {
 	n := int(d.Seconds() * float64(rate))
 	interval := time.Second / time.Duration(rate)
@@ -57,12 +60,12 @@ func openLoop(sys *system, tenant string, rate int, d time.Duration) ([]time.Dur
 		sem <- struct{}{}
 		wg.Go(func() {
 			defer func() { <-sem }()
-			due := start.Add(time.Duration(i) * interval)
+			sent := time.Now()
 			if post(sys.pick(i), tenant) != 200 {
 				failed.Add(1)
 				return
 			}
-			took := time.Since(due)
+			took := time.Since(sent)
 			mu.Lock()
 			durs = append(durs, took)
 			mu.Unlock()
@@ -92,11 +95,12 @@ func saturate(sys *system, tenant string, workers int, d time.Duration) float64 
 	return float64(done.Load()) / d.Seconds()
 }
 
+// pct is the nearest-rank percentile q of sorted d.
 func pct(d []time.Duration, q float64) time.Duration {
 	if len(d) == 0 {
 		return 0
 	}
-	return d[min(len(d)-1, int(q*float64(len(d))))]
+	return d[max(0, min(len(d)-1, int(math.Ceil(q*float64(len(d))))-1))]
 }
 
 // latencyRow is one target's figures.
@@ -163,9 +167,11 @@ type accuracy struct {
 	name   string
 	events []event
 	start  time.Time
+	length time.Duration // of the load
 	// arrivals at the provider, by tenant; worst sliding window of each
 	arrivals [][]time.Time
 	worst    []int
+	sentAll  int // the fullest window of what the gateways sent the provider, all tenants
 	admitted int
 	answers  map[int]int
 	breaches int64
@@ -193,7 +199,7 @@ func accuracyRun(sys string, fake *fakeupstream.Server, upAddr, redisAddr string
 	s := &system{}
 	s.set(addrsOf(gs))
 	fake.Reset()
-	a := accuracy{name: sys, answers: map[int]int{}, start: time.Now()}
+	a := accuracy{name: sys, answers: map[int]int{}, start: time.Now(), length: d}
 	var mu sync.Mutex
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
@@ -224,6 +230,7 @@ func accuracyRun(sys string, fake *fakeupstream.Server, upAddr, redisAddr string
 	at := func(frac float64) time.Duration { return time.Duration(float64(d) * frac) }
 	sleepUntil := func(t time.Duration) { time.Sleep(time.Until(a.start.Add(t))) } // pacing
 	sleepUntil(at(3.0 / 14))
+	a.events = append(a.events, event{time.Since(a.start), "scale-up"}) // started now; it serves once ready
 	g, err := b.add()
 	if err == nil {
 		err = waitReady([]*gateway{g})
@@ -235,7 +242,6 @@ func accuracyRun(sys string, fake *fakeupstream.Server, upAddr, redisAddr string
 	}
 	gs = append(gs, g)
 	s.set(addrsOf(gs))
-	a.events = append(a.events, event{time.Since(a.start), "scale-up"})
 	sleepUntil(at(6.5 / 14))
 	drained := gs[0]
 	gs = gs[1:]
@@ -249,8 +255,8 @@ func accuracyRun(sys string, fake *fakeupstream.Server, upAddr, redisAddr string
 	// sends no new request to it (HAProxy retries a refused connection
 	// on another server).
 	s.set(addrsOf(gs))
-	killed.stop(false)
 	a.events = append(a.events, event{time.Since(a.start), "kill -9"})
+	killed.stop(false) // returns once its server has closed, up to 2 s later
 	sleepUntil(d)
 	close(stop)
 	wg.Wait()
@@ -267,6 +273,12 @@ func accuracyRun(sys string, fake *fakeupstream.Server, upAddr, redisAddr string
 		a.worst = append(a.worst, audit.MaxIn(ts, window-window/64).Count)
 		a.admitted += len(ts)
 	}
+	var all []time.Time
+	for _, r := range fake.Records() {
+		all = append(all, r.Received)
+	}
+	slices.SortFunc(all, func(x, y time.Time) int { return x.Compare(y) })
+	a.sentAll = audit.MaxIn(all, window-window/64).Count
 	a.breaches = fake.Stats().Breaches
 	return a, nil
 }

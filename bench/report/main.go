@@ -60,7 +60,16 @@ const (
 	model         = "gpt-4o-mini"
 )
 
-var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
+// quiet is the gateways' logger: nothing, or with RINGGATE_REPORT_LOG
+// set, JSON lines into that file (to see what a run did).
+var quiet = func() *slog.Logger {
+	if path := os.Getenv("RINGGATE_REPORT_LOG"); path != "" {
+		if f, err := os.Create(path); err == nil {
+			return slog.New(slog.NewJSONHandler(f, nil))
+		}
+	}
+	return slog.New(slog.NewTextHandler(io.Discard, nil))
+}()
 
 func run(out string, quick bool) error {
 	if err := os.MkdirAll(out, 0o755); err != nil {
@@ -95,6 +104,8 @@ func run(out string, quick bool) error {
 	for _, sys := range []string{"ringgate", "redis-per-request", "local-limits"} {
 		fake.SetOptions(fakeupstream.Options{CompletionMin: 20, CompletionMax: 20, MaxRecords: 1 << 20,
 			Limits: fakeupstream.ProviderLimits{Requests: providerLimit, Window: window - window/64}})
+		rds.flush()                   // the latency phase's windows
+		time.Sleep(window + window/4) // pacing: the provider's window forgets the run before
 		fake.Reset()
 		a, err := accuracyRun(sys, fake, upAddr, rds.addr, scenario)
 		if err != nil {

@@ -125,6 +125,13 @@ func startRedis() (*redisServer, error) {
 	}
 }
 
+// flush empties the server.
+func (s *redisServer) flush() {
+	rdb := redis.NewClient(&redis.Options{Addr: s.addr})
+	defer func() { _ = rdb.Close() }()
+	_ = rdb.FlushAll(context.Background()).Err()
+}
+
 func (s *redisServer) Stop() {
 	_ = s.cmd.Process.Kill()
 	_ = s.cmd.Wait()

@@ -32,7 +32,7 @@ stop() { # name: SIGTERM (a node drains), SIGKILL after 40 s
   local name=$1
   alive "$name" || { rm -f "$(pidfile "$name")"; return 0; }
   local pid; pid=$(cat "$(pidfile "$name")")
-  kill -TERM "$pid"
+  kill -TERM "$pid" 2>/dev/null || true # it may have exited since
   for _ in $(seq 400); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
   kill -0 "$pid" 2>/dev/null && kill -KILL "$pid"
   rm -f "$(pidfile "$name")"
@@ -95,7 +95,7 @@ scale-down)
   echo "node-4 drained: its tenants went back to node-1..3"
   ;;
 logs)
-  tail -n +1 -F "$run"/node-*.log | grep --line-buffered -E '"msg":"(rebalance|handoff|drain|fallback|spillover|reload)"'
+  tail -n +1 -F "$run"/node-1.log "$run"/node-2.log "$run"/node-3.log "$run"/node-4.log 2>/dev/null | grep --line-buffered -E '"msg":"(rebalance|handoff|drain|fallback|spillover|reload)"'
   ;;
 down)
   for name in load haproxy node-4 node-3 node-2 node-1 fake redis; do stop "$name"; done
