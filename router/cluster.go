@@ -56,12 +56,43 @@ func (r *Router) SetView(v View) {
 	if !sameRing {
 		r.reportFallbacksTo(nv)
 	}
+	r.noteDeparted(old, nv)
 	if old == nil || membersLeft(old, nv) {
 		for _, t := range r.state.Load().byName {
 			r.dropGoneSlots(t, nv)
 		}
 	}
 	r.metrics.viewChanged(r.clusterView())
+}
+
+// noteDeparted records the members old had and nv has not (they left:
+// drained, or found dead), and forgets those nv has again.
+func (r *Router) noteDeparted(old, nv *view) {
+	r.departed.mu.Lock()
+	defer r.departed.mu.Unlock()
+	if r.departed.at == nil {
+		r.departed.at = make(map[string]bool)
+	}
+	for name := range nv.addrs {
+		delete(r.departed.at, name)
+	}
+	if old == nil {
+		return
+	}
+	for name := range old.addrs {
+		if _, ok := nv.addrs[name]; !ok && len(r.departed.at) < 4096 {
+			r.departed.at[name] = true
+		}
+	}
+}
+
+// hasDeparted reports whether node was a member of this node's view and
+// left it (not one this node has not seen yet: a node that just joined
+// may hear of a member after that member's reports).
+func (r *Router) hasDeparted(node string) bool {
+	r.departed.mu.Lock()
+	defer r.departed.mu.Unlock()
+	return r.departed.at[node]
 }
 
 // membersLeft reports whether a member of old is not in nv.

@@ -20,6 +20,9 @@ func TestSlotFromGoneNodeDropped(t *testing.T) {
 		t.Fatal(err)
 	}
 	r.SetView(View{Ring: ring.New(1, []string{"t"}), Members: []Member{
+		{Name: "b", Addr: "127.0.0.1:1", State: "active"}, {Name: "gone", Addr: "127.0.0.1:3", State: "active"},
+		{Name: "t", Addr: "127.0.0.1:2", State: "active"}}})
+	r.SetView(View{Ring: ring.New(1, []string{"t"}), Members: []Member{ // "gone" left (found dead)
 		{Name: "b", Addr: "127.0.0.1:1", State: "active"}, {Name: "t", Addr: "127.0.0.1:2", State: "active"}}})
 	tn := r.state.Load().byName["acme"]
 	now := r.clock()
@@ -37,5 +40,14 @@ func TestSlotFromGoneNodeDropped(t *testing.T) {
 	}
 	if u := tn.c().lim.Usage(now); u.Requests != 2 {
 		t.Errorf("%d requests counted, want both reports' (a gone node's admission still counts)", u.Requests)
+	}
+	// A node this one has not heard of yet (it joined a moment ago and
+	// its gossip is behind) is alive: its call keeps its slot. Before, a
+	// new owner dropped such a slot, then counted the node's late report
+	// of it, and held one slot for good (two scale-ups in a row, in CI).
+	tk3, _ := mirror.Admit(now, 10)
+	r.applyOnce(tn, now, "unseen", []limiter.Delta{limiter.DeltaOf(&tk3)})
+	if got := tn.c().lim.Usage(now).InFlight; got != 2 {
+		t.Errorf("after a report from a node not in the view yet: %d in flight, want 2", got)
 	}
 }

@@ -324,12 +324,12 @@ func (r *Router) applyOnce(t *tenant, now int64, from string, ds []limiter.Delta
 		for _, d := range ds {
 			t.c().lim.ApplyFrom(now, from, d)
 		}
-		if v := r.view.Load(); from != "" && v != nil && len(v.addrs) > 0 && v.addrs[from] == "" {
-			// From a node gone from the view already (its report was on
-			// the way when it died, or passed on by another): the slots
-			// of its calls died with it, and no membership change is
-			// coming to free them.
-			r.dropGoneSlots(t, v)
+		if from != "" && r.hasDeparted(from) {
+			// From a node that has left the view (its report was on the
+			// way when it died, or passed on by another): the slots of
+			// its calls died with it, and no membership change is coming
+			// to free them.
+			r.dropGoneSlots(t, r.view.Load())
 		}
 		r.spillCarriedEnded(t, ds)
 		t.c().queue.Kick()

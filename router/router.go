@@ -66,6 +66,12 @@ type Router struct {
 	// lastReload is its last outcome, for /cluster.
 	reloader   atomic.Pointer[func(trigger string) ReloadResult]
 	lastReload atomic.Pointer[ReloadResult]
+	// departed are the members that left this node's view (and have not
+	// come back): a report from one frees its slots (handoff.go).
+	departed struct {
+		mu sync.Mutex
+		at map[string]bool
+	}
 	// spills counts the tenants with a spill, owned or served here
 	// (spillHolder): while there are none the spillover loop looks only
 	// at the tenants that had requests (arrived).
