@@ -9,37 +9,10 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/ringgate/ringgate/bench/seedlimit"
 	"github.com/ringgate/ringgate/internal/redistest"
 	"github.com/ringgate/ringgate/limiter"
 )
-
-// seedScript is the seed article's sliding window in Redis: a sorted set of
-// charges, trimmed and summed on every call. It is the baseline ringgate's
-// in-RAM decision is measured against: one Redis round trip per request.
-var seedScript = redis.NewScript(`
-local key = KEYS[1]
-local now = tonumber(ARGV[1])
-local window = tonumber(ARGV[2])
-local max_limit = tonumber(ARGV[3])
-local cost = tonumber(ARGV[4])
-local req_id = ARGV[5]
-redis.call('ZREMRANGEBYSCORE', key, '-inf', now - window)
-local entries = redis.call('ZRANGE', key, 0, -1, 'WITHSCORES')
-local current_usage = 0
-for i = 1, #entries, 2 do
-  local raw_val = entries[i]
-  local sep = string.find(raw_val, ":")
-  if sep then
-    current_usage = current_usage + (tonumber(string.sub(raw_val, 1, sep - 1)) or 0)
-  end
-end
-if current_usage + cost <= max_limit then
-  redis.call('ZADD', key, now, tostring(cost) .. ":" .. req_id)
-  redis.call('PEXPIRE', key, window + 1000)
-  return {1, max_limit - (current_usage + cost), 0}
-end
-return {0, max_limit - current_usage, 0}
-`)
 
 // BenchmarkDecisionVsRedis compares, in one run, ringgate's admission
 // decision (all three dimensions, in RAM) with the seed article's
@@ -69,7 +42,7 @@ func BenchmarkDecisionVsRedis(b *testing.B) {
 		var id atomic.Int64
 		call := func(now int64) {
 			n := strconv.FormatInt(id.Add(1), 10)
-			if err := seedScript.Run(ctx, c, []string{"tpm:bench"}, now, 60000, int64(1)<<50, 100, n).Err(); err != nil {
+			if _, err := seedlimit.Take(ctx, c, "tpm:bench", now, 60000, int64(1)<<50, 100, n); err != nil {
 				b.Fatal(err)
 			}
 		}

@@ -14,29 +14,14 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"github.com/valyala/fasthttp"
+
+	"github.com/ringgate/ringgate/bench/seedlimit"
 )
 
-// slidingWindow is the seed article's design: every request runs one
-// atomic Lua sliding window (a sorted set of the window's requests) in
-// Redis before it is forwarded. One Redis round trip per request, exact
-// across any number of proxies, and Redis on every request's path.
-var slidingWindow = redis.NewScript(`
-local key = KEYS[1]
-local now = tonumber(ARGV[1])
-local window = tonumber(ARGV[2])
-local limit = tonumber(ARGV[3])
-redis.call('ZREMRANGEBYSCORE', key, '-inf', now - window)
-if redis.call('ZCARD', key) < limit then
-  redis.call('ZADD', key, now, ARGV[4])
-  redis.call('PEXPIRE', key, window + 1000)
-  return 1
-end
-return 0
-`)
-
 // redisLimiter is a bare fasthttp proxy that limits each tenant (its
-// bearer key) to limit requests per window with slidingWindow, and
-// forwards what it admits to the provider.
+// bearer key) to limit requests per window with the seed article's Lua
+// sliding window (package seedlimit: one Redis round trip per request),
+// and forwards what it admits to the provider.
 type redisLimiter struct {
 	ln     net.Listener
 	srv    *fasthttp.Server
@@ -64,13 +49,12 @@ func (p *redisLimiter) serve(ctx *fasthttp.RequestCtx) {
 	key := string(ctx.Request.Header.Peek("Authorization"))
 	now := time.Now().UnixMilli()
 	member := strconv.FormatUint(p.seq.Add(1), 10) + "@" + p.ln.Addr().String()
-	ok, err := slidingWindow.Run(context.Background(), p.rdb, []string{"seed:" + key},
-		now, p.window.Milliseconds(), p.limit, member).Int()
+	ok, err := seedlimit.Take(context.Background(), p.rdb, "seed:"+key, now, p.window.Milliseconds(), int64(p.limit), 1, member)
 	if err != nil {
 		ctx.Error("redis: "+err.Error(), fasthttp.StatusServiceUnavailable)
 		return
 	}
-	if ok != 1 {
+	if !ok {
 		ctx.Error(`{"error":{"type":"requests","code":"rate_limit_exceeded"}}`, fasthttp.StatusTooManyRequests)
 		return
 	}
