@@ -33,19 +33,21 @@ func (c *clCluster) openStream(nd *clNode, tenant string) (status int, hangUp fu
 }
 
 // allSlots reports whether conc streams of tenant are admitted at once via
-// nd, hanging up on them afterwards.
-func (c *clCluster) allSlots(nd *clNode, tenant string, conc int) bool {
+// nd, with the answers' statuses, hanging up on them afterwards.
+func (c *clCluster) allSlots(nd *clNode, tenant string, conc int) (bool, []int) {
 	ok := true
+	var statuses []int
 	var hangUps []func()
 	for range conc {
 		st, h := c.openStream(nd, tenant)
 		hangUps = append(hangUps, h)
+		statuses = append(statuses, st)
 		ok = ok && st == http.StatusOK
 	}
 	for _, h := range hangUps {
 		h()
 	}
-	return ok
+	return ok, statuses
 }
 
 // TestSlotsOfADeadNodeAreFreed: a concurrency-4 tenant whose streams run on a
@@ -122,13 +124,20 @@ func TestSlotsOfADeadNodeAreFreed(t *testing.T) {
 			c.fake.SetOptions(fakeupstream.Options{CountTokens: tok.Count, CompletionMin: 50, CompletionMax: 50, ChunkInterval: 50 * time.Millisecond})
 			via := c.live()[0]
 			deadline := time.Now().Add(time.Second)
-			for !c.allSlots(via, tn, conc) {
-				if time.Now().After(deadline) {
-					o := c.byName(c.owner(tn))
-					t.Fatalf("%v after %s was killed (detected after %v), %d streams of %s are still not admitted at once; owner %s counts %d in flight",
-						time.Since(killed).Round(time.Millisecond), runner.Name(), detected.Round(time.Millisecond), conc, tn, o.Name(), inFlight(t, c, o, tn))
+			for {
+				ok, statuses := c.allSlots(via, tn, conc)
+				if ok {
+					break
 				}
-				time.Sleep(50 * time.Millisecond)
+				o := c.byName(c.owner(tn))
+				if time.Now().After(deadline) {
+					t.Fatalf("%v after %s was killed (detected after %v), %d streams of %s are still not admitted at once (answers %v); owner %s counts %d in flight",
+						time.Since(killed).Round(time.Millisecond), runner.Name(), detected.Round(time.Millisecond), conc, tn, statuses, o.Name(), inFlight(t, c, o, tn))
+				}
+				// The try's own streams hold slots until the owner sees
+				// the hang-up (its next chunk's write fails): wait for
+				// that rather than count them against the next try.
+				pollUntil(time.Until(deadline), func() bool { return inFlight(t, c, o, tn) == 0 })
 			}
 			t.Logf("all %d slots usable %v after the kill (detected after %v)", conc, time.Since(killed).Round(time.Millisecond), detected.Round(time.Millisecond))
 		})
