@@ -42,6 +42,17 @@ type fallbackLedger struct {
 	sendMu sync.Mutex // one report at a time
 	mu     sync.Mutex
 	owner  string // the owner the admissions could not reach
+	// seed is what the last episode's seed charged the share with, for
+	// seedOwner: an episode for the same owner that starts again (it
+	// answered for a moment) swaps its seed for this one rather than add
+	// to it (seedFallback).
+	seed      limiter.State
+	seedOwner string
+	// startLog bounds the start lines of episodes that restart for the
+	// same owner; logged says whether this episode's start was logged,
+	// so that its end is logged with it or not at all.
+	startLog logMeter
+	logged   bool
 	// pending are not delivered yet, oldest first.
 	pending []*fallbackEntry
 	soon    atomic.Bool // a report is scheduled
@@ -209,7 +220,9 @@ func (r *Router) reportFallbacksTo(v *view) {
 			other := c.fb.owner != owner
 			c.fb.mu.Unlock()
 			if other && c.inFallback.CompareAndSwap(true, false) {
-				r.log.Info("fallback", "phase", "end", "tenant", t.name, "owner", owner, "reason", "new_owner")
+				if c.fb.logged {
+					r.log.Info("fallback", "phase", "end", "tenant", t.name, "owner", owner, "reason", "new_owner")
+				}
 				c.fbQueue.Kick()
 			}
 		}
@@ -252,7 +265,7 @@ func (r *Router) noteOwnerUsage(t *tenant, h *fasthttp.ResponseHeader) {
 // last answers from the owner are from before it left a spill (what every
 // node admitted on the spill is only in Redis's window of the budget,
 // which is what did not answer), and one told to (blind).
-func (r *Router) seedFromAnswers(t *tenant, n int64, blind bool) string {
+func (r *Router) seedFromAnswers(share *limiter.Tenant, t *tenant, n int64, blind bool) string {
 	now := r.clock()
 	window := int64(t.c().lim.Window())
 	at := t.c().seen.at.Load()
@@ -262,6 +275,6 @@ func (r *Router) seedFromAnswers(t *tenant, n int64, blind bool) string {
 		at, reqs, toks, how = now, t.limits.Requests, t.limits.Tokens, "full_window"
 	}
 	ceil := func(v int64) int64 { return (v + n - 1) / n }
-	t.c().fb.share().ChargeAt(now, at, ceil(reqs), ceil(toks))
+	share.ChargeAt(now, at, ceil(reqs), ceil(toks))
 	return how
 }

@@ -277,14 +277,28 @@ func (r *Router) fallbackLimiter(t *tenant, v *view, owner string) (*limiter.Ten
 		// recent usage; the others wait for it rather than admit blind.
 		t.c().fallbackMu.Lock()
 		if !t.falling() {
-			seeded := r.seedFallback(t, n)
-			t.c().fb.mu.Lock()
-			t.c().fb.owner = owner
-			t.c().fb.mu.Unlock()
+			seeded := r.seedFallback(t, n, owner)
+			fb := t.c().fb
+			fb.mu.Lock()
+			again := fb.seedOwner == owner && fb.owner == owner
+			fb.owner = owner
+			fb.mu.Unlock()
+			// An owner that answers now and then restarts the episode
+			// at each failure: its restarts are logged once a second.
+			log, muted := true, int64(0)
+			if again {
+				log, muted = fb.startLog.allow(r.clock(), fallbackLogEvery)
+			} else {
+				fb.startLog.last.Store(r.clock())
+			}
+			fb.logged = log // read by the episode's end, after the store below
 			t.c().inFallback.Store(true)
 			r.metrics.fallbackEpisodes.Inc()
-			r.log.Warn("fallback", "phase", "start", "tenant", t.name, "owner", owner, "members", n,
-				"share_rpm", l.Requests, "share_tpm", l.Tokens, "share_concurrency", l.Concurrency, "seeded", seeded)
+			if log {
+				r.log.Warn("fallback", "phase", "start", "tenant", t.name, "owner", owner, "members", n,
+					"share_rpm", l.Requests, "share_tpm", l.Tokens, "share_concurrency", l.Concurrency, "seeded", seeded,
+					"restarts_not_logged", muted)
+			}
 		}
 		t.c().fallbackMu.Unlock()
 	}
@@ -303,21 +317,48 @@ func (r *Router) fallbackLimiter(t *tenant, v *view, owner string) (*limiter.Ten
 // neither: other nodes may have gone on admitting on the spill's budget,
 // which does not count this node's share, and no snapshot holds what they
 // admit. Its share starts spent.
-func (r *Router) seedFallback(t *tenant, n int64) string {
+//
+// The seed is made on a scratch share and then swapped into the real one
+// for the seed of the episode before if that was about the same owner
+// (limiter.Replace): an owner that answers now and then restarts the
+// episode at each failure, and the seeds of the restarts describe the same
+// usage, which piled up would spend the share for a window.
+func (r *Router) seedFallback(t *tenant, n int64, owner string) string {
 	c := t.c()
-	abandoned := c.spill.abandonedAt.Load() > r.clock()-int64(c.lim.Window())
+	now := r.clock()
+	fl := c.fb.share()
+	c.fb.mu.Lock()
+	slotTTL := c.fb.slotTTL
+	c.fb.mu.Unlock()
+	scratch := limiter.NewTenant(fl.Limits(), fl.Window(), slotTTL)
+	how := ""
+	abandoned := c.spill.abandonedAt.Load() > now-int64(c.lim.Window())
 	if seed := r.fallbackSeed.Load(); seed != nil && !abandoned {
 		if st, ok := (*seed)(t.name); ok {
 			share := st.Share(n)
-			now := r.clock()
-			fl := t.c().fb.share()
-			fl.Replace(now, limiter.State{}, share)
-			fl.ChargeGap(now, share)
-			return "redis_snapshot"
+			scratch.Replace(now, limiter.State{}, share)
+			scratch.ChargeGap(now, share)
+			how = "redis_snapshot"
 		}
 	}
-	return r.seedFromAnswers(t, n, abandoned)
+	if how == "" {
+		how = r.seedFromAnswers(scratch, t, n, abandoned)
+	}
+	seed := scratch.Export(now)
+	c.fb.mu.Lock()
+	var last limiter.State
+	if c.fb.seedOwner == owner {
+		last = c.fb.seed
+	}
+	c.fb.seed, c.fb.seedOwner = seed, owner
+	c.fb.mu.Unlock()
+	fl.Replace(now, last, seed)
+	return how
 }
+
+// fallbackLogEvery bounds the start lines of a tenant's fallback episodes
+// that restart for the same owner.
+const fallbackLogEvery = time.Second
 
 // SetFallbackSeed gives the router a source of a tenant's last known state
 // (the node's snapshot store) for seeding fallback shares.
@@ -331,7 +372,9 @@ func (r *Router) SetFallbackSeed(seed func(tenant string) (limiter.State, bool))
 // when the owner next goes silent.
 func (r *Router) endFallback(t *tenant, owner string) {
 	if t.falling() && t.c().inFallback.CompareAndSwap(true, false) {
-		r.log.Info("fallback", "phase", "end", "tenant", t.name, "owner", owner)
+		if t.c().fb.logged {
+			r.log.Info("fallback", "phase", "end", "tenant", t.name, "owner", owner)
+		}
 		t.c().fbQueue.Kick() // those waiting on the share go to the owner
 		r.reportFallback(t)
 	}

@@ -1,0 +1,90 @@
+package router
+
+import (
+	"bytes"
+	"encoding/json"
+	"log/slog"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/ringgate/ringgate/config"
+	"github.com/ringgate/ringgate/limiter"
+)
+
+// TestFallbackFlappingSeedsOnce: an owner that answers now and then while
+// it goes down (a server closing its connections one by one, a lossy
+// link) ends and restarts a tenant's fallback episode many times. Each
+// restart seeds the share with the owner's usage again; the seed must
+// replace the last one, not pile onto it, or a few flaps leave the share
+// spent for a window while the cluster admits a fraction of the limit.
+// The restarts are logged once a second, not each.
+func TestFallbackFlappingSeedsOnce(t *testing.T) {
+	var now atomic.Int64
+	now.Store(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC).UnixNano())
+	var logs bytes.Buffer
+	r, cfg := testRouter(t, Options{Clock: now.Load, Logger: slog.New(slog.NewJSONHandler(&logs, nil))})
+	cfg.Limits.Window = 60 * time.Second
+	cfg.Tenants = []config.Tenant{{Name: "a", Keys: []string{"ka"}, RPM: 600}}
+	if err := r.Reload(cfg); err != nil {
+		t.Fatal(err)
+	}
+	tn := r.state.Load().byName["a"]
+	const members = 3
+	v := &view{live: members}
+
+	// The owner's last snapshot, 10 s old: 300 of 600 in the window, 10
+	// a second. 1/3 of it is this node's seed, plus the 10 s since at the
+	// snapshot's peak rate.
+	owner := limiter.NewTenant(limiter.Limits{Requests: 600}, cfg.Limits.Window, time.Minute)
+	for i := range 300 {
+		owner.Admit(now.Load()-int64(40*time.Second)+int64(i)*int64(100*time.Millisecond), 0)
+	}
+	snap := owner.Export(now.Load() - int64(10*time.Second))
+	r.SetFallbackSeed(func(string) (limiter.State, bool) { return snap, true })
+
+	fl, open := r.fallbackLimiter(tn, v, "o1")
+	if !open {
+		t.Fatal("share closed")
+	}
+	first := fl.Usage(now.Load()).Requests
+	if first <= 110 || first >= 200 {
+		t.Fatalf("seeded share holds %d, want 100 (1/3 of the snapshot) and a gap well below the share", first)
+	}
+	for i := range 50 {
+		now.Add(int64(20 * time.Millisecond))
+		r.endFallback(tn, "o1") // the owner answered
+		if i%10 == 0 {
+			fl.Admit(now.Load(), 0) // one admitted on the share in between
+		}
+		r.fallbackLimiter(tn, v, "o1") // and failed again
+	}
+	if got, max := fl.Usage(now.Load()).Requests, first+5+10; got > max {
+		t.Errorf("after 50 restarts of the episode the share holds %d, want the one seed (%d) and the 5 it admitted (up to %d with a second's more gap)", got, first, max)
+	}
+	starts, ends := 0, 0
+	for _, line := range strings.Split(strings.TrimSpace(logs.String()), "\n") {
+		var e map[string]any
+		if json.Unmarshal([]byte(line), &e) != nil || e["msg"] != "fallback" {
+			continue
+		}
+		switch e["phase"] {
+		case "start":
+			starts++
+		case "end":
+			ends++
+		}
+	}
+	if starts > 2 || ends > starts {
+		t.Errorf("%d start and %d end lines for 51 episodes in 1 s, want at most 2 and an end only for a start logged", starts, ends)
+	}
+
+	// Another owner: its episode is seeded on its own, on top.
+	r.endFallback(tn, "o1")
+	before := fl.Usage(now.Load()).Requests
+	r.fallbackLimiter(tn, v, "o2")
+	if got := fl.Usage(now.Load()).Requests; got < before+100 {
+		t.Errorf("an episode for another owner left the share at %d, want its own seed on top of %d", got, before)
+	}
+}
