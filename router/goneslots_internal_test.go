@@ -2,6 +2,7 @@ package router
 
 import (
 	"testing"
+	"time"
 
 	"github.com/ringgate/ringgate/config"
 	"github.com/ringgate/ringgate/limiter"
@@ -49,5 +50,54 @@ func TestSlotFromGoneNodeDropped(t *testing.T) {
 	r.applyOnce(tn, now, "unseen", []limiter.Delta{limiter.DeltaOf(&tk3)})
 	if got := tn.c().lim.Usage(now).InFlight; got != 2 {
 		t.Errorf("after a report from a node not in the view yet: %d in flight, want 2", got)
+	}
+}
+
+// A node that has just joined and has no ring yet does not count a peer's
+// deltas as the tenant's owner: the previous owner may have handed the
+// tenant to it already (its ring changed first) and reported the end of
+// a call whose slot the state it handed holds; applied before that state
+// is imported, the release finds no slot to free, and the import then
+// holds the slot for good. Before, two scale-ups in a row left a new
+// owner counting a call in flight after every call had ended (in CI).
+func TestReleaseBeforeFirstRingHeld(t *testing.T) {
+	r, cfg := testRouter(t, Options{})
+	cfg.Tenants = []config.Tenant{{Name: "acme", Keys: []string{"k"}, RPM: 100, Concurrency: 2}}
+	if err := r.Reload(cfg); err != nil {
+		t.Fatal(err)
+	}
+	tn := r.state.Load().byName["acme"]
+	now := r.clock()
+	// The previous owner "a": one call running when it hands the tenant
+	// to this node ("t"), which ends right after.
+	prev := limiter.NewTenant(tn.limits, cfg.Limits.Window, cfg.Limits.SlotTTL)
+	tk, _ := prev.Admit(now, 10)
+	st := prev.Freeze(now, "t")
+	st.Holder = "a"
+	d, handed := prev.FinishOrHand(now, &tk, 10)
+	if !handed {
+		t.Fatal("a frozen limiter kept the call's end")
+	}
+	r.applyOnce(tn, now, "a", []limiter.Delta{r.ids.name(d)}) // before this node's first ring
+	// Its first ring makes it the owner: hold, import, release.
+	r.SetView(View{Ring: ring.New(1, []string{"t"}), Members: []Member{
+		{Name: "a", Addr: "127.0.0.1:1", State: "active"}, {Name: "t", Addr: "127.0.0.1:2", State: "active"}}})
+	r.Hold("acme", time.Second)
+	tn.c().lim.Import(now, st.As("t"))
+	r.Release("acme")
+	if got := tn.c().lim.Usage(now).InFlight; got != 0 {
+		t.Errorf("after the handed call ended: %d in flight, want 0", got)
+	}
+	// Standalone (no ring, ever), a node's own deltas are its to apply.
+	tk2, _ := tn.c().lim.Admit(now, 10)
+	own := limiter.DeltaOf(&tk2)
+	solo, _ := testRouter(t, Options{})
+	if err := solo.Reload(cfg); err != nil {
+		t.Fatal(err)
+	}
+	sn := solo.state.Load().byName["acme"]
+	solo.applyOnce(sn, now, "", []limiter.Delta{own})
+	if got := sn.c().lim.Usage(now).InFlight; got != 1 {
+		t.Errorf("standalone, its own delta: %d in flight, want 1", got)
 	}
 }

@@ -118,7 +118,7 @@ type heldDelta struct {
 func (r *Router) hold(t *tenant, now int64, from string, ds []limiter.Delta) bool {
 	r.held.mu.Lock()
 	defer r.held.mu.Unlock()
-	if t.gate.Load() == nil && r.Owns(t.name) {
+	if t.gate.Load() == nil && r.counts(t.name, from) {
 		return false
 	}
 	if r.held.by == nil {
@@ -258,6 +258,18 @@ func (r *Router) Freeze(name string, now int64, to string) (limiter.State, bool)
 func (r *Router) Owns(name string) bool {
 	o := r.view.Load().owner(name)
 	return o == "" || o == r.node
+}
+
+// counts reports whether deltas from node from ("": this one) for the
+// tenant are this node's to apply now. A peer's deltas reach a node only
+// in a cluster, so a node with no ring yet (it has just joined) does not
+// own the tenant for them, whatever Owns says standalone: the previous
+// owner may have handed the tenant to it already, and the handoff that
+// this node's first ring starts imports windows that a release applied
+// now would be lost under (the slot it frees held for good).
+func (r *Router) counts(name, from string) bool {
+	o := r.view.Load().owner(name)
+	return o == r.node || o == "" && from == ""
 }
 
 // gate holds a tenant's requests during a handoff.
