@@ -48,6 +48,10 @@ type fallbackLedger struct {
 	// to it (seedFallback).
 	seed      limiter.State
 	seedOwner string
+	// seedHead is the newest request bucket of the snapshot the seed was
+	// made from (0: not from a snapshot): a restart with no newer
+	// snapshot keeps the seed as it is (seedFallback).
+	seedHead int64
 	// startLog bounds the start lines of episodes that restart for the
 	// same owner; logged says whether this episode's start was logged,
 	// so that its end is logged with it or not at all.

@@ -80,11 +80,23 @@ func TestFallbackFlappingSeedsOnce(t *testing.T) {
 		t.Errorf("%d start and %d end lines for 51 episodes in 1 s, want at most 2 and an end only for a start logged", starts, ends)
 	}
 
+	// A newer snapshot (the owner wrote one: alive, and its link to this
+	// node lossy) makes a restart's seed anew, in place of the last one:
+	// 30 s on, the first 150 of the 300 have left the window.
+	now.Add(int64(30 * time.Second))
+	held := fl.Usage(now.Load()).Requests
+	snap = owner.Export(now.Load() - int64(100*time.Millisecond))
+	r.endFallback(tn, "o1")
+	r.fallbackLimiter(tn, v, "o1")
+	if got := fl.Usage(now.Load()).Requests; got > held || got < 40 {
+		t.Errorf("after a newer snapshot the share holds %d, want its seed (about 1/3 of the 150 left) in place of the last (%d held before)", got, held)
+	}
+
 	// Another owner: its episode is seeded on its own, on top.
 	r.endFallback(tn, "o1")
 	before := fl.Usage(now.Load()).Requests
 	r.fallbackLimiter(tn, v, "o2")
-	if got := fl.Usage(now.Load()).Requests; got < before+100 {
+	if got := fl.Usage(now.Load()).Requests; got < before+50 {
 		t.Errorf("an episode for another owner left the share at %d, want its own seed on top of %d", got, before)
 	}
 }

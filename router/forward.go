@@ -331,14 +331,25 @@ func (r *Router) seedFallback(t *tenant, n int64, owner string) string {
 	slotTTL := c.fb.slotTTL
 	c.fb.mu.Unlock()
 	scratch := limiter.NewTenant(fl.Limits(), fl.Window(), slotTTL)
-	how := ""
+	how, head := "", int64(0)
 	abandoned := c.spill.abandonedAt.Load() > now-int64(c.lim.Window())
 	if seed := r.fallbackSeed.Load(); seed != nil && !abandoned {
 		if st, ok := (*seed)(t.name); ok {
+			c.fb.mu.Lock()
+			kept := c.fb.seedOwner == owner && c.fb.seedHead != 0 && st.Requests.Head <= c.fb.seedHead
+			c.fb.mu.Unlock()
+			if kept {
+				// The same snapshot as the last episode's: the owner has
+				// written none since (a crash), so it admitted nothing
+				// since that the seed's gap does not cover. Charging the
+				// gap again, up to now, would keep the share spent for
+				// as long as the owner answers now and then.
+				return "redis_snapshot"
+			}
 			share := st.Share(n)
 			scratch.Replace(now, limiter.State{}, share)
 			scratch.ChargeGap(now, share)
-			how = "redis_snapshot"
+			how, head = "redis_snapshot", st.Requests.Head
 		}
 	}
 	if how == "" {
@@ -350,7 +361,7 @@ func (r *Router) seedFallback(t *tenant, n int64, owner string) string {
 	if c.fb.seedOwner == owner {
 		last = c.fb.seed
 	}
-	c.fb.seed, c.fb.seedOwner = seed, owner
+	c.fb.seed, c.fb.seedOwner, c.fb.seedHead = seed, owner, head
 	c.fb.mu.Unlock()
 	fl.Replace(now, last, seed)
 	return how

@@ -175,6 +175,12 @@ type accuracy struct {
 	admitted int
 	answers  map[int]int
 	breaches int64
+	// restartTook is how long the rolling restart took, all three.
+	restartTook time.Duration
+	// utilMean and utilLow are what the tenants' whole tumbling windows
+	// after the first held at the provider against the limit: the mean,
+	// and the emptiest window (what a change cost the tenants).
+	utilMean, utilLow float64
 }
 
 type event struct {
@@ -183,8 +189,10 @@ type event struct {
 }
 
 // accuracyRun drives every tenant at twice its limit through system sys
-// (3 gateways) for d, adding a fourth at d×3/14, draining one at d×6.5/14
-// and killing one (no drain) at d×10/14.
+// (3 gateways) for d, adding a fourth at d×3/20, draining one at d×6/20,
+// restarting each of the three left in turn from d×9/20 (drained, then
+// started again under its name: a StatefulSet's rolling restart) and
+// killing one (no drain) at d×15/20.
 func accuracyRun(sys string, fake *fakeupstream.Server, upAddr, redisAddr string, d time.Duration) (accuracy, error) {
 	b := &builder{sys: sys, upAddr: upAddr, redisAddr: redisAddr, limits: true, secret: secret()}
 	gs, err := b.start(3)
@@ -229,7 +237,7 @@ func accuracyRun(sys string, fake *fakeupstream.Server, upAddr, redisAddr string
 	}
 	at := func(frac float64) time.Duration { return time.Duration(float64(d) * frac) }
 	sleepUntil := func(t time.Duration) { time.Sleep(time.Until(a.start.Add(t))) } // pacing
-	sleepUntil(at(3.0 / 14))
+	sleepUntil(at(3.0 / 20))
 	a.events = append(a.events, event{time.Since(a.start), "scale-up"}) // started now; it serves once ready
 	g, err := b.add()
 	if err == nil {
@@ -242,13 +250,28 @@ func accuracyRun(sys string, fake *fakeupstream.Server, upAddr, redisAddr string
 	}
 	gs = append(gs, g)
 	s.set(addrsOf(gs))
-	sleepUntil(at(6.5 / 14))
+	sleepUntil(at(6.0 / 20))
 	drained := gs[0]
 	gs = gs[1:]
 	s.set(addrsOf(gs)) // the balancer sees /readyz 503 at once
 	a.events = append(a.events, event{time.Since(a.start), "drain"})
 	go drained.stop(true)
-	sleepUntil(at(10.0 / 14))
+	sleepUntil(at(9.0 / 20))
+	a.events = append(a.events, event{time.Since(a.start), "rolling restart"})
+	for i := range gs {
+		old := gs[i]
+		s.set(addrsOf(slices.Delete(slices.Clone(gs), i, i+1)))
+		ng, err := b.restart(old)
+		if err != nil {
+			close(stop)
+			wg.Wait()
+			return a, fmt.Errorf("restart %s: %w", old.name, err)
+		}
+		gs[i] = ng
+		s.set(addrsOf(gs))
+	}
+	a.restartTook = time.Since(a.start) - a.events[len(a.events)-1].at
+	sleepUntil(at(15.0 / 20))
 	killed := gs[0]
 	gs = gs[1:]
 	// kill -9: no drain, the calls in flight on it cut. The balancer
@@ -258,6 +281,9 @@ func accuracyRun(sys string, fake *fakeupstream.Server, upAddr, redisAddr string
 	a.events = append(a.events, event{time.Since(a.start), "kill -9"})
 	killed.stop(false) // returns once its server has closed, up to 2 s later
 	sleepUntil(d)
+	// The events may run past d on a slow machine (a restart waits for
+	// its node): the figures are over the load's real length.
+	a.length = max(d, time.Since(a.start))
 	close(stop)
 	wg.Wait()
 
@@ -273,6 +299,7 @@ func accuracyRun(sys string, fake *fakeupstream.Server, upAddr, redisAddr string
 		a.worst = append(a.worst, audit.MaxIn(ts, window-window/64).Count)
 		a.admitted += len(ts)
 	}
+	a.utilMean, a.utilLow = utilisation(a.arrivals, a.start, a.length)
 	var all []time.Time
 	for _, r := range fake.Records() {
 		all = append(all, r.Received)
@@ -290,4 +317,26 @@ func secret() []byte {
 		b[i] = byte(time.Now().UnixNano() >> (i % 8))
 	}
 	return b
+}
+
+// utilisation is what each tenant's whole tumbling windows after the first
+// (which starts empty) held, as a fraction of the limit: the mean over
+// tenants and windows, and the lowest one.
+func utilisation(arrivals [][]time.Time, start time.Time, d time.Duration) (mean, low float64) {
+	var sum float64
+	var n int
+	for _, ts := range arrivals {
+		for from := window; from+window <= d; from += window {
+			u := float64(audit.CountIn(ts, start.Add(from), start.Add(from+window))) / tenantLimit
+			if n == 0 || u < low {
+				low = u
+			}
+			sum += u
+			n++
+		}
+	}
+	if n == 0 {
+		return 0, 0
+	}
+	return sum / float64(n), low
 }

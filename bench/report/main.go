@@ -13,7 +13,8 @@
 // measuring latency against offered load and saturated throughput for
 // all five, and for (a)-(c) accuracy at the provider (the fullest sliding
 // window of each tenant against its limit, utilisation, the provider's
-// own limit breached) through a scale-up, a drain and a kill -9. It writes
+// own limit breached) through a scale-up, a drain, a rolling restart and a
+// kill -9. It writes
 // docs/bench/report.md and two PNG charts, and says which machine and
 // command made them.
 package main
@@ -36,13 +37,22 @@ import (
 	"github.com/ringgate/ringgate/bench/floor"
 	"github.com/ringgate/ringgate/config"
 	"github.com/ringgate/ringgate/fakeupstream"
+	"github.com/ringgate/ringgate/internal/audit"
 	"github.com/ringgate/ringgate/node"
 )
 
 func main() {
 	out := flag.String("out", "docs/bench", "directory for report.md and the charts")
 	quick := flag.Bool("quick", false, "short phases: a smoke run, figures not for publishing")
+	only := flag.String("accuracy-only", "", "run only the accuracy scenario, for this system (ringgate, redis-per-request, local-limits), and print its figures: to look into one, with RINGGATE_REPORT_LOG")
 	flag.Parse()
+	if *only != "" {
+		if err := accuracyOnly(*only); err != nil {
+			fmt.Fprintln(os.Stderr, "report:", err)
+			os.Exit(1)
+		}
+		return
+	}
 	if err := run(*out, *quick); err != nil {
 		fmt.Fprintln(os.Stderr, "report:", err)
 		os.Exit(1)
@@ -88,9 +98,9 @@ func run(out string, quick bool) error {
 	defer rds.Stop()
 
 	rates := []int{250, 500, 1000, 2000}
-	step, satFor, scenario := 2*time.Second, 2*time.Second, 14*time.Second
+	step, satFor, scenario := 2*time.Second, 2*time.Second, 20*time.Second
 	if quick {
-		rates, step, satFor, scenario = []int{250, 1000}, 500*time.Millisecond, 500*time.Millisecond, 7*time.Second
+		rates, step, satFor, scenario = []int{250, 1000}, 500*time.Millisecond, 500*time.Millisecond, 14*time.Second
 	}
 	started := time.Now()
 
@@ -113,13 +123,48 @@ func run(out string, quick bool) error {
 		}
 		acc = append(acc, a)
 	}
-	if err := drawAccuracy(filepath.Join(out, "accuracy.png"), acc, scenario); err != nil {
+	longest := scenario
+	for _, a := range acc {
+		longest = max(longest, a.length)
+	}
+	if err := drawAccuracy(filepath.Join(out, "accuracy.png"), acc, longest); err != nil {
 		return err
 	}
 	if err := drawLatency(filepath.Join(out, "latency.png"), lat, rates); err != nil {
 		return err
 	}
 	return writeReport(filepath.Join(out, "report.md"), lat, acc, rates, quick, time.Since(started))
+}
+
+// accuracyOnly runs the accuracy scenario for sys alone and prints what
+// the report would say of it, and t0's window every 250 ms.
+func accuracyOnly(sys string) error {
+	fake := fakeupstream.New(fakeupstream.Options{CompletionMin: 20, CompletionMax: 20, MaxRecords: 1 << 20,
+		Limits: fakeupstream.ProviderLimits{Requests: providerLimit, Window: window - window/64}})
+	upAddr, err := fake.Start("127.0.0.1:0")
+	if err != nil {
+		return err
+	}
+	defer func() { _ = fake.Close() }()
+	rds, err := startRedis()
+	if err != nil {
+		return err
+	}
+	defer rds.Stop()
+	a, err := accuracyRun(sys, fake, upAddr, rds.addr, 20*time.Second)
+	if err != nil {
+		return err
+	}
+	fmt.Printf("%s: worst %v, utilisation %.2f / %.2f, breaches %d, answers %v, events %v\n", sys, a.worst, a.utilMean, a.utilLow, a.breaches, a.answers, a.events)
+	for t := window; t <= a.length; t += 250 * time.Millisecond {
+		end := a.start.Add(t)
+		fmt.Printf("%5.2fs", t.Seconds())
+		for _, ts := range a.arrivals {
+			fmt.Printf(" %3d", audit.CountIn(ts, end.Add(-window), end))
+		}
+		fmt.Println()
+	}
+	return nil
 }
 
 // system is a set of front addresses a load balancer sends to, which the
@@ -143,6 +188,7 @@ func (s *system) pick(i int) string {
 
 // gateway is one node or proxy of a system under test.
 type gateway struct {
+	name  string
 	addr  string
 	node  *node.Node
 	proxy *redisLimiter
@@ -190,7 +236,23 @@ func (b *builder) config(name string, clustered bool) *config.Config {
 // add starts one more gateway of the system.
 func (b *builder) add() (*gateway, error) {
 	b.n++
-	name := fmt.Sprintf("%s-%d", b.sys, b.n)
+	return b.startNamed(fmt.Sprintf("%s-%d", b.sys, b.n))
+}
+
+// restart drains g and starts it again under its name, as a rolling
+// restart of a StatefulSet does (a new address, the same name), and waits
+// until the new one serves.
+func (b *builder) restart(g *gateway) (*gateway, error) {
+	g.stop(true)
+	ng, err := b.startNamed(g.name)
+	if err != nil {
+		return nil, err
+	}
+	return ng, waitReady([]*gateway{ng})
+}
+
+// startNamed starts a gateway of the system named name.
+func (b *builder) startNamed(name string) (*gateway, error) {
 	switch b.sys {
 	case "redis-per-request":
 		limit := 1 << 30
@@ -201,13 +263,13 @@ func (b *builder) add() (*gateway, error) {
 		if err != nil {
 			return nil, err
 		}
-		return &gateway{addr: p.Addr(), proxy: p}, nil
+		return &gateway{name: name, addr: p.Addr(), proxy: p}, nil
 	case "floor":
 		p, err := floor.Start("127.0.0.1:0", b.upAddr)
 		if err != nil {
 			return nil, err
 		}
-		return &gateway{addr: p.Addr()}, nil
+		return &gateway{name: name, addr: p.Addr()}, nil
 	}
 	nd, err := node.Start(b.config(name, b.sys == "ringgate"), node.Options{Logger: quiet})
 	if err != nil {
@@ -216,7 +278,7 @@ func (b *builder) add() (*gateway, error) {
 	if b.sys == "ringgate" {
 		b.seeds = append(b.seeds, nd.GossipAddr())
 	}
-	return &gateway{addr: nd.Addr(), node: nd}, nil
+	return &gateway{name: name, addr: nd.Addr(), node: nd}, nil
 }
 
 // start makes n gateways and waits until they serve.

@@ -57,22 +57,31 @@ func writeReport(path string, lat []latencyRow, acc []accuracy, rates []int, qui
 			}
 			w("%s at %.1f s", e.what, e.at.Seconds())
 		}
-		w(" (a fourth gateway joins; one drains, the balancer stops sending to it at once; one is killed with calls in flight).\n\n")
+		w(" (a fourth gateway joins; one drains, the balancer stops sending to it at once; the three left are restarted one at a time, each drained, then started again under its name at a new address, as a StatefulSet's rolling restart does")
+		for i, a := range acc {
+			if i == 0 {
+				w(": it took ")
+			} else {
+				w(", ")
+			}
+			w("%.1f s for %s", a.restartTook.Seconds(), a.name)
+		}
+		w("; one is killed with calls in flight).\n\n")
 	}
-	w("| system | fullest window of a tenant at the provider (limit %d) | over the limit | admitted / the limits' steady rate | fullest window sent to the provider, all tenants (its limit %d) | provider limit breached | answers |\n| --- | ---: | ---: | ---: | ---: | ---: | --- |\n", tenantLimit, providerLimit)
+	w("| system | fullest window of a tenant at the provider (limit %d) | over the limit | admitted / the limits' steady rate | utilisation per window: mean / emptiest | fullest window sent to the provider, all tenants (its limit %d) | provider limit breached | answers |\n| --- | ---: | ---: | ---: | ---: | ---: | ---: | --- |\n", tenantLimit, providerLimit)
 	for _, a := range acc {
 		worst := 0
 		for _, v := range a.worst {
 			worst = max(worst, v)
 		}
 		allowed := float64(tenants*tenantLimit) * a.length.Seconds() / window.Seconds()
-		w("| %s | %d | %+.0f %% | %.2f | %d | %d | %v |\n", a.name, worst, 100*(float64(worst)/tenantLimit-1), float64(a.admitted)/max(allowed, 1), a.sentAll, a.breaches, a.answers)
+		w("| %s | %d | %+.0f %% | %.2f | %.2f / %.2f | %d | %d | %v |\n", a.name, worst, 100*(float64(worst)/tenantLimit-1), float64(a.admitted)/max(allowed, 1), a.utilMean, a.utilLow, a.sentAll, a.breaches, a.answers)
 	}
 	w("\n![admitted per window against the limit](accuracy.png)\n\n")
 	w("What each line means: the fullest sliding window (window less window/64, the buckets' grain) any tenant had at the provider over the run, against its limit; ")
 	w("admitted is what reached the provider over the tenants' limits at their steady rate for the run's length (a perfect sliding window admits about 1.00 over a run of whole windows, and up to one window's worth more: the first window starts empty); ")
 	w("breaches are requests the provider refused for its own limit (a gateway let through more than the provider takes). ")
-	w("Not in this report yet: a rolling restart, and utilisation per window.\n\n")
+	w("Utilisation is what each tenant's whole %v windows after the first (tumbling, from the start) held at the provider against its limit, the mean over tenants and windows and the emptiest one: the tenant is sent twice its limit throughout, so a window below 1.00 is what a gateway held back that the promise allowed, and the emptiest says what the worst change cost.\n\n", window)
 	w("After the kill -9, ringgate admits less for the tenants the killed node owned, never more: the other nodes enforce their strict shares until their rings drop it (failure detection, about 2.5 s with the default gossip timings), then the new owner takes the tenant from its last Redis snapshot and counts the time since at the peak rate. With this report's 2 s window that is about two windows at a reduced rate for those tenants (t0 in the chart); with a 60 s window the same crash costs a few seconds of one window. The local limits admit what each node allows, about (nodes) times the limit when the load spreads; the Redis baseline is exact but puts a Redis round trip on every request.\n")
 	return os.WriteFile(path, []byte(b.String()), 0o644)
 }
