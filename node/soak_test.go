@@ -11,7 +11,9 @@ import (
 	"time"
 
 	"github.com/ringgate/ringgate/config"
+	"github.com/ringgate/ringgate/fakeupstream"
 	"github.com/ringgate/ringgate/internal/redistest"
+	"github.com/ringgate/ringgate/reserve"
 )
 
 // soakEnv sets how long the soak runs (a Go duration); unset, it is skipped.
@@ -38,6 +40,11 @@ func TestSoak(t *testing.T) {
 		tenants = append(tenants, tn)
 	}
 	c := startClusterWith(t, 3, window, clOptions{Redis: srv.Addr(), RedisTimeout: auditRedisTimeout}, tenants...)
+	// The fake provider shares the process: it keeps the last records
+	// only, or its list (~45 B a request) would read as the nodes' leak.
+	tok, _ := reserve.NewTokenizer()
+	c.fake.SetOptions(fakeupstream.Options{CountTokens: tok.Count, CompletionMin: 20, CompletionMax: 40,
+		Latency: 5 * time.Millisecond, MaxRecords: 1000})
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
 	var mu sync.Mutex
