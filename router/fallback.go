@@ -48,15 +48,13 @@ type fallbackLedger struct {
 	// to it (seedFallback).
 	seed      limiter.State
 	seedOwner string
-	// seedHead is the newest request bucket of the snapshot the seed was
-	// made from (0: not from a snapshot): a restart with no newer
-	// snapshot keeps the seed as it is (seedFallback).
-	seedHead int64
 	// startLog bounds the start lines of episodes that restart for the
 	// same owner; logged says whether this episode's start was logged,
-	// so that its end is logged with it or not at all.
+	// so that its end is logged with it or not at all. An end may read
+	// the next episode's (a start right after the end's swap): a line's
+	// pairing, never a count.
 	startLog logMeter
-	logged   bool
+	logged   atomic.Bool
 	// pending are not delivered yet, oldest first.
 	pending []*fallbackEntry
 	soon    atomic.Bool // a report is scheduled
@@ -224,7 +222,7 @@ func (r *Router) reportFallbacksTo(v *view) {
 			other := c.fb.owner != owner
 			c.fb.mu.Unlock()
 			if other && c.inFallback.CompareAndSwap(true, false) {
-				if c.fb.logged {
+				if c.fb.logged.Load() {
 					r.log.Info("fallback", "phase", "end", "tenant", t.name, "owner", owner, "reason", "new_owner")
 				}
 				c.fbQueue.Kick()

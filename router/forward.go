@@ -280,7 +280,7 @@ func (r *Router) fallbackLimiter(t *tenant, v *view, owner string) (*limiter.Ten
 			seeded := r.seedFallback(t, n, owner)
 			fb := t.c().fb
 			fb.mu.Lock()
-			again := fb.seedOwner == owner && fb.owner == owner
+			again := fb.owner == owner
 			fb.owner = owner
 			fb.mu.Unlock()
 			// An owner that answers now and then restarts the episode
@@ -290,8 +290,9 @@ func (r *Router) fallbackLimiter(t *tenant, v *view, owner string) (*limiter.Ten
 				log, muted = fb.startLog.allow(r.clock(), fallbackLogEvery)
 			} else {
 				fb.startLog.last.Store(r.clock())
+				fb.startLog.mute.Store(0)
 			}
-			fb.logged = log // read by the episode's end, after the store below
+			fb.logged.Store(log) // read by the episode's end (endFallback)
 			t.c().inFallback.Store(true)
 			r.metrics.fallbackEpisodes.Inc()
 			if log {
@@ -331,25 +332,19 @@ func (r *Router) seedFallback(t *tenant, n int64, owner string) string {
 	slotTTL := c.fb.slotTTL
 	c.fb.mu.Unlock()
 	scratch := limiter.NewTenant(fl.Limits(), fl.Window(), slotTTL)
-	how, head := "", int64(0)
+	how := ""
 	abandoned := c.spill.abandonedAt.Load() > now-int64(c.lim.Window())
 	if seed := r.fallbackSeed.Load(); seed != nil && !abandoned {
 		if st, ok := (*seed)(t.name); ok {
-			c.fb.mu.Lock()
-			kept := c.fb.seedOwner == owner && c.fb.seedHead != 0 && st.Requests.Head <= c.fb.seedHead
-			c.fb.mu.Unlock()
-			if kept {
-				// The same snapshot as the last episode's: the owner has
-				// written none since (a crash), so it admitted nothing
-				// since that the seed's gap does not cover. Charging the
-				// gap again, up to now, would keep the share spent for
-				// as long as the owner answers now and then.
-				return "redis_snapshot"
-			}
+			// The gap is charged again up to now even when the snapshot
+			// is the one the last episode used: an owner that answered
+			// in between admitted on the connections that reached it,
+			// and no newer snapshot says what (it may be unable to write
+			// one, or be closing).
 			share := st.Share(n)
 			scratch.Replace(now, limiter.State{}, share)
 			scratch.ChargeGap(now, share)
-			how, head = "redis_snapshot", st.Requests.Head
+			how = "redis_snapshot"
 		}
 	}
 	if how == "" {
@@ -361,7 +356,7 @@ func (r *Router) seedFallback(t *tenant, n int64, owner string) string {
 	if c.fb.seedOwner == owner {
 		last = c.fb.seed
 	}
-	c.fb.seed, c.fb.seedOwner, c.fb.seedHead = seed, owner, head
+	c.fb.seed, c.fb.seedOwner = seed, owner
 	c.fb.mu.Unlock()
 	fl.Replace(now, last, seed)
 	return how
@@ -383,7 +378,7 @@ func (r *Router) SetFallbackSeed(seed func(tenant string) (limiter.State, bool))
 // when the owner next goes silent.
 func (r *Router) endFallback(t *tenant, owner string) {
 	if t.falling() && t.c().inFallback.CompareAndSwap(true, false) {
-		if t.c().fb.logged {
+		if t.c().fb.logged.Load() {
 			r.log.Info("fallback", "phase", "end", "tenant", t.name, "owner", owner)
 		}
 		t.c().fbQueue.Kick() // those waiting on the share go to the owner

@@ -1,6 +1,7 @@
 package router
 
 import (
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -61,7 +62,9 @@ func TestSlotFromGoneNodeDropped(t *testing.T) {
 // holds the slot for good. Before, two scale-ups in a row left a new
 // owner counting a call in flight after every call had ended (in CI).
 func TestReleaseBeforeFirstRingHeld(t *testing.T) {
-	r, cfg := testRouter(t, Options{})
+	var clock atomic.Int64
+	clock.Store(time.Now().UnixNano())
+	r, cfg := testRouter(t, Options{Clock: clock.Load})
 	cfg.Tenants = []config.Tenant{{Name: "acme", Keys: []string{"k"}, RPM: 100, Concurrency: 2}}
 	if err := r.Reload(cfg); err != nil {
 		t.Fatal(err)
@@ -79,6 +82,11 @@ func TestReleaseBeforeFirstRingHeld(t *testing.T) {
 		t.Fatal("a frozen limiter kept the call's end")
 	}
 	r.applyOnce(tn, now, "a", []limiter.Delta{r.ids.name(d)}) // before this node's first ring
+	// The first ring is slow to come (a slow join): the held release is
+	// not applied here past heldFor either.
+	clock.Add(int64(heldFor + time.Second))
+	r.SweepHeld()
+	now = clock.Load()
 	// Its first ring makes it the owner: hold, import, release.
 	r.SetView(View{Ring: ring.New(1, []string{"t"}), Members: []Member{
 		{Name: "a", Addr: "127.0.0.1:1", State: "active"}, {Name: "t", Addr: "127.0.0.1:2", State: "active"}}})

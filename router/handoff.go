@@ -153,6 +153,12 @@ const heldFor = 2 * time.Second
 // slots counted at the tenant's owner until slot_ttl.
 func (r *Router) SweepHeld() {
 	now := r.clock()
+	if v := r.view.Load(); r.clustered && (v == nil || v.ring.Len() == 0) {
+		// No ring yet (a slow join): the node that counts the tenants is
+		// not known, and the handoff this node's first ring starts may
+		// import windows over what would be applied here (counts).
+		return
+	}
 	type pass struct {
 		t  *tenant
 		hs []heldDelta
@@ -269,7 +275,7 @@ func (r *Router) Owns(name string) bool {
 // now would be lost under (the slot it frees held for good).
 func (r *Router) counts(name, from string) bool {
 	o := r.view.Load().owner(name)
-	return o == r.node || o == "" && from == ""
+	return o == r.node || o == "" && (from == "" || !r.clustered)
 }
 
 // gate holds a tenant's requests during a handoff.
