@@ -85,20 +85,14 @@ func run(out string, quick bool) error {
 	if err := os.MkdirAll(out, 0o755); err != nil {
 		return err
 	}
-	fake := fakeupstream.New(fakeupstream.Options{CompletionMin: 20, CompletionMax: 20, MaxRecords: 1 << 20})
-	upAddr, err := fake.Start("127.0.0.1:0")
+	fake, upAddr, rds, err := startBackends()
 	if err != nil {
 		return err
 	}
-	defer func() { _ = fake.Close() }()
-	rds, err := startRedis()
-	if err != nil {
-		return err
-	}
-	defer rds.Stop()
+	defer func() { _ = fake.Close(); rds.Stop() }()
 
 	rates := []int{250, 500, 1000, 2000}
-	step, satFor, scenario := 2*time.Second, 2*time.Second, 20*time.Second
+	step, satFor, scenario := 2*time.Second, 2*time.Second, accuracyFor
 	if quick {
 		rates, step, satFor, scenario = []int{250, 1000}, 500*time.Millisecond, 500*time.Millisecond, 14*time.Second
 	}
@@ -112,8 +106,7 @@ func run(out string, quick bool) error {
 	// Accuracy through changes, for the three that limit.
 	var acc []accuracy
 	for _, sys := range []string{"ringgate", "redis-per-request", "local-limits"} {
-		fake.SetOptions(fakeupstream.Options{CompletionMin: 20, CompletionMax: 20, MaxRecords: 1 << 20,
-			Limits: fakeupstream.ProviderLimits{Requests: providerLimit, Window: window - window/64}})
+		fake.SetOptions(providerOptions(true))
 		rds.flush()                   // the latency phase's windows
 		time.Sleep(window + window/4) // pacing: the provider's window forgets the run before
 		fake.Reset()
@@ -139,19 +132,13 @@ func run(out string, quick bool) error {
 // accuracyOnly runs the accuracy scenario for sys alone and prints what
 // the report would say of it, and t0's window every 250 ms.
 func accuracyOnly(sys string) error {
-	fake := fakeupstream.New(fakeupstream.Options{CompletionMin: 20, CompletionMax: 20, MaxRecords: 1 << 20,
-		Limits: fakeupstream.ProviderLimits{Requests: providerLimit, Window: window - window/64}})
-	upAddr, err := fake.Start("127.0.0.1:0")
+	fake, upAddr, rds, err := startBackends()
 	if err != nil {
 		return err
 	}
-	defer func() { _ = fake.Close() }()
-	rds, err := startRedis()
-	if err != nil {
-		return err
-	}
-	defer rds.Stop()
-	a, err := accuracyRun(sys, fake, upAddr, rds.addr, 20*time.Second)
+	defer func() { _ = fake.Close(); rds.Stop() }()
+	fake.SetOptions(providerOptions(true))
+	a, err := accuracyRun(sys, fake, upAddr, rds.addr, accuracyFor)
 	if err != nil {
 		return err
 	}
@@ -165,6 +152,34 @@ func accuracyOnly(sys string) error {
 		fmt.Println()
 	}
 	return nil
+}
+
+// accuracyFor is the accuracy scenario's length (-quick: shorter).
+const accuracyFor = 20 * time.Second
+
+// providerOptions are the fake provider's: its own limit in force for the
+// accuracy scenario, none for latency.
+func providerOptions(limited bool) fakeupstream.Options {
+	o := fakeupstream.Options{CompletionMin: 20, CompletionMax: 20, MaxRecords: 1 << 20}
+	if limited {
+		o.Limits = fakeupstream.ProviderLimits{Requests: providerLimit, Window: window - window/64}
+	}
+	return o
+}
+
+// startBackends starts the fake provider and a Redis server.
+func startBackends() (*fakeupstream.Server, string, *redisServer, error) {
+	fake := fakeupstream.New(providerOptions(false))
+	upAddr, err := fake.Start("127.0.0.1:0")
+	if err != nil {
+		return nil, "", nil, err
+	}
+	rds, err := startRedis()
+	if err != nil {
+		_ = fake.Close()
+		return nil, "", nil, err
+	}
+	return fake, upAddr, rds, nil
 }
 
 // system is a set of front addresses a load balancer sends to, which the
