@@ -228,6 +228,9 @@ type Mover struct {
 	// been so.
 	frozen    map[string]struct{}
 	frozenOwn map[string]time.Time
+	// takingBack are the tenants TakeBack is fetching, so that the
+	// requests bouncing meanwhile start no second fetch.
+	takingBack map[string]bool
 
 	stop      chan struct{}
 	done      chan struct{}
@@ -357,6 +360,40 @@ func (m *Mover) Reconcile() {
 		a := m.takeFrom(from, names, r, int64(max(r.Len(), 2)))
 		m.log.Warn("handoff", "phase", "reconciled", "from", from, "tenants", len(names), "state", a.Counts())
 	}
+}
+
+// TakeBack takes a tenant this node owns by its ring but has frozen for
+// other back from it at once, without Reconcile's wait: other has just
+// passed a request for it here, so it holds the tenant frozen for this
+// node and its ring agrees this node has it (each frozen for the other,
+// every request bounces between them until one takes the tenant back). It
+// reports whether it started (not: not ours, not frozen for other, or a
+// take already under way).
+func (m *Mover) TakeBack(name, other string) bool {
+	if !m.tenants.Deciding() || m.tenants.MovedTo(name) != other || other == m.cfg.Self || !m.tenants.Owns(name) || m.tenants.Held(name) {
+		return false
+	}
+	m.mu.Lock()
+	if m.takingBack[name] {
+		m.mu.Unlock()
+		return false
+	}
+	if m.takingBack == nil {
+		m.takingBack = make(map[string]bool)
+	}
+	m.takingBack[name] = true
+	delete(m.frozenOwn, name)
+	m.mu.Unlock()
+	defer func() {
+		m.mu.Lock()
+		delete(m.takingBack, name)
+		m.mu.Unlock()
+	}()
+	r := m.current()
+	m.tenants.Hold(name, m.GateWait(1))
+	a := m.takeFrom(other, []string{name}, r, int64(max(r.Len(), 2)))
+	m.log.Warn("handoff", "phase", "reconciled", "from", other, "tenants", 1, "state", a.Counts(), "reason", "bounced")
+	return true
 }
 
 // noteFrozen lists for Reconcile a tenant this node owns by its ring but

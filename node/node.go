@@ -63,6 +63,10 @@ type Node struct {
 	ln     net.Listener
 	served chan error
 	grace  time.Duration
+	// conns are the server's open connections, which Close cuts as a
+	// crash would (a server's Shutdown answers on them until they idle).
+	connsMu sync.Mutex
+	conns   map[net.Conn]struct{}
 
 	gossip *gossip.Node // nil: standalone (node.gossip = "")
 	table  *ring.Table
@@ -147,6 +151,8 @@ func Start(cfg *config.Config, o Options) (*Node, error) {
 	n := &Node{cfg: cfg, log: log, router: rt, server: rt.Server(), ln: ln, served: make(chan error, 1), grace: o.DrainGrace,
 		conn: conn, leaser: leaser, metrics: newNodeMetrics(rt.Register)}
 	metrics.Store(n.metrics)
+	n.conns = make(map[net.Conn]struct{})
+	n.server.ConnState = n.trackConn
 	leaseCtx, stopLeases := context.WithCancel(context.Background())
 	n.stopLeases = stopLeases
 	go leaser.Run(leaseCtx)
@@ -181,6 +187,7 @@ func Start(cfg *config.Config, o Options) (*Node, error) {
 	}
 	n.mover = handoff.New(moverConfig(cfg, clock, o), rt, rt, store, n.currentRing)
 	rt.SetHandOver(n.mover.HandOver)
+	rt.SetTakeBack(n.mover.TakeBack)
 	if n.store != nil {
 		rt.SetFallbackSeed(n.mover.LastState)
 	}
@@ -482,11 +489,29 @@ func (n *Node) Drain() bool {
 }
 
 // Close stops the node at once, cutting what is in flight, without leaving
-// the gossip: to its peers it looks like a crash.
+// the gossip: to its peers it looks like a crash. Its connections are
+// closed as a killed process's are, not answered until they idle.
 func (n *Node) Close() error {
 	err := n.ln.Close()
+	n.connsMu.Lock()
+	for c := range n.conns {
+		_ = c.Close()
+	}
+	n.connsMu.Unlock()
 	n.stop(false)
 	return err
+}
+
+// trackConn keeps the server's open connections for Close.
+func (n *Node) trackConn(c net.Conn, st fasthttp.ConnState) {
+	n.connsMu.Lock()
+	defer n.connsMu.Unlock()
+	switch st {
+	case fasthttp.StateNew:
+		n.conns[c] = struct{}{}
+	case fasthttp.StateClosed, fasthttp.StateHijacked:
+		delete(n.conns, c)
+	}
 }
 
 func (n *Node) stop(leave bool) {

@@ -83,6 +83,13 @@ func (s *signer) sign(req *fasthttp.Request, from, to string, ringVersion uint64
 	req.Header.Set(sigHeader, s.mac(req, hop))
 }
 
+// hopSender is the node that sent a hop, from its header (verified when
+// the request came in); "" for a client's request.
+func hopSender(h *fasthttp.RequestHeader) string {
+	from, _, _ := strings.Cut(string(h.Peek(hopHeader)), ",")
+	return from
+}
+
 func (s *signer) mac(req *fasthttp.Request, hop string) string {
 	bodySum := sha256.Sum256(req.Body())
 	m := hmac.New(sha256.New, s.secret)

@@ -36,6 +36,13 @@ func (r *Router) SetHandOver(f func(asker string, tenants []string) []handoff.Re
 	r.handOver.Store(&f)
 }
 
+// SetTakeBack gives the router the node's way to take a tenant back at
+// once from a node that bounced a request for it here
+// (handoff.Mover.TakeBack).
+func (r *Router) SetTakeBack(f func(tenant, other string) bool) {
+	r.takeBack.Store(&f)
+}
+
 // serveHandoff answers a new owner asking for tenants' state.
 func (r *Router) serveHandoff(ctx *fasthttp.RequestCtx) {
 	info, ok := r.peerPost(ctx)
@@ -193,6 +200,26 @@ func (r *Router) OwnedWithin(name string, d time.Duration) bool {
 
 var _ handoff.Tenants = (*Router)(nil)
 var _ handoff.Peers = (*Router)(nil)
+
+// tookBack takes the tenant back, at once, when the node this one froze it
+// for passes a request for it here: that node holds it frozen for this
+// one, whose ring gives it the tenant, and each frozen for the other,
+// every request would bounce between them until Reconcile's wait is over
+// (two joins in a row, in CI: a second of 503 tenant_moving). It reports
+// whether the tenant is back here to decide on (the fetch from the other
+// node is one peer call).
+func (r *Router) tookBack(ctx *fasthttp.RequestCtx, t *tenant, lim *limiter.Tenant, hops int) bool {
+	to := lim.MovedTo()
+	if hops == 0 || to == "" || to == r.node || to != hopSender(&ctx.Request.Header) || !r.Owns(t.name) {
+		return false
+	}
+	f := r.takeBack.Load()
+	if f == nil {
+		return false
+	}
+	(*f)(t.name, to)
+	return lim.MovedTo() == "" && t.awaitHandoff()
+}
 
 // movedOn passes a request for a tenant this node handed over on to the
 // node that has it now. A client request is a first hop; a hop may be

@@ -303,6 +303,9 @@ func (r *Router) serveLocalOnce(ctx *fasthttp.RequestCtx, ep upstream.Endpoint, 
 				return r.serveLocalOnce(ctx, ep, st, t, lim, hops, retryLimiter)
 			}
 		}
+		if again == firstTry && r.tookBack(ctx, t, lim, hops) {
+			return r.serveLocalOnce(ctx, ep, st, t, lim, hops, retryLimiter)
+		}
 		return r.movedOn(ctx, t, lim, hops)
 	}
 	shadowed := !d.Allowed && t.shadow

@@ -90,6 +90,9 @@ type Router struct {
 	droppedLines []*queue.Queue          // lines a reload dropped, until kicked
 	// handOver answers a peer asking for tenants' state (peerstate.go).
 	handOver atomic.Pointer[func(asker string, tenants []string) []handoff.Reply]
+	// takeBack takes a tenant back from a node it bounced with
+	// (handoff.Mover.TakeBack; peerstate.go's movedOn).
+	takeBack atomic.Pointer[func(tenant, other string) bool]
 	// clustered: the node gossips; until it holds a ring it owns nothing.
 	clustered bool
 
