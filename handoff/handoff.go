@@ -228,9 +228,10 @@ type Mover struct {
 	// been so.
 	frozen    map[string]struct{}
 	frozenOwn map[string]time.Time
-	// takingBack are the tenants TakeBack is fetching, so that the
-	// requests bouncing meanwhile start no second fetch.
-	takingBack map[string]bool
+	// takingBack are the tenants TakeBack is fetching, closed when done:
+	// the requests bouncing meanwhile wait for it rather than start a
+	// second fetch, and Reconcile leaves them alone.
+	takingBack map[string]chan struct{}
 
 	stop      chan struct{}
 	done      chan struct{}
@@ -327,6 +328,9 @@ func (m *Mover) Reconcile() {
 	var back map[string][]string
 	m.mu.Lock()
 	for name := range m.frozen {
+		if _, taking := m.takingBack[name]; taking {
+			continue // TakeBack has it in hand
+		}
 		to := m.tenants.MovedTo(name)
 		if to == "" || to == m.cfg.Self || !m.tenants.Owns(name) {
 			// Taken back, gone from the config, or no longer ours: a
@@ -366,34 +370,57 @@ func (m *Mover) Reconcile() {
 // other back from it at once, without Reconcile's wait: other has just
 // passed a request for it here, so it holds the tenant frozen for this
 // node and its ring agrees this node has it (each frozen for the other,
-// every request bounces between them until one takes the tenant back). It
-// reports whether it started (not: not ours, not frozen for other, or a
-// take already under way).
+// every request bounces between them until one takes the tenant back). A
+// take already under way is waited for. It reports whether it took the
+// tenant or waited for a take (not: not ours, not frozen for other, or
+// held for another take).
 func (m *Mover) TakeBack(name, other string) bool {
-	if !m.tenants.Deciding() || m.tenants.MovedTo(name) != other || other == m.cfg.Self || !m.tenants.Owns(name) || m.tenants.Held(name) {
+	if !m.tenants.Deciding() || m.tenants.MovedTo(name) != other || other == m.cfg.Self || !m.tenants.Owns(name) {
 		return false
 	}
 	m.mu.Lock()
-	if m.takingBack[name] {
+	if done, ok := m.takingBack[name]; ok {
 		m.mu.Unlock()
-		return false
+		timer := time.NewTimer(m.GateWait(1))
+		defer timer.Stop()
+		select {
+		case <-done:
+		case <-timer.C:
+		}
+		return true
+	}
+	if m.tenants.Held(name) {
+		m.mu.Unlock()
+		return false // a ring change or Reconcile is taking it
 	}
 	if m.takingBack == nil {
-		m.takingBack = make(map[string]bool)
+		m.takingBack = make(map[string]chan struct{})
 	}
-	m.takingBack[name] = true
+	done := make(chan struct{})
+	m.takingBack[name] = done
 	delete(m.frozenOwn, name)
 	m.mu.Unlock()
 	defer func() {
 		m.mu.Lock()
 		delete(m.takingBack, name)
 		m.mu.Unlock()
+		close(done)
 	}()
-	r := m.current()
 	m.tenants.Hold(name, m.GateWait(1))
-	a := m.takeFrom(other, []string{name}, r, int64(max(r.Len(), 2)))
-	m.log.Warn("handoff", "phase", "reconciled", "from", other, "tenants", 1, "state", a.Counts(), "reason", "bounced")
-	return true
+	// Only other's own hand-over is taken: busy (its ring gave it the
+	// tenant, and it is asking this node for it), moved on, unreachable,
+	// the tenant stays frozen for other, as it was, and Reconcile or
+	// other's take settles it. Taken from the store or a third node, a
+	// take crossing other's would leave both deciding.
+	replies, err := m.fetch(other, []string{name}, time.Now().Add(m.fetchTimeout(1)))
+	took := err == nil && len(replies) == 1 && replies[0].Status == Handed && replies[0].Tenant == name
+	if took {
+		m.importState(name, replies[0].State) // releases the hold
+		m.log.Warn("handoff", "phase", "reconciled", "from", other, "tenants", 1, "state", map[string]int{"peer": 1}, "reason", "bounced")
+	} else {
+		m.tenants.Release(name)
+	}
+	return took
 }
 
 // noteFrozen lists for Reconcile a tenant this node owns by its ring but

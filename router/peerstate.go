@@ -208,6 +208,9 @@ var _ handoff.Peers = (*Router)(nil)
 // (two joins in a row, in CI: a second of 503 tenant_moving). It reports
 // whether the tenant is back here to decide on (the fetch from the other
 // node is one peer call).
+// The take is other's own hand-over or nothing (handoff.Mover.TakeBack):
+// if the other node's ring has just given it the tenant, it is asking for
+// it itself and answers busy, and the tenant stays where it was.
 func (r *Router) tookBack(ctx *fasthttp.RequestCtx, t *tenant, lim *limiter.Tenant, hops int) bool {
 	to := lim.MovedTo()
 	if hops == 0 || to == "" || to == r.node || to != hopSender(&ctx.Request.Header) || !r.Owns(t.name) {
@@ -218,7 +221,7 @@ func (r *Router) tookBack(ctx *fasthttp.RequestCtx, t *tenant, lim *limiter.Tena
 		return false
 	}
 	(*f)(t.name, to)
-	return lim.MovedTo() == "" && t.awaitHandoff()
+	return t.awaitHandoff() && lim.MovedTo() == ""
 }
 
 // movedOn passes a request for a tenant this node handed over on to the
