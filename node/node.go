@@ -502,15 +502,18 @@ func (n *Node) Close() error {
 	return err
 }
 
-// trackConn keeps the server's open connections for Close.
+// trackConn keeps the server's open connections for Close. fasthttp calls
+// it for every request too (active, idle): those take no lock.
 func (n *Node) trackConn(c net.Conn, st fasthttp.ConnState) {
-	n.connsMu.Lock()
-	defer n.connsMu.Unlock()
 	switch st {
 	case fasthttp.StateNew:
+		n.connsMu.Lock()
 		n.conns[c] = struct{}{}
+		n.connsMu.Unlock()
 	case fasthttp.StateClosed, fasthttp.StateHijacked:
+		n.connsMu.Lock()
 		delete(n.conns, c)
+		n.connsMu.Unlock()
 	}
 }
 

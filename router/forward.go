@@ -190,12 +190,10 @@ func (r *Router) toOwner(ctx *fasthttp.RequestCtx, v *view, owner string, t *ten
 	ctx.Response.ResetBody()
 	err = readAnswer(&ctx.Response, resp)
 	fasthttp.ReleaseResponse(resp)
-	if err != nil {
-		r.metrics.hopEnded(hopFailed, took)
-	} else {
+	if err == nil {
 		r.metrics.hopEnded(hopAnswered, took)
-	}
-	if err != nil {
+	} else {
+		r.metrics.hopEnded(hopFailed, took)
 		ctx.Response.ResetBody()
 		ctx.Response.Header.Reset()
 		ctx.Response.Header.Set("x-ringgate-node", r.node)

@@ -1,6 +1,10 @@
 package router
 
 import (
+	"bytes"
+	"log/slog"
+	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -108,4 +112,57 @@ func TestReleaseBeforeFirstRingHeld(t *testing.T) {
 	if got := sn.c().lim.Usage(now).InFlight; got != 1 {
 		t.Errorf("standalone, its own delta: %d in flight, want 1", got)
 	}
+}
+
+// A hold that ends without an import (a take-back that got nothing: the
+// tenant stays frozen for the other node) passes the deltas it held on to
+// that node, which counts the tenant, rather than apply them to the frozen
+// windows here, where they would count nowhere.
+func TestReleaseStillFrozenPassesDeltasOn(t *testing.T) {
+	var logs syncBuffer
+	r, cfg := testRouter(t, Options{Logger: slog.New(slog.NewJSONHandler(&logs, nil))})
+	cfg.Tenants = []config.Tenant{{Name: "acme", Keys: []string{"k"}, RPM: 100, Concurrency: 2}}
+	if err := r.Reload(cfg); err != nil {
+		t.Fatal(err)
+	}
+	r.SetView(View{Ring: ring.New(1, []string{"t"}), Members: []Member{
+		{Name: "b", Addr: "127.0.0.1:1", State: "active"}, {Name: "t", Addr: "127.0.0.1:2", State: "active"}}})
+	tn := r.state.Load().byName["acme"]
+	now := r.clock()
+	tn.c().lim.Freeze(now, "b")
+	r.Hold("acme", time.Second)
+	mirror := limiter.NewTenant(limiter.Limits{}, cfg.Limits.Window, cfg.Limits.SlotTTL)
+	tk, _ := mirror.Admit(now, 10)
+	r.applyOnce(tn, now, "c", []limiter.Delta{r.ids.name(limiter.DeltaOf(&tk))})
+	r.Release("acme")
+	if u := tn.c().lim.Usage(now); u.Requests != 0 || u.InFlight != 0 {
+		t.Errorf("a delta held while frozen for b was applied here on release: %d requests, %d in flight", u.Requests, u.InFlight)
+	}
+	// On their way to b (unsigned here: lost, and said so).
+	deadline := time.Now().Add(2 * time.Second)
+	for !strings.Contains(logs.String(), `"phase":"delta_lost","tenant":"acme","owner":"b"`) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the held delta was not sent on to b; log: %s", logs.String())
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// syncBuffer is a bytes.Buffer safe for a logger's writes and the test's
+// reads at once.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
 }

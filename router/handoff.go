@@ -61,15 +61,27 @@ func (r *Router) Release(name string) {
 	ds := r.held.by[name]
 	delete(r.held.by, name)
 	g := t.gate.Swap(nil)
+	// Still frozen for another node (a take-back that got nothing: the
+	// tenant stays there): the deltas go on to it, the node that counts
+	// them; applied to the frozen windows here they would count nowhere.
+	passOn := map[string][]limiter.Delta{}
 	if len(ds) > 0 {
 		now, lim := r.clock(), t.c().lim
+		away := lim.MovedTo() != "" && lim.MovedTo() != r.node
 		for _, h := range ds {
-			if now-h.at < int64(lim.Window()) {
+			switch {
+			case now-h.at >= int64(lim.Window()):
+			case away:
+				passOn[h.from] = append(passOn[h.from], h.d)
+			default:
 				lim.ApplyFrom(now, h.from, h.d)
 			}
 		}
 	}
 	r.held.mu.Unlock()
+	for from, pds := range passOn {
+		r.sendDeltas(t, from, pds, 1)
+	}
 	r.dropGoneSlots(t, r.view.Load())
 	if g != nil {
 		g.release()

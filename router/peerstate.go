@@ -208,6 +208,7 @@ var _ handoff.Peers = (*Router)(nil)
 // (two joins in a row, in CI: a second of 503 tenant_moving). It reports
 // whether the tenant is back here to decide on (the fetch from the other
 // node is one peer call).
+//
 // The take is other's own hand-over or nothing (handoff.Mover.TakeBack):
 // if the other node's ring has just given it the tenant, it is asking for
 // it itself and answers busy, and the tenant stays where it was.

@@ -91,7 +91,7 @@ type Router struct {
 	// handOver answers a peer asking for tenants' state (peerstate.go).
 	handOver atomic.Pointer[func(asker string, tenants []string) []handoff.Reply]
 	// takeBack takes a tenant back from a node it bounced with
-	// (handoff.Mover.TakeBack; peerstate.go's movedOn).
+	// (handoff.Mover.TakeBack; peerstate.go's tookBack).
 	takeBack atomic.Pointer[func(tenant, other string) bool]
 	// clustered: the node gossips; until it holds a ring it owns nothing.
 	clustered bool
