@@ -212,6 +212,9 @@ func TestLeaveAfterShutdownDoesNotPanic(t *testing.T) {
 // TestCrashDetection hard-stops one of four members and measures when the
 // survivors suspect it (memberlist's log) and when they all drop it.
 func TestCrashDetection(t *testing.T) {
+	if testing.Short() {
+		t.Skip("seconds of gossip or load: not in -short")
+	}
 	t.Parallel()
 	lc := newLogCapture(t)
 	nodes := startCluster(t, lc, []string{"a", "b", "c", "d"}, false, nil)
@@ -250,6 +253,9 @@ func TestCrashDetection(t *testing.T) {
 }
 
 func TestRestartSameNameNewAddress(t *testing.T) {
+	if testing.Short() {
+		t.Skip("seconds of gossip or load: not in -short")
+	}
 	t.Parallel()
 	lc := newLogCapture(t)
 	nodes := startCluster(t, lc, []string{"a", "b", "c"}, false, nil)
@@ -283,6 +289,9 @@ func TestRestartSameNameNewAddress(t *testing.T) {
 }
 
 func TestRestartSameNameSameAddress(t *testing.T) {
+	if testing.Short() {
+		t.Skip("seconds of gossip or load: not in -short")
+	}
 	t.Parallel()
 	lc := newLogCapture(t)
 	nodes := startCluster(t, lc, []string{"a", "b", "c"}, false, nil)
@@ -500,6 +509,9 @@ func TestInvalidMetaMemberSkipped(t *testing.T) {
 // both sides have declared each other dead, then heals the network: the
 // re-join loop must reunite them.
 func TestPartitionHeals(t *testing.T) {
+	if testing.Short() {
+		t.Skip("seconds of gossip or load: not in -short")
+	}
 	t.Parallel()
 	lc := newLogCapture(t)
 	tn := newTestNetwork()
@@ -557,6 +569,9 @@ func TestStartValidation(t *testing.T) {
 // tested is that a refuted suspicion never removes a member, not how fast
 // a refutation travels.
 func TestSuspectMemberStaysListed(t *testing.T) {
+	if testing.Short() {
+		t.Skip("seconds of gossip or load: not in -short")
+	}
 	t.Parallel()
 	lc := newLogCapture(t)
 	tn := newTestNetwork()

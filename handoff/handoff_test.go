@@ -672,3 +672,65 @@ func (c *countingTenants) Limiter(n string) *limiter.Tenant {
 	*c.lookups++
 	return c.memTenants.Limiter(n)
 }
+
+// TakeBack takes only the other node's own hand-over: while the other is
+// busy with the tenant (its ring has just given it the tenant and it is
+// asking for it) or cannot be reached, the tenant stays frozen for it,
+// as it was, and nothing is held; then, with the other's hand-over there
+// to take, it is taken whole.
+func TestTakeBackOnlyTheOthersHandOver(t *testing.T) {
+	r1 := ring.New(1, []string{"a"})
+	r2 := ring.New(2, []string{"a", "b"})
+	r3 := ring.New(3, []string{"a", "b", "c"})
+	var tenant string
+	for i := range 10000 {
+		n := fmt.Sprintf("t%d", i)
+		if mustOwner(r2, n) == "b" && mustOwner(r3, n) == "c" {
+			tenant = n
+			break
+		}
+	}
+	c := newTestCluster(t, nil, tenant)
+	for _, n := range []string{"a", "b", "c"} {
+		c.node(n)
+	}
+	c.change("a", nil, r1)
+	admitN(c.node("a").mt.Limiter(tenant), c.clk.Now(), 30)
+	c.change("c", r1, r3)
+	c.change("b", r1, r2)
+	c.change("b", r2, r3)
+	b, cn := c.node("b"), c.node("c")
+	bl, cl := b.mt.Limiter(tenant), cn.mt.Limiter(tenant)
+	if bl.MovedTo() != "c" || cl.MovedTo() != "b" {
+		t.Skipf("sequence did not freeze both (b→%q, c→%q)", bl.MovedTo(), cl.MovedTo())
+	}
+	for _, tc := range []struct {
+		name       string
+		setup, end func()
+	}{
+		{"busy", func() { b.mt.Hold(tenant, time.Second) }, func() { b.mt.Release(tenant) }},
+		{"unreachable", func() { c.net.Partition("b", true) }, func() { c.net.Partition("b", false) }},
+	} {
+		tc.setup()
+		took := cn.m.TakeBack(tenant, "b")
+		tc.end()
+		if took {
+			t.Fatalf("%s: took the tenant back", tc.name)
+		}
+		if cl.MovedTo() != "b" || cn.mt.Held(tenant) {
+			t.Fatalf("%s: c frozen for %q, held %v; want still frozen for b, not held", tc.name, cl.MovedTo(), cn.mt.Held(tenant))
+		}
+		if bl.MovedTo() != "c" {
+			t.Fatalf("%s: b frozen for %q, want c (nothing handed)", tc.name, bl.MovedTo())
+		}
+	}
+	if !cn.m.TakeBack(tenant, "b") {
+		t.Fatal("did not take b's hand-over")
+	}
+	if cl.MovedTo() != "" {
+		t.Fatalf("c still frozen for %q after the take-back", cl.MovedTo())
+	}
+	if got, _ := admitN(cl, c.clk.Now(), 100); got != 70 {
+		t.Fatalf("c admitted %d after taking the tenant back, want the 70 left", got)
+	}
+}

@@ -174,6 +174,9 @@ func startCluster(t *testing.T, n int, window time.Duration, tenants ...config.T
 // startClusterWith is startCluster with options (Redis snapshots, timings).
 func startClusterWith(t *testing.T, n int, window time.Duration, opts clOptions, tenants ...config.Tenant) *clCluster {
 	t.Helper()
+	if testing.Short() {
+		t.Skip("cluster test (seconds of gossip and load): not in -short")
+	}
 	tok, err := reserve.NewTokenizer()
 	if err != nil {
 		t.Fatalf("tokenizer: %v", err)

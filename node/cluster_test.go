@@ -214,6 +214,9 @@ func TestClusterEnforcesEachTenantOnce(t *testing.T) {
 // TestClusterMembership: a node joins, one drains, one crashes; each time the
 // survivors converge on one ring, and the ring change is logged.
 func TestClusterMembership(t *testing.T) {
+	if testing.Short() {
+		t.Skip("seconds of gossip or load: not in -short")
+	}
 	var tcs []config.Tenant
 	for i := range 16 {
 		tcs = append(tcs, clTenant(fmt.Sprintf("t%02d", i), 100))
@@ -736,6 +739,9 @@ func TestClusterFallbackZeroShare(t *testing.T) {
 // for the upstream's first byte: the edge tells the owner, which frees the
 // tenant's slot at once, not when the upstream answers.
 func TestClusterEdgeHangupBeforeFirstByte(t *testing.T) {
+	if testing.Short() {
+		t.Skip("seconds of gossip or load: not in -short")
+	}
 	tenant := clTenant("acme", 100)
 	tenant.Concurrency = 1
 	c := startCluster(t, 3, 2*time.Second, tenant)

@@ -23,6 +23,9 @@ import (
 // owner. Requests sent to the survivors after the crash get no 502 and no
 // transport error; only what was in flight on the dead node itself may fail.
 func TestDeadOwnerNo502(t *testing.T) {
+	if testing.Short() {
+		t.Skip("seconds of gossip or load: not in -short")
+	}
 	names := []string{"acme", "globex", "initech", "umbrella"}
 	var tcs []config.Tenant
 	for _, n := range names {

@@ -740,6 +740,9 @@ func testRedisStopped(t *testing.T) {
 // keeps its concurrency slot counted on the new owner until it ends; then
 // the old owner's delta frees it.
 func TestHandoffKeepsConcurrencySlots(t *testing.T) {
+	if testing.Short() {
+		t.Skip("seconds of gossip or load: not in -short")
+	}
 	rds := redistest.Start(t)
 	names, _ := hoPick(t, "cc", []string{"n1", "n2", "n3"}, []string{"n1", "n2", "n3", "n4"}, 1, 0)
 	tn := names[0]

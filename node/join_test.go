@@ -1,11 +1,15 @@
 package node
 
 import (
+	"fmt"
 	"net"
 	"net/http"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/ringgate/ringgate/config"
+	"github.com/ringgate/ringgate/ring"
 )
 
 // TestSlowSeedTakesNothing: a node whose first seed accepts TCP and never
@@ -14,6 +18,9 @@ import (
 // 503 not_ready meanwhile, and the provider never sees more than the limit
 // in any window.
 func TestSlowSeedTakesNothing(t *testing.T) {
+	if testing.Short() {
+		t.Skip("seconds of gossip or load: not in -short")
+	}
 	const (
 		rpm    = 20
 		window = 2 * time.Second
@@ -90,39 +97,65 @@ func TestSlowSeedTakesNothing(t *testing.T) {
 // then handed it back) bounce every request for it between them. The one
 // whose ring gives it the tenant takes it back as soon as the other passes
 // it a request, rather than after Reconcile's wait: CI saw a second of 503
-// tenant_moving at a cluster's start. Here a join hands the tenant to the
-// new node, which is then frozen by hand for the previous owner, and not
-// listed for Reconcile: without the take-back, the request is a 503.
+// tenant_moving at a cluster's start. Here a join hands the tenant (and
+// its team, pinned with it) to the new node, whose tenant, or team, is
+// then frozen by hand for the previous owner, and not listed for
+// Reconcile: without the take-back, the request is a 503.
 func TestMutualFreezeTakenBack(t *testing.T) {
 	if testing.Short() {
 		t.Skip("cluster test")
 	}
-	names, _ := hoPick(t, "mf", []string{"n1", "n2"}, []string{"n1", "n2", "n3"}, 1, 0)
-	tn := names[0]
-	c := startClusterWith(t, 2, 2*time.Second, clOptions{}, clTenant(tn, 100))
-	prev := c.byName(c.owner(tn))
-	owner := c.addNode()
-	c.waitConverged(10 * time.Second)
-	if c.owner(tn) != owner.Name() {
-		t.Fatalf("%s did not move to %s", tn, owner.Name())
-	}
-	var via *clNode
-	for _, nd := range c.live() {
-		if nd != owner && nd != prev {
-			via = nd
-		}
-	}
-	owner.router.Limiter(tn).Freeze(time.Now().UnixNano(), prev.Name())
-	start := time.Now()
-	rep, err := c.post(via, tn, false, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if rep.status != 200 || rep.node != owner.Name() {
-		t.Fatalf("via %s, with %s and %s frozen for each other: %s, want a 200 from the owner %s", via.Name(), owner.Name(), prev.Name(), rep, owner.Name())
-	}
-	t.Logf("served by %s %v after the bounce began", rep.node, time.Since(start).Round(time.Millisecond))
-	if n := len(owner.log.find(map[string]any{"msg": "handoff", "phase": "reconciled", "reason": "bounced"})); n != 1 {
-		t.Errorf("%d reconciled lines on the owner, want 1", n)
+	for _, frozen := range []string{"tenant", "team"} {
+		t.Run(frozen, func(t *testing.T) {
+			before, after := []string{"n1", "n2"}, []string{"n1", "n2", "n3"}
+			rb, ra := ring.New(1, before), ring.New(2, after)
+			team := ""
+			for i := range 1000 {
+				if n := fmt.Sprintf("mfteam%02d", i); mustOwner(rb, teamKey(n)) != mustOwner(ra, teamKey(n)) {
+					team = n
+					break
+				}
+			}
+			if team == "" {
+				t.Fatal("no team name moves in this join")
+			}
+			tn := "mf-" + frozen
+			tc := clTenant(tn, 100)
+			tc.Team = team
+			c := startClusterWith(t, 2, 2*time.Second, clOptions{Teams: []config.Team{{Name: team, RPM: 100}}}, tc)
+			prev := c.byName(c.owner(tn))
+			owner := c.addNode()
+			c.waitConverged(10 * time.Second)
+			if c.owner(tn) != owner.Name() {
+				t.Fatalf("%s did not move to %s", tn, owner.Name())
+			}
+			var via *clNode
+			for _, nd := range c.live() {
+				if nd != owner && nd != prev {
+					via = nd
+				}
+			}
+			entity := tn
+			if frozen == "team" {
+				entity = teamKey(team)
+			}
+			owner.router.Limiter(entity).Freeze(time.Now().UnixNano(), prev.Name())
+			start := time.Now()
+			rep, err := c.post(via, tn, false, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if rep.status != 200 || rep.node != owner.Name() {
+				t.Fatalf("via %s, with %s's %s and %s frozen for each other: %s, want a 200 from the owner %s",
+					via.Name(), owner.Name(), entity, prev.Name(), rep, owner.Name())
+			}
+			t.Logf("served by %s %v after the bounce began", rep.node, time.Since(start).Round(time.Millisecond))
+			if n := len(owner.log.find(map[string]any{"msg": "handoff", "phase": "reconciled", "reason": "bounced"})); n != 1 {
+				t.Errorf("%d reconciled lines on the owner, want 1", n)
+			}
+		})
 	}
 }
+
+// teamKey is a team's entity on the ring (router: "team/" + its name).
+func teamKey(team string) string { return "team/" + team }

@@ -21,6 +21,9 @@ import (
 // ACL user over TLS only, a Cluster of three masters and a master watched
 // by a Sentinel. The provider's limit is leased from the same Redis.
 func TestStandaloneRestartKeepsUsage(t *testing.T) {
+	if testing.Short() {
+		t.Skip("seconds of gossip or load: not in -short")
+	}
 	shapes := []struct {
 		name  string
 		redis func(t *testing.T) config.Redis

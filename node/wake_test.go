@@ -16,6 +16,9 @@ import (
 )
 
 func TestWakeCatchUpKeepsOwnAccount(t *testing.T) {
+	if testing.Short() {
+		t.Skip("seconds of gossip or load: not in -short")
+	}
 	const window = 2 * time.Second
 	// A tenant n3 owns: n3 joined last, so the node that owned it before
 	// froze it for n3 then, and owns it again in the ring without n3.

@@ -561,6 +561,9 @@ const jitterTolerance = 100 * time.Millisecond
 // gets nearly its whole TPM, and never more. The same for the Responses
 // API, settled from its JSON usage and its response.completed event.
 func TestE2ETokenReservationEfficiency(t *testing.T) {
+	if testing.Short() {
+		t.Skip("seconds of load")
+	}
 	for _, tc := range []struct {
 		path string
 		body func(model string, maxTokens int, stream bool) []byte
@@ -625,6 +628,9 @@ func tokenReservationEfficiency(t *testing.T, path string, mkBody func(model str
 
 // 6a. RPM is exact under concurrent load.
 func TestE2ERequestRateUnderLoad(t *testing.T) {
+	if testing.Short() {
+		t.Skip("seconds of load")
+	}
 	const (
 		window  = 2 * time.Second
 		rpm     = 50

@@ -140,6 +140,9 @@ func check408(t *testing.T, c cut, lo, hi time.Duration) {
 // header_timeout has passed, not after fasthttp's 30 s: on a new connection
 // and on a keep-alive one (from the first byte of its next request).
 func TestE2ESlowHeadersCut(t *testing.T) {
+	if testing.Short() {
+		t.Skip("seconds of waiting: not in -short")
+	}
 	t.Parallel()
 	const headerTimeout = 300 * time.Millisecond
 	e := newEdgeEnv(t, envConfig{tenants: []config.Tenant{tenantCfg("acme", 1000, 1_000_000, 10)}},
@@ -314,6 +317,9 @@ func (r *steadyReader) Read(p []byte) (int, error) {
 // A large body sent at a steady rate above body_min_rate passes, however
 // much longer than header_timeout and body_grace it takes.
 func TestE2ELargeBodySteadyRate(t *testing.T) {
+	if testing.Short() {
+		t.Skip("seconds of load")
+	}
 	t.Parallel()
 	const (
 		headerTimeout = 300 * time.Millisecond
@@ -360,6 +366,9 @@ func TestE2ELargeBodySteadyRate(t *testing.T) {
 // An idle keep-alive connection is governed by the idle timeout, not cut
 // by header_timeout.
 func TestE2EIdleKeepAliveOutlastsHeaderTimeout(t *testing.T) {
+	if testing.Short() {
+		t.Skip("seconds of load")
+	}
 	t.Parallel()
 	const headerTimeout = 300 * time.Millisecond
 	e := newEdgeEnv(t, envConfig{tenants: []config.Tenant{tenantCfg("acme", 1000, 1_000_000, 10)}},

@@ -140,6 +140,9 @@ func TestHangupBeforeFirstByteFreesSlot(t *testing.T) {
 // answer, a stream, and a keep-alive connection with the next request
 // already sent (pipelined) while the first waits.
 func TestHangupWatchClientStays(t *testing.T) {
+	if testing.Short() {
+		t.Skip("seconds of waiting: not in -short")
+	}
 	t.Parallel()
 	const latency = 300 * time.Millisecond
 	e := newEnv(t, envConfig{

@@ -314,6 +314,11 @@ func (r *Router) serveLocalOnce(ctx *fasthttp.RequestCtx, ep upstream.Endpoint, 
 		if ok, ld, moved := r.admitLevels(c, &d); !ok {
 			if ld.Moved {
 				r.cancelBudgets(c)
+				// A level frozen for the node that bounced the request
+				// back here is taken back like a tenant (tookBack).
+				if e := c.levelOn(moved); again == firstTry && e != nil && r.tookBack(ctx, e, moved, hops) {
+					return r.serveLocalOnce(ctx, ep, st, t, lim, hops, retryLimiter)
+				}
 				return r.movedOn(ctx, t, moved, hops)
 			}
 			d, shadowed = ld, false // refused by a level, like by the tenant

@@ -21,6 +21,9 @@ import (
 // ends, instead of a 429 each. The same load without the queue is the
 // baseline, in the same run.
 func TestQueueConcurrencyStreams(t *testing.T) {
+	if testing.Short() {
+		t.Skip("seconds of load")
+	}
 	const slots, clients = 4, 8
 	const dur = 3 * time.Second
 	run := func(q *config.Queue) (codes map[int]int, refused, used float64, maxAtOnce int, queuedMs []string) {
@@ -99,6 +102,9 @@ func TestQueueConcurrencyStreams(t *testing.T) {
 // it waits leaves the line at once and is never sent; a wait budget spent
 // is a 429 with Retry-After.
 func TestQueueOrderHangupAndBudget(t *testing.T) {
+	if testing.Short() {
+		t.Skip("seconds of load")
+	}
 	e := newEnv(t, envConfig{
 		tenants: []config.Tenant{tenantCfg("acme", 1_000_000, 1_000_000_000, 1)},
 		fake:    fakeupstream.Options{Latency: 400 * time.Millisecond, CompletionMin: 5, CompletionMax: 5},
@@ -212,6 +218,9 @@ func TestQueueOrderHangupAndBudget(t *testing.T) {
 // (batch by header): interactive requests wait within their budget while
 // batch ones still progress with their share.
 func TestQueueInteractiveBeforeBatch(t *testing.T) {
+	if testing.Short() {
+		t.Skip("seconds of load")
+	}
 	const slots = 2
 	e := newEnv(t, envConfig{
 		tenants: []config.Tenant{tenantCfg("acme", 1_000_000, 1_000_000_000, slots)},
@@ -283,6 +292,9 @@ func TestQueueInteractiveBeforeBatch(t *testing.T) {
 // when its turn came (an index out of range: the process died), and one
 // refused after waiting never gave them back.
 func TestQueueJoinerProviderBudgets(t *testing.T) {
+	if testing.Short() {
+		t.Skip("seconds of waiting: not in -short")
+	}
 	e := newEnv(t, envConfig{
 		tenants: []config.Tenant{tenantCfg("acme", 1_000_000, 1_000_000_000, 1)},
 		fake:    fakeupstream.Options{Latency: 500 * time.Millisecond, CompletionMin: 5, CompletionMax: 5},
@@ -343,6 +355,9 @@ func TestQueueJoinerProviderBudgets(t *testing.T) {
 // sliding window (shortened only by the loopback delay, as every window
 // audit here is), while the clients get almost no 429.
 func TestQueueHoldsRPMInEveryWindow(t *testing.T) {
+	if testing.Short() {
+		t.Skip("seconds of load")
+	}
 	const rpm, window = 20, 2 * time.Second
 	e := newEnv(t, envConfig{
 		window:  window,
@@ -455,6 +470,9 @@ func closedLoop(t *testing.T, e *env, dur time.Duration, clients map[string]int)
 // latency stays well below batch's, batch still completes, and the
 // provider never sees more than 4 at once.
 func TestQueueProviderConcurrencySharedByClasses(t *testing.T) {
+	if testing.Short() {
+		t.Skip("seconds of load")
+	}
 	inter := tenantCfg("inter", 1_000_000, 1_000_000_000, 100)
 	bulk := tenantCfg("bulk", 1_000_000, 1_000_000_000, 100)
 	bulk.Priority = config.PriorityBatch
@@ -547,6 +565,9 @@ func TestQueueProviderConcurrencySharedByClasses(t *testing.T) {
 // their own limits (each with more clients waiting than its share of a
 // window: what frees at a window's edge is split among those waiting).
 func TestQueueProviderFairShare(t *testing.T) {
+	if testing.Short() {
+		t.Skip("seconds of load")
+	}
 	const rpm, window = 40, 2 * time.Second
 	cases := []struct {
 		name                  string
@@ -661,6 +682,9 @@ func openLoop(t *testing.T, e *env, tenant string, dur, every time.Duration) []t
 // decided on the new config at once: it does not wait on the old budget
 // (given up by the reload) until the slot's holder ends.
 func TestQueueReloadWhileWaitingForProvider(t *testing.T) {
+	if testing.Short() {
+		t.Skip("seconds of waiting: not in -short")
+	}
 	e := newEnv(t, envConfig{
 		tenants: []config.Tenant{tenantCfg("acme", 1_000_000, 1_000_000_000, 100)},
 		fake:    fakeupstream.Options{Latency: 1500 * time.Millisecond, CompletionMin: 5, CompletionMax: 5},

@@ -91,6 +91,9 @@ func TestReloadNewWindowKeepsUsage(t *testing.T) {
 // TTL keeps its slot after it, and when it ends it frees the slot and
 // settles its tokens in the tenant's windows as they are now.
 func TestReloadStreamInFlightKeepsSlot(t *testing.T) {
+	if testing.Short() {
+		t.Skip("seconds of load")
+	}
 	t.Parallel()
 	const chunks = 100 // 2 s
 	e := newEnv(t, envConfig{

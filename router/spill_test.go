@@ -158,6 +158,9 @@ func TestSpillCarriedAwaySlotFreed(t *testing.T) {
 // every free slot, and decides alone at once — before, it went on
 // serving on the fenced budget for 2.25 s, refusing everything.
 func TestSpillEndWithSilentMember(t *testing.T) {
+	if testing.Short() {
+		t.Skip("seconds of load")
+	}
 	p := newSpillPair(t)
 	ghost := View{Ring: ring.New(1, []string{"owner"}), Members: []Member{
 		{Name: "edge", Addr: p.owner.view.Load().addrs["edge"], State: "active"},
@@ -238,6 +241,9 @@ func TestSpillLateFallbackAdmissionCounted(t *testing.T) {
 // takes the spill again from the owner's next word: an abandoned spill is
 // not ended for good.
 func TestSpillAbandoned(t *testing.T) {
+	if testing.Short() {
+		t.Skip("seconds of waiting: not in -short")
+	}
 	for _, ends := range []bool{true, false} {
 		name := map[bool]string{true: "owner-ends-it", false: "edge-rejoins"}[ends]
 		t.Run(name, func(t *testing.T) {
