@@ -98,14 +98,14 @@ func TestSlowSeedTakesNothing(t *testing.T) {
 // whose ring gives it the tenant takes it back as soon as the other passes
 // it a request, rather than after Reconcile's wait: CI saw a second of 503
 // tenant_moving at a cluster's start. Here a join hands the tenant (and
-// its team, pinned with it) to the new node, whose tenant, or team, is
-// then frozen by hand for the previous owner, and not listed for
+// its team, pinned with it) to the new node, whose tenant, team, or both
+// are then frozen by hand for the previous owner, and not listed for
 // Reconcile: without the take-back, the request is a 503.
 func TestMutualFreezeTakenBack(t *testing.T) {
 	if testing.Short() {
 		t.Skip("cluster test")
 	}
-	for _, frozen := range []string{"tenant", "team"} {
+	for _, frozen := range []string{"tenant", "team", "tenant-and-team"} {
 		t.Run(frozen, func(t *testing.T) {
 			before, after := []string{"n1", "n2"}, []string{"n1", "n2", "n3"}
 			rb, ra := ring.New(1, before), ring.New(2, after)
@@ -135,23 +135,22 @@ func TestMutualFreezeTakenBack(t *testing.T) {
 					via = nd
 				}
 			}
-			entity := tn
-			if frozen == "team" {
-				entity = teamKey(team)
+			entities := map[string][]string{"tenant": {tn}, "team": {teamKey(team)}, "tenant-and-team": {tn, teamKey(team)}}[frozen]
+			for _, e := range entities {
+				owner.router.Limiter(e).Freeze(time.Now().UnixNano(), prev.Name())
 			}
-			owner.router.Limiter(entity).Freeze(time.Now().UnixNano(), prev.Name())
 			start := time.Now()
 			rep, err := c.post(via, tn, false, nil)
 			if err != nil {
 				t.Fatal(err)
 			}
 			if rep.status != 200 || rep.node != owner.Name() {
-				t.Fatalf("via %s, with %s's %s and %s frozen for each other: %s, want a 200 from the owner %s",
-					via.Name(), owner.Name(), entity, prev.Name(), rep, owner.Name())
+				t.Fatalf("via %s, with %s's %v and %s frozen for each other: %s, want a 200 from the owner %s",
+					via.Name(), owner.Name(), entities, prev.Name(), rep, owner.Name())
 			}
 			t.Logf("served by %s %v after the bounce began", rep.node, time.Since(start).Round(time.Millisecond))
-			if n := len(owner.log.find(map[string]any{"msg": "handoff", "phase": "reconciled", "reason": "bounced"})); n != 1 {
-				t.Errorf("%d reconciled lines on the owner, want 1", n)
+			if n := len(owner.log.find(map[string]any{"msg": "handoff", "phase": "reconciled", "reason": "bounced"})); n != len(entities) {
+				t.Errorf("%d reconciled lines on the owner, want %d", n, len(entities))
 			}
 		})
 	}

@@ -147,16 +147,6 @@ func (r *Router) admitLevels(c *call, d *limiter.Decision) (bool, limiter.Decisi
 	return true, limiter.Decision{}, nil
 }
 
-// levelOn is the level of c decided on lim; nil if none is.
-func (c *call) levelOn(lim *limiter.Tenant) *tenant {
-	for i := range c.nLevels {
-		if l := &c.levels[i]; l.lim == lim && !l.away {
-			return l.e
-		}
-	}
-	return nil
-}
-
 // cancelOn takes back what lim (e's owner limiter, or a share) charged for
 // tk; if e was handed over since, its new owner is told.
 func (r *Router) cancelOn(e *tenant, lim *limiter.Tenant, tk *limiter.Ticket) {

@@ -201,28 +201,40 @@ func (r *Router) OwnedWithin(name string, d time.Duration) bool {
 var _ handoff.Tenants = (*Router)(nil)
 var _ handoff.Peers = (*Router)(nil)
 
-// tookBack takes the tenant back, at once, when the node this one froze it
-// for passes a request for it here: that node holds it frozen for this
-// one, whose ring gives it the tenant, and each frozen for the other,
+// tookBack takes an entity back (moved: the tenant's limiter or one of
+// its levels' that answered Moved), at once, when the node this one froze
+// it for passes a request for it here: that node holds it frozen for this
+// one, whose ring gives it the entity, and each frozen for the other,
 // every request would bounce between them until Reconcile's wait is over
-// (two joins in a row, in CI: a second of 503 tenant_moving). It reports
-// whether the tenant is back here to decide on (the fetch from the other
-// node is one peer call).
+// (two joins in a row, in CI: a second of 503 tenant_moving). With it go
+// the call's tenant and every level of it frozen for the same node: the
+// ring pins them together, so a mutual freeze freezes them together, and
+// one bounce brings them all back (taken one by one, the second would find
+// the request past its one retry). It reports whether moved is back here
+// to decide on (each take from the other node is one peer call).
 //
-// The take is other's own hand-over or nothing (handoff.Mover.TakeBack):
-// if the other node's ring has just given it the tenant, it is asking for
-// it itself and answers busy, and the tenant stays where it was.
-func (r *Router) tookBack(ctx *fasthttp.RequestCtx, t *tenant, lim *limiter.Tenant, hops int) bool {
-	to := lim.MovedTo()
-	if hops == 0 || to == "" || to == r.node || to != hopSender(&ctx.Request.Header) || !r.Owns(t.name) {
-		return false
-	}
+// A take is other's own hand-over or nothing (handoff.Mover.TakeBack):
+// if the other node's ring has just given it the entity, it is asking for
+// it itself and answers busy, and the entity stays where it was.
+func (r *Router) tookBack(ctx *fasthttp.RequestCtx, c *call, moved *limiter.Tenant, hops int) bool {
+	to := moved.MovedTo()
 	f := r.takeBack.Load()
-	if f == nil {
+	if hops == 0 || f == nil || to == "" || to == r.node || to != hopSender(&ctx.Request.Header) {
 		return false
 	}
-	(*f)(t.name, to)
-	return t.awaitHandoff() && lim.MovedTo() == ""
+	take := func(e *tenant, lim *limiter.Tenant) {
+		if lim == e.c().lim && lim.MovedTo() == to && r.Owns(e.name) {
+			(*f)(e.name, to)
+			e.awaitHandoff()
+		}
+	}
+	take(c.t, c.lim)
+	for i := range c.nLevels {
+		if l := &c.levels[i]; !l.away {
+			take(l.e, l.lim)
+		}
+	}
+	return moved.MovedTo() == ""
 }
 
 // movedOn passes a request for a tenant this node handed over on to the

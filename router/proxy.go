@@ -303,7 +303,7 @@ func (r *Router) serveLocalOnce(ctx *fasthttp.RequestCtx, ep upstream.Endpoint, 
 				return r.serveLocalOnce(ctx, ep, st, t, lim, hops, retryLimiter)
 			}
 		}
-		if again == firstTry && r.tookBack(ctx, t, lim, hops) {
+		if again == firstTry && r.tookBack(ctx, c, lim, hops) {
 			return r.serveLocalOnce(ctx, ep, st, t, lim, hops, retryLimiter)
 		}
 		return r.movedOn(ctx, t, lim, hops)
@@ -316,7 +316,7 @@ func (r *Router) serveLocalOnce(ctx *fasthttp.RequestCtx, ep upstream.Endpoint, 
 				r.cancelBudgets(c)
 				// A level frozen for the node that bounced the request
 				// back here is taken back like a tenant (tookBack).
-				if e := c.levelOn(moved); again == firstTry && e != nil && r.tookBack(ctx, e, moved, hops) {
+				if again == firstTry && r.tookBack(ctx, c, moved, hops) {
 					return r.serveLocalOnce(ctx, ep, st, t, lim, hops, retryLimiter)
 				}
 				return r.movedOn(ctx, t, moved, hops)
@@ -636,8 +636,16 @@ func (r *Router) stream(ctx *fasthttp.RequestCtx, c *call, resp *fasthttp.Respon
 		}
 		bp := streamBufs.Get().(*[]byte)
 		defer streamBufs.Put(bp)
+		// The events of one read from the upstream go out in one flush:
+		// they arrived together, so the client gets each as soon as it
+		// would with a flush per event, for one write instead of one per
+		// event (a busy node reads several at a time).
 		emit := func(ev []byte) error {
-			if _, err := w.Write(ev); err != nil {
+			_, err := w.Write(ev)
+			return err
+		}
+		flushed := func(err error) error {
+			if err != nil {
 				return err
 			}
 			return w.Flush()
@@ -647,12 +655,12 @@ func (r *Router) stream(ctx *fasthttp.RequestCtx, c *call, resp *fasthttp.Respon
 		if src == nil {
 			// Read whole: the client asked for JSON, the provider
 			// streamed all the same.
-			clientGone = f.Write(resp.Body(), emit)
+			clientGone = flushed(f.Write(resp.Body(), emit))
 		}
 		for src != nil {
 			n, err := src.Read(*bp)
 			if n > 0 {
-				if clientGone = f.Write((*bp)[:n], emit); clientGone != nil {
+				if clientGone = flushed(f.Write((*bp)[:n], emit)); clientGone != nil {
 					break
 				}
 			}
@@ -664,7 +672,7 @@ func (r *Router) stream(ctx *fasthttp.RequestCtx, c *call, resp *fasthttp.Respon
 			}
 		}
 		if clientGone == nil {
-			clientGone = f.Close(emit)
+			clientGone = flushed(f.Close(emit))
 		}
 		fasthttp.ReleaseResponse(resp) // closes the upstream connection if unread
 		u := f.Usage()
