@@ -622,9 +622,9 @@ func readAnswer(dst, resp *fasthttp.Response) error {
 
 var streamBufs = sync.Pool{New: func() any { b := make([]byte, 16<<10); return &b }}
 
-// stream relays an SSE answer event by event, flushing each, and settles when
-// it ends. A write error means the client hung up: the upstream call is cut
-// and the slot freed at once.
+// stream relays an SSE answer event by event (the events of one upstream
+// read in one flush), and settles when it ends. A write error means the
+// client hung up: the upstream call is cut and the slot freed at once.
 func (r *Router) stream(ctx *fasthttp.RequestCtx, c *call, resp *fasthttp.Response) {
 	ctx.Response.Header.Set("Cache-Control", "no-cache")
 	ctx.Response.Header.Set("X-Accel-Buffering", "no")
