@@ -472,39 +472,45 @@ func TestTwoJoinersAskEveryone(t *testing.T) {
 	}
 }
 
-// Two changes in a row can leave two nodes each frozen for the other; the
-// ring's owner takes the tenant back (Reconcile) instead of bouncing every
-// request between them.
-func TestReconcileMutualFreeze(t *testing.T) {
+// mutualFreeze runs two changes in a row that leave b and c each holding
+// a tenant frozen for the other (c owns it by the last ring), 30 of its 100
+// used: c asks a first, b asks a (moved to c), follows, c hands it to b,
+// then b loses it by its ring.
+func mutualFreeze(t *testing.T) (c *testCluster, tenant string, b, cn *testNode) {
+	t.Helper()
 	r1 := ring.New(1, []string{"a"})
 	r2 := ring.New(2, []string{"a", "b"})
 	r3 := ring.New(3, []string{"a", "b", "c"})
-	var tenant string
 	for i := range 10000 {
-		n := fmt.Sprintf("t%d", i)
-		if o, _ := r2.Owner(n); o != "b" {
-			continue
-		}
-		if o, _ := r3.Owner(n); o == "c" {
+		if n := fmt.Sprintf("t%d", i); mustOwner(r2, n) == "b" && mustOwner(r3, n) == "c" {
 			tenant = n
 			break
 		}
 	}
-	c := newTestCluster(t, nil, tenant)
+	c = newTestCluster(t, nil, tenant)
 	for _, n := range []string{"a", "b", "c"} {
 		c.node(n)
 	}
 	c.change("a", nil, r1)
 	admitN(c.node("a").mt.Limiter(tenant), c.clk.Now(), 30)
-	c.change("c", r1, r3) // c asks a first
-	c.change("b", r1, r2) // b asks a (moved to c), follows, c hands it to b
-	c.change("b", r2, r3) // b loses it by its ring: frozen for c
-	bl, cl := c.node("b").mt.Limiter(tenant), c.node("c").mt.Limiter(tenant)
-	if bl.MovedTo() != "c" || cl.MovedTo() != "b" {
+	c.change("c", r1, r3)
+	c.change("b", r1, r2)
+	c.change("b", r2, r3)
+	b, cn = c.node("b"), c.node("c")
+	if bl, cl := b.mt.Limiter(tenant), cn.mt.Limiter(tenant); bl.MovedTo() != "c" || cl.MovedTo() != "b" {
 		t.Skipf("sequence did not freeze both (b→%q, c→%q)", bl.MovedTo(), cl.MovedTo())
 	}
+	return c, tenant, b, cn
+}
+
+// Two changes in a row can leave two nodes each frozen for the other; the
+// ring's owner takes the tenant back (Reconcile) instead of bouncing every
+// request between them.
+func TestReconcileMutualFreeze(t *testing.T) {
+	c, tenant, _, cn := mutualFreeze(t)
+	cl := cn.mt.Limiter(tenant)
 	for range 3 {
-		c.node("c").m.Reconcile()
+		cn.m.Reconcile()
 		time.Sleep(15 * time.Millisecond)
 	}
 	if cl.MovedTo() != "" {
@@ -679,31 +685,8 @@ func (c *countingTenants) Limiter(n string) *limiter.Tenant {
 // as it was, and nothing is held; then, with the other's hand-over there
 // to take, it is taken whole.
 func TestTakeBackOnlyTheOthersHandOver(t *testing.T) {
-	r1 := ring.New(1, []string{"a"})
-	r2 := ring.New(2, []string{"a", "b"})
-	r3 := ring.New(3, []string{"a", "b", "c"})
-	var tenant string
-	for i := range 10000 {
-		n := fmt.Sprintf("t%d", i)
-		if mustOwner(r2, n) == "b" && mustOwner(r3, n) == "c" {
-			tenant = n
-			break
-		}
-	}
-	c := newTestCluster(t, nil, tenant)
-	for _, n := range []string{"a", "b", "c"} {
-		c.node(n)
-	}
-	c.change("a", nil, r1)
-	admitN(c.node("a").mt.Limiter(tenant), c.clk.Now(), 30)
-	c.change("c", r1, r3)
-	c.change("b", r1, r2)
-	c.change("b", r2, r3)
-	b, cn := c.node("b"), c.node("c")
+	c, tenant, b, cn := mutualFreeze(t)
 	bl, cl := b.mt.Limiter(tenant), cn.mt.Limiter(tenant)
-	if bl.MovedTo() != "c" || cl.MovedTo() != "b" {
-		t.Skipf("sequence did not freeze both (b→%q, c→%q)", bl.MovedTo(), cl.MovedTo())
-	}
 	for _, tc := range []struct {
 		name       string
 		setup, end func()
