@@ -41,17 +41,21 @@ func TestSentinelFailoverUnderLoad(t *testing.T) {
 	replica := redistest.StartWith(t, redistest.Options{Args: []string{"--replicaof", "127.0.0.1", mp}})
 	rc := redis.NewClient(&redis.Options{Addr: replica.Addr()})
 	defer rc.Close()
-	waitFor(t, 10*time.Second, "the replica's link to its master", func() bool {
+	if !pollUntil(10*time.Second, func() bool {
 		info, err := rc.Info(ctx, "replication").Result()
 		return err == nil && strings.Contains(info, "master_link_status:up")
-	})
+	}) {
+		t.Fatal("the replica's link to its master is not up")
+	}
 	sentinel := redistest.StartSentinel(t, master, name)
 	sc := redis.NewSentinelClient(&redis.Options{Addr: sentinel.Addr()})
 	defer sc.Close()
-	waitFor(t, 10*time.Second, "the Sentinel to know the replica", func() bool {
+	if !pollUntil(10*time.Second, func() bool {
 		r, err := sc.Replicas(ctx, name).Result()
 		return err == nil && len(r) == 1
-	})
+	}) {
+		t.Fatal("the Sentinel does not know the replica")
+	}
 
 	fake, upAddr := startBenchFake(t)
 	cfg := benchConfig("solo", upAddr)
@@ -107,19 +111,23 @@ func TestSentinelFailoverUnderLoad(t *testing.T) {
 	before := scrapeNode(t, n)
 	killed := time.Now()
 	master.Stop()
-	waitFor(t, 20*time.Second, "the Sentinel to promote the replica", func() bool {
+	if !pollUntil(20*time.Second, func() bool {
 		role, err := rc.Do(ctx, "ROLE").Slice()
 		return err == nil && len(role) > 0 && role[0] == "master"
-	})
+	}) {
+		t.Fatal("the Sentinel did not promote the replica within 20 s")
+	}
 	promoted := time.Since(killed)
 	// go-redis finds the new master on its next failed call or the
 	// Sentinel's +switch-master; then saves and leases succeed again.
 	atPromotion := scrapeNode(t, n)
 	var atSwitch scraped
-	waitFor(t, 5*time.Second, "a snapshot saved to the new master", func() bool {
+	if !pollUntil(5*time.Second, func() bool {
 		atSwitch = scrapeNode(t, n)
 		return atSwitch.sum("ringgate_snapshot_saved_total") > atPromotion.sum("ringgate_snapshot_saved_total")
-	})
+	}) {
+		t.Fatal("no snapshot saved to the new master within 5 s of its promotion")
+	}
 	switched := time.Since(killed)
 	time.Sleep(time.Second)
 	after := scrapeNode(t, n)
@@ -160,18 +168,6 @@ func TestSentinelFailoverUnderLoad(t *testing.T) {
 	if w, at := clMaxSliding(times, window-clJitter); w > rpm {
 		t.Errorf("%d requests reached the provider within %v (ending %+.2fs from the kill), limit %d",
 			w, window-clJitter, at.Sub(killed).Seconds(), rpm)
-	}
-}
-
-// waitFor polls cond until it holds, failing the test after d.
-func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("waited %v for %s", d, what)
-		}
-		time.Sleep(50 * time.Millisecond)
 	}
 }
 

@@ -70,21 +70,10 @@ func restartKeepsUsage(t *testing.T, rds config.Redis) {
 		}
 		return n
 	}
-	post := func(n *Node) int {
-		req, _ := http.NewRequest(http.MethodPost, "http://"+n.Addr()+"/v1/chat/completions", strings.NewReader(benchBody))
-		req.Header.Set("Authorization", "Bearer "+benchKey)
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		_, _ = io.Copy(io.Discard, resp.Body)
-		return resp.StatusCode
-	}
 
 	first := start()
 	for i := 0; i < 3; i++ {
-		if s := post(first); s != http.StatusOK {
+		if s := postBench(t, first); s != http.StatusOK {
 			t.Fatalf("request %d: status %d", i, s)
 		}
 	}
@@ -96,7 +85,7 @@ func restartKeepsUsage(t *testing.T, rds config.Redis) {
 	defer second.Close()
 	got := []int{}
 	for i := 0; i < 3; i++ {
-		got = append(got, post(second))
+		got = append(got, postBench(t, second))
 	}
 	// 3 of 5 were used before the restart: 2 more fit, the third is refused.
 	if fmt.Sprint(got) != "[200 200 429]" {
