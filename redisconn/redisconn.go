@@ -84,6 +84,7 @@ func (t *TLS) config() (*tls.Config, error) {
 // for concurrent use.
 type Conn struct {
 	client  redis.UniversalClient
+	cluster *redis.ClusterClient // client, when Redis is a Cluster
 	timeout time.Duration
 	log     *slog.Logger
 	brk     breaker
@@ -144,7 +145,8 @@ func New(cfg Config) (*Conn, error) {
 		DisableIdentity:          true,
 		MaintNotificationsConfig: &maintnotifications.Config{Mode: maintnotifications.ModeDisabled},
 	})
-	return &Conn{client: client, timeout: t, log: cfg.Logger, onCall: cfg.OnCall}, nil
+	cluster, _ := client.(*redis.ClusterClient)
+	return &Conn{client: client, cluster: cluster, timeout: t, log: cfg.Logger, onCall: cfg.OnCall}, nil
 }
 
 // Client is the underlying client, for callers that run their commands
@@ -194,6 +196,14 @@ func (c *Conn) done(ctx context.Context, err error, probe bool) {
 	case errors.Is(ctx.Err(), context.Canceled):
 		c.brk.release(probe)
 	default:
+		if c.cluster != nil {
+			// go-redis reloads a Cluster's slot map on MOVED, or once a
+			// minute; a dead master sends no MOVED, so without this its
+			// slots would stay routed to it for up to a minute after its
+			// replica took over. The reload runs in the background, one at
+			// a time, at most every 200 ms.
+			c.cluster.ReloadState(context.Background())
+		}
 		if c.brk.fail(time.Now(), probe) {
 			c.opens.Add(1)
 			c.log.Warn("redis unavailable, failing fast", "for", BreakerWindow.String(), "err", err.Error())

@@ -120,6 +120,19 @@ func (s *Server) Stop() {
 	s.stopLocked()
 }
 
+// Kill ends the server with SIGKILL, as a crash does: no shutdown, no
+// last words to its clients or replicas.
+func (s *Server) Kill() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.cancelResumeLocked()
+	if p := s.proc; p != nil {
+		_ = p.cmd.Process.Kill()
+		<-p.exited
+		s.proc = nil
+	}
+}
+
 // Pause stalls the server with SIGSTOP: it keeps its port and accepts TCP
 // connections (the kernel does), but answers nothing. With d > 0 it is
 // resumed automatically after d; otherwise it stays stalled until Resume,

@@ -71,13 +71,13 @@ func NewTLSFiles(tb testing.TB) *TLSFiles {
 	return f
 }
 
-// Cluster is a Redis Cluster of masters without replicas, started by
-// StartCluster.
+// Cluster is a Redis Cluster started by StartCluster or
+// StartClusterWithReplicas.
 type Cluster struct {
 	Servers []*Server
 }
 
-// Addrs are the masters' addresses.
+// Addrs are the servers' addresses (masters first, as started).
 func (c *Cluster) Addrs() []string {
 	out := make([]string, len(c.Servers))
 	for i, s := range c.Servers {
@@ -86,34 +86,58 @@ func (c *Cluster) Addrs() []string {
 	return out
 }
 
+// ByAddr is the server listening on addr, nil if none is.
+func (c *Cluster) ByAddr(addr string) *Server {
+	for _, s := range c.Servers {
+		if s.Addr() == addr {
+			return s
+		}
+	}
+	return nil
+}
+
 // StartCluster starts n redis-servers in cluster mode, joins them into one
 // cluster with the 16 384 slots spread over them (redis-cli --cluster
 // create), and waits until every one says the cluster is ok.
 func StartCluster(tb testing.TB, n int) *Cluster {
+	tb.Helper()
+	return StartClusterWithReplicas(tb, n, 0)
+}
+
+// StartClusterWithReplicas is StartCluster with replicas replicas for each
+// of the masters masters (redis-cli picks which server is which), and waits
+// until every replica's link to its master is up: a master that fails is
+// then replaced by its replica (cluster-node-timeout 2 s).
+func StartClusterWithReplicas(tb testing.TB, masters, replicas int) *Cluster {
 	tb.Helper()
 	cli, err := exec.LookPath("redis-cli")
 	if err != nil {
 		tb.Fatalf("redistest: redis-cli not found (Debian: apt-get install redis-tools): %v", err)
 	}
 	c := &Cluster{}
-	for range n {
+	for range masters * (1 + replicas) {
 		c.Servers = append(c.Servers, StartWith(tb, Options{Args: []string{
 			"--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf", "--cluster-node-timeout", "2000"}}))
 	}
 	args := append([]string{"--cluster", "create"}, c.Addrs()...)
-	args = append(args, "--cluster-replicas", "0", "--cluster-yes")
+	args = append(args, "--cluster-replicas", strconv.Itoa(replicas), "--cluster-yes")
 	if out, err := exec.Command(cli, args...).CombinedOutput(); err != nil {
 		tb.Fatalf("redistest: redis-cli --cluster create: %v\n%s", err, out)
 	}
 	deadline := time.Now().Add(10 * time.Second)
 	for _, s := range c.Servers {
 		for {
-			out, _ := exec.Command(cli, "-p", strconv.Itoa(s.port), "cluster", "info").Output()
-			if strings.Contains(string(out), "cluster_state:ok") {
+			info, _ := exec.Command(cli, "-p", strconv.Itoa(s.port), "cluster", "info").Output()
+			repl, _ := exec.Command(cli, "-p", strconv.Itoa(s.port), "info", "replication").Output()
+			ok := strings.Contains(string(info), "cluster_state:ok")
+			if strings.Contains(string(repl), "role:slave") {
+				ok = ok && strings.Contains(string(repl), "master_link_status:up")
+			}
+			if ok {
 				break
 			}
 			if time.Now().After(deadline) {
-				tb.Fatalf("redistest: cluster not ok on %s:\n%s", s.Addr(), out)
+				tb.Fatalf("redistest: cluster not ok on %s:\n%s\n%s", s.Addr(), info, repl)
 			}
 			time.Sleep(50 * time.Millisecond)
 		}
