@@ -48,9 +48,24 @@ func (h *countingHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis
 	}
 }
 
+// newStore is a store with a 1 s budget per call: for the tests of what it
+// writes and reads, which a 15 ms budget (the default) would make fail on
+// a busy CI machine (a save timed out there under -race). The tests of
+// failures use newDefaultStore, with the budget production runs.
 func newStore(tb testing.TB, addr string) *Store {
 	tb.Helper()
-	st, err := NewStore(StoreConfig{Addrs: []string{addr}, Logger: slog.New(slog.DiscardHandler)})
+	return newStoreWith(tb, addr, time.Second)
+}
+
+// newDefaultStore is a store with the default budget per call.
+func newDefaultStore(tb testing.TB, addr string) *Store {
+	tb.Helper()
+	return newStoreWith(tb, addr, 0)
+}
+
+func newStoreWith(tb testing.TB, addr string, timeout time.Duration) *Store {
+	tb.Helper()
+	st, err := NewStore(StoreConfig{Addrs: []string{addr}, Timeout: timeout, Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -255,7 +270,7 @@ func timed(f func()) time.Duration {
 
 func TestRedisStopped(t *testing.T) {
 	srv := redistest.Start(t)
-	st := newStore(t, srv.Addr())
+	st := newDefaultStore(t, srv.Addr())
 	ctx := context.Background()
 	in := snaps(100, rand.New(rand.NewPCG(6, 6)))
 	if err := st.SaveBatch(ctx, in, time.Minute); err != nil {
@@ -305,7 +320,7 @@ func TestRedisStopped(t *testing.T) {
 
 func TestRedisPaused(t *testing.T) {
 	srv := redistest.Start(t)
-	st := newStore(t, srv.Addr())
+	st := newDefaultStore(t, srv.Addr())
 	ctx := context.Background()
 	in := snaps(1000, rand.New(rand.NewPCG(7, 7)))
 	// Setup, not the budget under test: in batches small enough for the
@@ -354,7 +369,7 @@ func TestRedisPaused(t *testing.T) {
 
 func TestRedisRestarted(t *testing.T) {
 	srv := redistest.Start(t)
-	st := newStore(t, srv.Addr())
+	st := newDefaultStore(t, srv.Addr())
 	ctx := context.Background()
 	in := snaps(10, rand.New(rand.NewPCG(8, 8)))
 	if err := st.SaveBatch(ctx, in, time.Minute); err != nil {
@@ -405,7 +420,7 @@ func waitRecovered(t *testing.T, st *Store, in []*Snapshot) {
 // nothing about Redis.
 func TestCallerCancelKeepsBreakerClosed(t *testing.T) {
 	srv := redistest.Start(t)
-	st := newStore(t, srv.Addr())
+	st := newDefaultStore(t, srv.Addr())
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	if _, err := st.Load(ctx, "x"); !errors.Is(err, context.Canceled) {
