@@ -1,6 +1,7 @@
 package router
 
 import (
+	"math/rand/v2"
 	"sync"
 	"syscall"
 	"time"
@@ -19,8 +20,9 @@ import (
 //
 // While the handler waits in Do, a clientWatch peeks at the client's socket
 // without blocking (peerGone: recv MSG_PEEK|MSG_DONTWAIT, ~1 µs) every
-// hangupCheck, from a re-armed timer: no goroutine waits per request, and a
-// call answered within the first tick costs a timer and no syscall. End of
+// hangupCheck, from one goroutine per node that ticks while calls wait
+// (watchList): no goroutine or timer per request, so a call answered within
+// its first tick costs two short lock holds and no syscall. End of
 // stream, a reset or a connection closed here mean the client is gone: the
 // call is finished at once (slot freed, tokens settled at the reservation:
 // the provider may bill the prompt, and we cannot know), and when Do returns
@@ -38,8 +40,8 @@ import (
 // through the hop (the edge waits in its own Do): the edge watches its
 // client too and, when it is gone, tells the owner (hopcancel.go).
 
-// hangupCheck is the interval between peeks, and the delay before the
-// first.
+// hangupCheck is the interval between peeks; the first comes 1 to 2
+// intervals after the call started.
 const hangupCheck = 50 * time.Millisecond
 
 // clientWatch watches one call's client connection while the handler waits
@@ -52,8 +54,13 @@ type clientWatch struct {
 	conn   syscall.Conn
 	start  time.Time
 
+	list *watchShard // where it is listed while watched; nil: not listed
+	idx  int         // its place in list.ws, under list.mu
+	// ticked: a tick saw it listed, so the next peeks (only the ticking
+	// goroutine reads or writes it).
+	ticked bool
+
 	mu      sync.Mutex
-	timer   *time.Timer
 	raw     syscall.RawConn // from conn at the first tick
 	stopped bool
 	gone    time.Duration // > 0: the client was found gone this long after start
@@ -79,9 +86,7 @@ func (r *Router) watch(ctx *fasthttp.RequestCtx, onGone func()) *clientWatch {
 		return w
 	}
 	w.conn = sc
-	w.mu.Lock() // check reads timer
-	w.timer = time.AfterFunc(hangupCheck, w.check)
-	w.mu.Unlock()
+	r.watches.add(w)
 	return w
 }
 
@@ -99,7 +104,7 @@ func (w *clientWatch) cancel() {
 	w.onGone()
 }
 
-// check is one tick: peek, and either re-arm or finish the call.
+// check is one tick: peek, and finish the call if the client is gone.
 func (w *clientWatch) check() {
 	w.mu.Lock()
 	if w.stopped {
@@ -116,7 +121,6 @@ func (w *clientWatch) check() {
 		w.raw = raw
 	}
 	if err := peerGone(w.raw); err == nil || err == errUnasked {
-		w.timer.Reset(hangupCheck)
 		w.mu.Unlock()
 		return
 	}
@@ -136,10 +140,112 @@ func (w *clientWatch) stop() bool {
 	w.stopped = true
 	gone := w.gone > 0
 	w.mu.Unlock()
-	if w.timer != nil {
-		w.timer.Stop()
+	if w.list != nil {
+		w.list.remove(w)
 	}
 	return gone
+}
+
+// watchList holds the watches of calls waiting for their upstream. One
+// goroutine ticks every hangupCheck while any is listed (it starts with the
+// first and ends at a tick that finds none) and peeks for those listed a
+// tick ago or more. A timer per call cost more than the rest of the
+// watch (its heap insert and delete, on every request). Shards keep
+// concurrent calls off one lock.
+type watchList struct {
+	shards [watchShards]watchShard
+	mu     sync.Mutex // orders running
+	// running: the ticking goroutine is on.
+	running bool
+}
+
+const watchShards = 16
+
+type watchShard struct {
+	mu sync.Mutex
+	ws []*clientWatch
+	_  [40]byte // a cache line each
+}
+
+func (l *watchList) add(w *clientWatch) {
+	s := &l.shards[rand.Uint32()%watchShards]
+	s.mu.Lock()
+	w.list, w.idx = s, len(s.ws)
+	s.ws = append(s.ws, w)
+	s.mu.Unlock()
+	l.mu.Lock()
+	if !l.running {
+		l.running = true
+		go l.tick()
+	}
+	l.mu.Unlock()
+}
+
+func (s *watchShard) remove(w *clientWatch) {
+	s.mu.Lock()
+	last := len(s.ws) - 1
+	moved := s.ws[last]
+	s.ws[w.idx], moved.idx = moved, w.idx
+	s.ws[last] = nil
+	s.ws = s.ws[:last]
+	s.mu.Unlock()
+}
+
+// tick peeks, every hangupCheck, for the calls listed at the tick before;
+// it returns at a tick that finds no call listed.
+func (l *watchList) tick() {
+	t := time.NewTicker(hangupCheck)
+	defer t.Stop()
+	var due, seen []*clientWatch
+	for range t.C {
+		due, seen = due[:0], seen[:0]
+		listed := 0
+		for i := range l.shards {
+			s := &l.shards[i]
+			s.mu.Lock()
+			listed += len(s.ws)
+			for _, w := range s.ws {
+				if w.ticked {
+					due = append(due, w)
+				} else {
+					seen = append(seen, w)
+				}
+			}
+			s.mu.Unlock()
+		}
+		for _, w := range seen {
+			w.ticked = true // under no lock: only this goroutine reads it
+		}
+		for _, w := range due {
+			w.check()
+		}
+		clear(due)
+		clear(seen)
+		if listed == 0 {
+			l.mu.Lock()
+			// add may have listed one since: it starts no goroutine
+			// while running is true, so look again under l.mu.
+			if l.empty() {
+				l.running = false
+				l.mu.Unlock()
+				return
+			}
+			l.mu.Unlock()
+		}
+	}
+}
+
+func (l *watchList) empty() bool {
+	for i := range l.shards {
+		s := &l.shards[i]
+		s.mu.Lock()
+		n := len(s.ws)
+		s.mu.Unlock()
+		if n > 0 {
+			return false
+		}
+	}
+	return true
 }
 
 // clientGone ends a call whose client hung up before the upstream answered:

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"net/http"
 	"testing"
 	"time"
@@ -67,14 +66,7 @@ func newHRPair(t *testing.T) *hrPair {
 		if err != nil {
 			t.Fatal(err)
 		}
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		srv := r.Server()
-		go func() { _ = srv.Serve(ln) }()
-		t.Cleanup(func() { _ = srv.Shutdown() })
-		return r, ln.Addr().String()
+		return r, serveRouter(t, r)
 	}
 	p := &hrPair{tenant: tenant, fake: fake, hc: &http.Client{Timeout: 10 * time.Second}}
 	p.a, p.addrA = mk("a")

@@ -33,6 +33,9 @@ type call struct {
 	res  reserve.Reservation
 	tk   limiter.Ticket
 	hops int // > 0: a hop from an edge, which may cancel it (hopcancel.go)
+	// again: the call is a request decided again (serveLocalOnce), which
+	// takes nothing back a second time (tookBack).
+	again retry
 	// What the call took of its upstream's and model's budgets
 	// (budgets.go).
 	budgets  [2]budgetTake
@@ -238,7 +241,7 @@ func (r *Router) serveLocalOnce(ctx *fasthttp.RequestCtx, ep upstream.Endpoint, 
 			sp = s
 		}
 	}
-	c := &call{t: t, lim: lim, prov: prov, req: req, hops: hops, sp: sp}
+	c := &call{t: t, lim: lim, prov: prov, req: req, hops: hops, again: again, sp: sp}
 	c.res = r.est.Estimate(reserve.Key{Tenant: t.name, Model: req.Model}, r.promptTokens(c), req.MaxTokens, req.Generates)
 	if c.prompt.bytes > 0 {
 		if l := lim.Limits(); l.Tokens > 0 && int64(c.res.Prompt) > l.Tokens/2 {
@@ -604,7 +607,7 @@ func (r *Router) forward(ctx *fasthttp.RequestCtx, c *call) bool {
 func readAnswer(dst, resp *fasthttp.Response) error {
 	s := resp.BodyStream()
 	if s == nil {
-		dst.SwapBody(resp.SwapBody(nil))
+		resp.SwapBody(dst.SwapBody(resp.SwapBody(nil))[:0])
 		return nil
 	}
 	w := dst.BodyWriter()

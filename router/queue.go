@@ -406,6 +406,12 @@ func (r *Router) admitQueued(ctx *fasthttp.RequestCtx, ep upstream.Endpoint, st 
 	case reloaded:
 		return r.redecideReloaded(ctx, ep, t, owned, hops)
 	case movedAway:
+		// A request bounced back here by the node its tenant (or a
+		// level) is frozen for takes it back, as outside a line
+		// (tookBack), once: then it is decided here again.
+		if c.again == firstTry && r.tookBack(ctx, c, movedLim, hops) {
+			return r.serveLocalOnce(ctx, ep, st, t, c.lim, hops, retryLimiter)
+		}
 		return r.movedOn(ctx, t, movedLim, hops)
 	case spilled:
 		return r.serveLocalOnce(ctx, ep, st, t, t.c().lim, hops, retrySpill)

@@ -34,16 +34,28 @@ func failParam(ctx *fasthttp.RequestCtx, ce *upstream.ClientError) {
 func setRateHeaders(h *fasthttp.ResponseHeader, d *limiter.Decision) {
 	var buf [32]byte
 	if d.LimitRequests > 0 {
-		h.SetBytesV("x-ratelimit-limit-requests", strconv.AppendInt(buf[:0], d.LimitRequests, 10))
-		h.SetBytesV("x-ratelimit-remaining-requests", strconv.AppendInt(buf[:0], d.RemainingRequests, 10))
-		h.SetBytesV("x-ratelimit-reset-requests", appendReset(buf[:0], d.ResetRequests))
+		h.SetCanonical(hLimitRequests, strconv.AppendInt(buf[:0], d.LimitRequests, 10))
+		h.SetCanonical(hRemainingRequests, strconv.AppendInt(buf[:0], d.RemainingRequests, 10))
+		h.SetCanonical(hResetRequests, appendReset(buf[:0], d.ResetRequests))
 	}
 	if d.LimitTokens > 0 {
-		h.SetBytesV("x-ratelimit-limit-tokens", strconv.AppendInt(buf[:0], d.LimitTokens, 10))
-		h.SetBytesV("x-ratelimit-remaining-tokens", strconv.AppendInt(buf[:0], d.RemainingTokens, 10))
-		h.SetBytesV("x-ratelimit-reset-tokens", appendReset(buf[:0], d.ResetTokens))
+		h.SetCanonical(hLimitTokens, strconv.AppendInt(buf[:0], d.LimitTokens, 10))
+		h.SetCanonical(hRemainingTokens, strconv.AppendInt(buf[:0], d.RemainingTokens, 10))
+		h.SetCanonical(hResetTokens, appendReset(buf[:0], d.ResetTokens))
 	}
 }
+
+// The x-ratelimit-* names as fasthttp writes them (it normalizes header
+// names): set as they are, they skip that pass on every answer. Names are
+// case-insensitive; clients read x-ratelimit-limit-requests.
+var (
+	hLimitRequests     = []byte("X-Ratelimit-Limit-Requests")
+	hRemainingRequests = []byte("X-Ratelimit-Remaining-Requests")
+	hResetRequests     = []byte("X-Ratelimit-Reset-Requests")
+	hLimitTokens       = []byte("X-Ratelimit-Limit-Tokens")
+	hRemainingTokens   = []byte("X-Ratelimit-Remaining-Tokens")
+	hResetTokens       = []byte("X-Ratelimit-Reset-Tokens")
+)
 
 // appendReset formats a reset time the way OpenAI does ("1s", "6m0s",
 // "120ms"), rounded up to the millisecond so it is never early.

@@ -60,6 +60,7 @@ type Router struct {
 	held         heldDeltas   // deltas for tenants not taken over yet (handoff.go)
 	ids          *deltaIDs    // names this node's deltas, skips ones applied twice (deltaids.go)
 	hopCalls     hopWatches   // hop calls waiting for their upstream, for an edge's cancel (hopcancel.go)
+	watches      watchList    // client connections of calls waiting for their upstream (hangup.go)
 	spillRetryAt atomic.Int64 // no spillover switch before (spill.go)
 	ownerSpills  atomic.Int32 // spills this node owns (spill.go)
 	// reloader reads and applies the config again (SetReloader);

@@ -53,14 +53,7 @@ func newSpillPair(t *testing.T) *spillPair {
 		if err != nil {
 			t.Fatal(err)
 		}
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		srv := r.Server()
-		go func() { _ = srv.Serve(ln) }()
-		t.Cleanup(func() { _ = srv.Shutdown() })
-		addrs[name], routers[name] = ln.Addr().String(), r
+		addrs[name], routers[name] = serveRouter(t, r), r
 	}
 	v := View{Ring: ring.New(1, []string{"owner"}), Members: []Member{
 		{Name: "edge", Addr: addrs["edge"], State: "active"},
