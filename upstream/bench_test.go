@@ -3,6 +3,8 @@ package upstream
 import (
 	"strings"
 	"testing"
+
+	"github.com/valyala/fasthttp"
 )
 
 func BenchmarkStreamFilter(b *testing.B) {
@@ -71,5 +73,25 @@ func BenchmarkParseRequestLarge(b *testing.B) {
 			b.Fatal(err)
 		}
 		benchRequest = r
+	}
+}
+
+// BenchmarkPrepare fills an upstream request from a client's, as every
+// admitted call does.
+func BenchmarkPrepare(b *testing.B) {
+	p, err := NewProvider(ProviderConfig{Name: "up", Kind: OpenAI, BaseURL: "http://127.0.0.1:1/v1", APIKey: "sk-upstream"})
+	if err != nil {
+		b.Fatal(err)
+	}
+	var client fasthttp.RequestHeader
+	client.Set("Authorization", "Bearer sk-client")
+	client.Set("Accept", "application/json")
+	body := []byte(`{"model":"gpt-4o-mini","messages":[{"role":"user","content":"hi"}]}`)
+	path := []byte("/v1/chat/completions")
+	var req fasthttp.Request
+	b.ReportAllocs()
+	for b.Loop() {
+		req.Reset()
+		p.Prepare(&req, path, body, &client)
 	}
 }
