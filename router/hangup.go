@@ -2,6 +2,7 @@ package router
 
 import (
 	"math/rand/v2"
+	"slices"
 	"sync"
 	"syscall"
 	"time"
@@ -53,7 +54,7 @@ type clientWatch struct {
 	conn   syscall.Conn
 	start  time.Time
 
-	list *watchShard // where it is listed while watched; nil: not listed
+	list *watchShard // where it is listed (set by add, cleared by stop under mu); nil: not listed
 	idx  int         // its place in list.ws, under list.mu
 
 	mu      sync.Mutex
@@ -123,7 +124,10 @@ func (w *clientWatch) check() {
 	w.gone = max(time.Since(w.start), 1)
 	w.stopped = true
 	w.mu.Unlock()
-	w.onGone()
+	// Not on the ticking goroutine: finishing a call can take long (its
+	// prompt counted exactly, a report to a new owner), and every other
+	// call's peek would wait for it.
+	go w.onGone()
 }
 
 // stop ends the watch when Do returns. It reports whether the client was
@@ -135,9 +139,11 @@ func (w *clientWatch) stop() bool {
 	w.mu.Lock()
 	w.stopped = true
 	gone := w.gone > 0
+	list := w.list
+	w.list = nil // a second stop removes nothing
 	w.mu.Unlock()
-	if w.list != nil {
-		w.list.remove(w)
+	if list != nil {
+		list.remove(w)
 	}
 	return gone
 }
@@ -157,6 +163,10 @@ type watchList struct {
 }
 
 const watchShards = 16
+
+// peeksPerGoroutine is how many watches one goroutine peeks at in a tick
+// (a peek is 1–3 µs).
+const peeksPerGoroutine = 1024
 
 type watchShard struct {
 	mu sync.Mutex
@@ -202,8 +212,23 @@ func (l *watchList) tick() {
 			due = append(due, s.ws...)
 			s.mu.Unlock()
 		}
-		for _, w := range due {
-			w.check()
+		if len(due) <= peeksPerGoroutine {
+			for _, w := range due {
+				w.check()
+			}
+		} else {
+			// Many calls waiting (LLM calls last seconds: a busy node
+			// has tens of thousands in flight): peeked on every core, so
+			// that one pass still fits in a tick.
+			var wg sync.WaitGroup
+			for part := range slices.Chunk(due, peeksPerGoroutine) {
+				wg.Go(func() {
+					for _, w := range part {
+						w.check()
+					}
+				})
+			}
+			wg.Wait()
 		}
 		clear(due)
 		if len(due) == 0 {

@@ -1,6 +1,11 @@
 package router
 
-import "testing"
+import (
+	"net"
+	"sync/atomic"
+	"testing"
+	"time"
+)
 
 // The hang-up watches' ticking goroutine runs only while calls are
 // watched: it ends at a tick that finds none listed, and the next watch
@@ -13,14 +18,14 @@ func TestWatchListTicksOnlyWhileWatching(t *testing.T) {
 		return l.running
 	}
 	for round := range 2 {
-		ws := make([]*clientWatch, 50)
+		ws := make([]*clientWatch, 2*peeksPerGoroutine+1) // a tick peeks on several goroutines
 		for i := range ws {
 			// Stopped already: a tick that comes finds nothing to peek.
 			ws[i] = &clientWatch{stopped: true}
 			l.add(ws[i])
 		}
 		if !running() {
-			t.Fatalf("round %d: 50 watches listed and no goroutine ticking", round)
+			t.Fatalf("round %d: %d watches listed and no goroutine ticking", round, len(ws))
 		}
 		for _, w := range ws {
 			w.stop()
@@ -32,4 +37,56 @@ func TestWatchListTicksOnlyWhileWatching(t *testing.T) {
 			t.Fatalf("round %d: the ticking goroutine still runs %s after the last watch ended", round, 5*hangupCheck)
 		}
 	}
+}
+
+// A call whose finish is slow (its prompt counted exactly: 750 ms for a
+// 4 MB prompt) does not hold up the peeks at other calls' clients. Before,
+// the ticking goroutine ran each gone call's finish itself, and a second
+// client's hang-up was seen only after the first's finish (found by
+// review: a slot held for 941 ms instead of 0.5 ms).
+func TestSlowFinishDoesNotDelayOtherHangups(t *testing.T) {
+	var l watchList
+	ca, sa := tcpPair(t)
+	cb, sb := tcpPair(t)
+	inA := make(chan struct{})
+	var bGoneAt atomic.Int64
+	wa := &clientWatch{conn: sa, start: time.Now(), onGone: func() {
+		close(inA)
+		time.Sleep(time.Second)
+	}}
+	wb := &clientWatch{conn: sb, start: time.Now(), onGone: func() { bGoneAt.Store(time.Now().UnixNano()) }}
+	l.add(wa)
+	l.add(wb)
+	defer wa.stop()
+	defer wb.stop()
+	ca.Close()
+	<-inA
+	closedB := time.Now()
+	cb.Close()
+	if !poll(3*time.Second, func() bool { return bGoneAt.Load() != 0 }) {
+		t.Fatal("the second client's hang-up was never seen")
+	}
+	if lag := time.Duration(bGoneAt.Load() - closedB.UnixNano()); lag > 500*time.Millisecond {
+		t.Errorf("the second client's hang-up seen %s after it closed (a peek every %s): it waited for the first's finish", lag, hangupCheck)
+	}
+}
+
+// tcpPair is a connected loopback pair: the client's end and the server's.
+func tcpPair(t *testing.T) (client net.Conn, server *net.TCPConn) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	c, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := ln.Accept()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close(); s.Close() })
+	return c, s.(*net.TCPConn)
 }
