@@ -163,7 +163,7 @@ func ms(d time.Duration) int64 { return max(1, d.Milliseconds()) }
 
 func (s *RedisStore) Grant(ctx context.Context, key string, g GrantRequest) (GrantReply, error) {
 	var vals []int64
-	err := s.conn.Call(ctx, 0, func(ctx context.Context) (err error) {
+	err := s.conn.CallKey(ctx, s.key(key), 0, func(ctx context.Context) (err error) {
 		vals, err = grantScript.Run(ctx, s.conn.Client(), []string{s.key(key)},
 			g.Now, g.Expires, g.Limit.Requests, g.Limit.Tokens, g.Want.Requests, g.Want.Tokens, ms(g.KeyTTL),
 			g.Min.Requests, g.Min.Tokens, newGen(), fenceArg(g.Fence)).Int64Slice()
@@ -192,7 +192,7 @@ func (s *RedisStore) Return(ctx context.Context, key string, r ReturnRequest) (i
 		args = append(args, u.Bucket, u.Requests, u.Tokens)
 	}
 	var gen int64
-	err := s.conn.Call(ctx, 0, func(ctx context.Context) (err error) {
+	err := s.conn.CallKey(ctx, s.key(key), 0, func(ctx context.Context) (err error) {
 		gen, err = returnScript.Run(ctx, s.conn.Client(), []string{s.key(key)}, args...).Int64()
 		return err
 	})
@@ -207,7 +207,7 @@ func newGen() int64 { return 1 + rand.Int64N(1<<52) }
 
 func (s *RedisStore) HoldSlots(ctx context.Context, key, node string, want, limit, now int64, ttl time.Duration) (int64, error) {
 	var held int64
-	err := s.conn.Call(ctx, 0, func(ctx context.Context) (err error) {
+	err := s.conn.CallKey(ctx, s.key(key), 0, func(ctx context.Context) (err error) {
 		held, err = slotsScript.Run(ctx, s.conn.Client(), []string{s.key(key) + ":slots"},
 			node, want, limit, now/int64(time.Millisecond), ms(ttl)).Int64()
 		return err

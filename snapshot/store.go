@@ -175,7 +175,7 @@ func (s *Store) Load(ctx context.Context, tenant string) (*Snapshot, error) {
 		return nil, fmt.Errorf("load snapshot of %.64q: %w", tenant, ErrClosed)
 	}
 	var b []byte
-	err := s.conn.Call(ctx, 0, func(cctx context.Context) (err error) {
+	err := s.conn.CallKey(ctx, s.Key(tenant), 0, func(cctx context.Context) (err error) {
 		b, err = s.client.Get(cctx, s.Key(tenant)).Bytes()
 		return err
 	})
