@@ -153,12 +153,6 @@ type Config struct {
 	// Clock is the node's clock (Unix ns); nil is time.Now.
 	Clock  func() int64
 	Logger *slog.Logger
-	// StoppedSince, if set, tells from when (Clock's time) a node is known
-	// to have stopped: its port refused this node's connections from then
-	// on (a process that died; a paused or cut-off one does not refuse).
-	// A new owner continuing a dead owner's snapshot charges the gap at
-	// the peak rate up to then, not up to its takeover.
-	StoppedSince func(node string) (at int64, ok bool)
 }
 
 // Defaults.
@@ -884,7 +878,6 @@ func (m *Mover) fromStore(prev string, unreachable, notHere []string, to *ring.R
 	}
 	stale := make(map[string]limiter.State)
 	var conservative []string
-	cut, stopped := 0, int64(0) // gaps that end when prev died (stoppedAt)
 	for name, s := range pending {
 		fresh := s == nil && !gone[name] && !failed
 		var lim *limiter.Tenant
@@ -899,20 +892,11 @@ func (m *Mover) fromStore(prev string, unreachable, notHere []string, to *ring.R
 		case s != nil:
 			now := m.cfg.Clock()
 			lim.Import(now, m.held(s))
-			until := m.stoppedAt(prev, s, gone[name], now)
-			if until < now {
-				cut++
-				stopped = until
-			}
-			lim.ChargeGapUntil(now, until, s.State)
+			lim.ChargeGap(now, s.State)
 			// The snapshot may predate a burst (an idle tenant's is
-			// empty), and what the other nodes admitted on their
-			// fallback shares meanwhile may still be on its way here:
-			// never less than the conservative budget, even when the
-			// node died a window ago (without it, 82 of a limit of 50
-			// in a window: TestHandoffUnderLoad/kill-9). The slots of
-			// its calls go once its node is known to be gone (Release
-			// drops them then), not because it did not answer.
+			// empty): never less than the conservative budget. The
+			// slots of its calls go once its node is known to be gone
+			// (Release drops them then), not because it did not answer.
 			lim.Restrict(now, n)
 			stale[name] = lim.Export(now)
 			a.Stale++
@@ -934,29 +918,10 @@ func (m *Mover) fromStore(prev string, unreachable, notHere []string, to *ring.R
 		m.log.Warn("handoff", "phase", "conservative", "from", prev, "budget_share", n,
 			"tenants", len(conservative), "sample", sample)
 	}
-	if cut > 0 {
-		m.log.Info("handoff", "phase", "gap_until_stopped", "from", prev, "tenants", cut,
-			"stopped_ms_ago", (m.cfg.Clock()-stopped)/int64(time.Millisecond))
-	}
 	if len(stale) > 0 {
 		go m.awaitLateFinals(prev, stale, to)
 	}
 	return a
-}
-
-// stoppedAt is when the gap after s, the last snapshot of a tenant whose
-// owner prev did not hand it over, ends: when prev is known to have died
-// (StoppedSince), if it wrote s and was gone, else now. What prev admitted
-// after its last snapshot is unknown, but nothing after it died.
-func (m *Mover) stoppedAt(prev string, s *snapshot.Snapshot, gone bool, now int64) int64 {
-	if !gone || m.cfg.StoppedSince == nil || s.Writer != prev {
-		return now
-	}
-
-	if at, ok := m.cfg.StoppedSince(prev); ok && at >= s.WrittenAt && at < now {
-		return at
-	}
-	return now
 }
 
 // importState makes st (st.Holder's account) the tenant's state here and

@@ -111,8 +111,6 @@ type clock struct {
 
 func (c *clock) Now() int64 { c.mu.Lock(); defer c.mu.Unlock(); return c.now }
 
-func (c *clock) Add(d time.Duration) { c.mu.Lock(); c.now += int64(d); c.mu.Unlock() }
-
 type testNode struct {
 	name string
 	mt   *memTenants
@@ -126,8 +124,6 @@ type testCluster struct {
 	clk   *clock
 	nodes map[string]*testNode
 	names []string
-	// stopped: when each node is known to have died (Config.StoppedSince).
-	stopped sync.Map // string → int64
 }
 
 func newTestCluster(t *testing.T, store *InmemStore, names ...string) *testCluster {
@@ -143,15 +139,7 @@ func (c *testCluster) node(name string) *testNode {
 	if c.store != nil {
 		st = c.store
 	}
-	stoppedSince := func(node string) (int64, bool) {
-		at, ok := c.stopped.Load(node)
-		if !ok {
-			return 0, false
-		}
-		return at.(int64), true
-	}
-	m := New(Config{Self: name, Window: testWindow, FetchTimeout: 50 * time.Millisecond, FinalWait: 20 * time.Millisecond, ReconcileAfter: 10 * time.Millisecond, Clock: c.clk.Now,
-		StoppedSince: stoppedSince},
+	m := New(Config{Self: name, Window: testWindow, FetchTimeout: 50 * time.Millisecond, FinalWait: 20 * time.Millisecond, ReconcileAfter: 10 * time.Millisecond, Clock: c.clk.Now},
 		mt, c.net.Peers(name), st, func() *ring.Ring { return mt.ring })
 	c.net.Join(name, m)
 	nd := &testNode{name: name, mt: mt, m: m}
@@ -219,30 +207,6 @@ func TestTakeOverPaths(t *testing.T) {
 			c.node("a").m.SaveOwned()
 			c.net.Partition("a", true)
 		}, want: "stale_redis_snapshot", wantAdmitted: testLimit / 3}, // never more than the conservative budget
-		{name: "crash, periodic snapshot a third of a window old", store: true, before: func(c *testCluster) {
-			c.node("a").m.SaveOwned()
-			c.net.Partition("a", true)
-			c.clk.Add(testWindow / 3)
-		}, want: "stale_redis_snapshot", wantAdmitted: 0}, // its gap charged at the peak rate fills the window
-		{name: "crash, periodic snapshot a third of a window old, owner known dead since it", store: true, before: func(c *testCluster) {
-			c.node("a").m.SaveOwned()
-			c.stopped.Store("a", c.clk.Now()) // refused right after its last snapshot
-			c.net.Partition("a", true)
-			c.clk.Add(testWindow / 3)
-		}, want: "stale_redis_snapshot", wantAdmitted: testLimit / 3}, // no gap: the conservative budget decides
-		{name: "crash, periodic snapshot, owner known dead for a window", store: true, before: func(c *testCluster) {
-			c.node("a").m.SaveOwned()
-			c.stopped.Store("a", c.clk.Now())
-			c.net.Partition("a", true)
-			c.clk.Add(testWindow + testWindow/limiter.Buckets)
-		}, want: "stale_redis_snapshot", wantAdmitted: testLimit / 3}, // the others' fallback reports may still be on their way
-		{name: "crash, periodic snapshot, a refusal older than it", store: true, before: func(c *testCluster) {
-			c.stopped.Store("a", c.clk.Now()-1) // an earlier life of "a"
-			c.clk.Add(time.Millisecond)
-			c.node("a").m.SaveOwned()
-			c.net.Partition("a", true)
-			c.clk.Add(testWindow / 3)
-		}, want: "stale_redis_snapshot", wantAdmitted: 0},
 		{name: "crash, no store", before: func(c *testCluster) { c.net.Partition("a", true) }, want: "conservative", wantAdmitted: testLimit / 3},
 		{name: "crash, store down", store: true, storeDown: true, before: func(c *testCluster) {
 			c.node("a").m.SaveOwned()

@@ -224,22 +224,14 @@ func (t *Tenant) FinishOrHand(now int64, tk *Ticket, actual int64) (d Delta, han
 // the windows that follow for as long as real spending could. It returns
 // the requests and tokens charged.
 func (t *Tenant) ChargeGap(now int64, s State) (requests, tokens int64) {
-	return t.ChargeGapUntil(now, now, s)
-}
-
-// ChargeGapUntil is ChargeGap for a gap known to end at until (at most
-// now): the node that held the tenant stopped deciding then (it died), so
-// the buckets after until are not charged.
-func (t *Tenant) ChargeGapUntil(now, until int64, s State) (requests, tokens int64) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	t.advance(now)
 	t.changed()
-	until = min(until, now)
-	return t.requests.chargeGap(s.Requests, until), t.tokens.chargeGap(s.Tokens, until)
+	return t.requests.chargeGap(s.Requests), t.tokens.chargeGap(s.Tokens)
 }
 
-func (w *Window) chargeGap(ws WindowState, until int64) int64 {
+func (w *Window) chargeGap(ws WindowState) int64 {
 	var peak int64
 	for _, b := range ws.Buckets {
 		peak = max(peak, b.Value)
@@ -248,7 +240,7 @@ func (w *Window) chargeGap(ws WindowState, until int64) int64 {
 		return 0
 	}
 	var charged int64
-	for b := min(w.head, until/w.width); b >= max(ws.Head+1, w.head-ring+1); b-- {
+	for b := w.head; b >= max(ws.Head+1, w.head-ring+1); b-- {
 		n := peak
 		if w.limit > 0 {
 			n = min(n, w.limit-w.total)

@@ -96,20 +96,6 @@ func TestChargeGapAtPeakRate(t *testing.T) {
 	if reqs, _ := c.ChargeGap(later, snap); reqs != 6 {
 		t.Fatalf("charged %d past a limit of 10 with 4 used, want 6", reqs)
 	}
-
-	// The holder known to have died 4 buckets after the snapshot's head:
-	// only those 4 are charged, the 6 after its death are not.
-	d := NewTenant(l, window, time.Minute)
-	d.Import(later, snap)
-	died := now + 5*int64(time.Second) + int64(time.Second)/2
-	if reqs, _ := d.ChargeGapUntil(later, died, snap); reqs != 12 {
-		t.Fatalf("gap of 4 buckets to the holder's death at peak 3: charged %d, want 12", reqs)
-	}
-	e := NewTenant(l, window, time.Minute)
-	e.Import(later, snap)
-	if reqs, _ := e.ChargeGapUntil(later, later+int64(time.Hour), snap); reqs != 30 {
-		t.Fatalf("a death after now: charged %d, want the whole gap's 30", reqs)
-	}
 }
 
 // A late final snapshot replaces the stale one and the gap estimate, and

@@ -185,9 +185,7 @@ func Start(cfg *config.Config, o Options) (*Node, error) {
 			_ = rt.Register(c)
 		}
 	}
-	mc := moverConfig(cfg, clock, o)
-	mc.StoppedSince = rt.StoppedSince
-	n.mover = handoff.New(mc, rt, rt, store, n.currentRing)
+	n.mover = handoff.New(moverConfig(cfg, clock, o), rt, rt, store, n.currentRing)
 	rt.SetHandOver(n.mover.HandOver)
 	rt.SetTakeBack(n.mover.TakeBack)
 	if n.store != nil {

@@ -31,42 +31,14 @@ const patientConnect = 100 * time.Millisecond
 type peers struct {
 	connect     time.Duration // budget to connect to an owner
 	first, idle time.Duration // read budgets, as for upstreams
-	clock       func() int64  // the router's
 	mu          sync.Mutex
 	byAddr      map[string]*peer
 }
 
 type peer struct {
 	hc        *fasthttp.HostClient
-	node      atomic.Pointer[string] // the node last reached at this address
-	downUntil atomic.Int64           // Unix ns; 0 = up
-	timeouts  atomic.Int32           // connect timeouts in a row
-	// refusedSince is when (clock) a connect to the peer was first
-	// refused with none accepted since, 0 when the last was accepted:
-	// nobody listens at its address, so the node is dead, and decides
-	// nothing, from then on (stoppedSince). A paused or cut-off node
-	// does not refuse: its connects time out.
-	refusedSince atomic.Int64
-}
-
-// StoppedSince is when (the router's clock) node is known to have
-// stopped: a connect to it was refused then, and none accepted since
-// (handoff.Config.StoppedSince). Only nodes this one forwarded to are
-// known.
-func (r *Router) StoppedSince(node string) (int64, bool) { return r.peers.stoppedSince(node) }
-
-// stoppedSince is when node is known to have stopped (peer.refusedSince).
-func (p *peers) stoppedSince(node string) (int64, bool) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	for _, pc := range p.byAddr {
-		if n := pc.node.Load(); n != nil && *n == node {
-			if at := pc.refusedSince.Load(); at != 0 {
-				return at, true
-			}
-		}
-	}
-	return 0, false
+	downUntil atomic.Int64 // Unix ns; 0 = up
+	timeouts  atomic.Int32 // connect timeouts in a row
 }
 
 // failed records a failed connect and reports whether the peer is now marked
@@ -108,12 +80,8 @@ func (p *peers) get(addr string) *peer {
 			c, err = patient.Dial("tcp", addr)
 		}
 		if err != nil {
-			if errors.Is(err, syscall.ECONNREFUSED) {
-				pc.refusedSince.CompareAndSwap(0, p.clock())
-			}
 			return nil, &dialError{err}
 		}
-		pc.refusedSince.Store(0)
 		return newCheckedConn(c), nil // see peerconn.go
 	})
 	pc.hc = &fasthttp.HostClient{
@@ -141,9 +109,6 @@ func (r *Router) toOwner(ctx *fasthttp.RequestCtx, v *view, owner string, t *ten
 		return false, false
 	}
 	pc := r.peers.get(addr)
-	if n := pc.node.Load(); n == nil || *n != owner {
-		pc.node.Store(&owner)
-	}
 	if until := pc.downUntil.Load(); until != 0 && time.Now().UnixNano() < until {
 		r.metrics.hopEnded(hopUnreachable, 0) // marked down a moment ago: not tried
 		return false, false

@@ -161,7 +161,7 @@ func New(o Options) (*Router, error) {
 	if connect <= 0 {
 		connect = 15 * time.Millisecond
 	}
-	r.peers = &peers{connect: connect, first: first, idle: idle, clock: r.clock, byAddr: make(map[string]*peer)}
+	r.peers = &peers{connect: connect, first: first, idle: idle, byAddr: make(map[string]*peer)}
 	return r, nil
 }
 
