@@ -173,8 +173,8 @@ func (c *Conn) Call(ctx context.Context, extra time.Duration, fn func(ctx contex
 // a dead master fails fast the calls it would serve, not the others. With
 // one breaker for the whole Cluster, a node whose snapshots lived on the
 // dead master kept failing its provider budget's calls too, on a healthy
-// master, and each time the budget fell back to a fresh strict share (the
-// failover test, one run in three: nothing admitted for 4 s).
+// master, and each time the budget fell back to a fresh strict share:
+// nothing admitted through a failover (TestRedisFailoverUnderLoad).
 func (c *Conn) CallKey(ctx context.Context, key string, extra time.Duration, fn func(ctx context.Context) error) error {
 	if c.cluster == nil {
 		return c.Call(ctx, extra, fn)

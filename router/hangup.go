@@ -4,6 +4,7 @@ import (
 	"math/rand/v2"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -154,12 +155,14 @@ func (w *clientWatch) stop() bool {
 // the tick: the cost is per tick, not per call (at 20 000 calls/s of 50 µs,
 // one or two are in flight at a tick). A timer per call cost more than the
 // rest of the watch (its heap insert and delete, on every request). Shards
-// keep concurrent calls off one lock.
+// keep concurrent calls off one lock, and a call finds the goroutine
+// running without taking any other.
 type watchList struct {
 	shards [watchShards]watchShard
-	mu     sync.Mutex // orders running
-	// running: the ticking goroutine is on.
-	running bool
+	// running: the ticking goroutine is on. add lists a watch, then
+	// starts the goroutine if it is off; tick turns it off, then looks
+	// again: a watch listed meanwhile is seen by one or the other.
+	running atomic.Bool
 }
 
 const watchShards = 16
@@ -171,7 +174,7 @@ const peeksPerGoroutine = 1024
 type watchShard struct {
 	mu sync.Mutex
 	ws []*clientWatch
-	_  [40]byte // a cache line each
+	_  [32]byte // 64 bytes: a cache line each
 }
 
 func (l *watchList) add(w *clientWatch) {
@@ -180,12 +183,9 @@ func (l *watchList) add(w *clientWatch) {
 	w.list, w.idx = s, len(s.ws)
 	s.ws = append(s.ws, w)
 	s.mu.Unlock()
-	l.mu.Lock()
-	if !l.running {
-		l.running = true
+	if !l.running.Load() && l.running.CompareAndSwap(false, true) {
 		go l.tick()
 	}
-	l.mu.Unlock()
 }
 
 func (s *watchShard) remove(w *clientWatch) {
@@ -230,17 +230,16 @@ func (l *watchList) tick() {
 			}
 			wg.Wait()
 		}
+		listed := len(due)
 		clear(due)
-		if len(due) == 0 {
-			l.mu.Lock()
-			// add may have listed one since: it starts no goroutine
-			// while running is true, so look again under l.mu.
-			if l.empty() {
-				l.running = false
-				l.mu.Unlock()
+		if listed == 0 {
+			l.running.Store(false)
+			// A watch listed before the Store found the goroutine on
+			// and started none: look again, and carry on for it unless
+			// its add started another since.
+			if l.empty() || !l.running.CompareAndSwap(false, true) {
 				return
 			}
-			l.mu.Unlock()
 		}
 	}
 }

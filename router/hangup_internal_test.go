@@ -12,11 +12,7 @@ import (
 // starts it again.
 func TestWatchListTicksOnlyWhileWatching(t *testing.T) {
 	var l watchList
-	running := func() bool {
-		l.mu.Lock()
-		defer l.mu.Unlock()
-		return l.running
-	}
+	running := l.running.Load
 	for round := range 2 {
 		ws := make([]*clientWatch, 2*peeksPerGoroutine+1) // a tick peeks on several goroutines
 		for i := range ws {
@@ -89,4 +85,30 @@ func tcpPair(t *testing.T) (client net.Conn, server *net.TCPConn) {
 	}
 	t.Cleanup(func() { c.Close(); s.Close() })
 	return c, s.(*net.TCPConn)
+}
+
+// A watch listed just as the ticking goroutine finds none and stops is
+// still peeked at: either the stopping goroutine sees it, or the watch
+// starts another. Each round lists a gone client's watch at a moment
+// around the goroutine's end.
+func TestWatchListedAsTickerStopsIsPeeked(t *testing.T) {
+	var l watchList
+	for round := range 20 {
+		warm := &clientWatch{stopped: true}
+		l.add(warm) // starts the goroutine
+		warm.stop() // its next tick finds none and stops it
+		time.Sleep(hangupCheck + time.Duration(round)*hangupCheck/20 - hangupCheck/2)
+		c, s := tcpPair(t)
+		gone := make(chan struct{})
+		w := &clientWatch{conn: s, start: time.Now(), onGone: func() { close(gone) }}
+		c.Close()
+		l.add(w)
+		select {
+		case <-gone:
+		case <-time.After(10 * hangupCheck):
+			t.Fatalf("round %d: a gone client listed around the ticker's end was not seen in %s (ticker running %v)",
+				round, 10*hangupCheck, l.running.Load())
+		}
+		w.stop()
+	}
 }
