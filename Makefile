@@ -1,7 +1,7 @@
 # make test is the project's test command (README, .ci/run).
 GO ?= go
 
-.PHONY: test short lint soak bench-report check unit e2e fuzz bench report build static cluster scale-up scale-down logs cluster-down
+.PHONY: test short lint soak bench-report check unit e2e fuzz bench report build static docker-smoke cluster scale-up scale-down logs cluster-down
 
 test: check unit e2e
 
@@ -53,6 +53,11 @@ build:
 OUT ?= ringgate
 static:
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags='-s -w' -o $(OUT) .
+
+# Build the image and check it as a node: a request answered, HEALTHCHECK
+# healthy, user 65532, SIGTERM drained with exit 0. Needs a Docker daemon.
+docker-smoke:
+	deploy/docker/smoke.sh
 
 # golangci-lint (.golangci.yml: errcheck, staticcheck, unused, bodyclose,
 # govet, ineffassign); .ci/run installs the pinned version when missing.
