@@ -51,7 +51,8 @@ const hangupCheck = 50 * time.Millisecond
 // connection once the handler is done).
 type clientWatch struct {
 	r      *Router
-	onGone func() // run once, when the client is found gone
+	onGone func() // run once, when the client is found gone; nil: finish call
+	call   *call  // the call watchClient watches for (onGone nil)
 	conn   syscall.Conn
 	start  time.Time
 
@@ -67,18 +68,30 @@ type clientWatch struct {
 // watchClient starts watching ctx's connection for c; nil (no watch) on a
 // connection with no socket to peek at (TLS, a wrapped listener's) or a
 // platform without a non-blocking peek.
+// The watch is the call's own (no allocation on every request).
 func (r *Router) watchClient(ctx *fasthttp.RequestCtx, c *call) *clientWatch {
-	return r.watch(ctx, func() {
-		r.metrics.clientGone.Inc()
-		r.finish(c, upstream.Usage{Prompt: r.exactPrompt(c), Completion: c.res.Total - c.res.Prompt, Reported: true}, false, 0)
-	})
+	w := &c.watch
+	w.r, w.call, w.start = r, c, time.Now()
+	return r.listWatch(ctx, w)
+}
+
+// callGone finishes a call whose client is gone: settled at its
+// reservation, the prompt counted exactly.
+func (r *Router) callGone(c *call) {
+	r.metrics.clientGone.Inc()
+	r.finish(c, upstream.Usage{Prompt: r.exactPrompt(c), Completion: c.res.Total - c.res.Prompt, Reported: true}, false, 0)
 }
 
 // watch watches ctx's connection and runs onGone once if the client hangs
 // up before stop. Without a socket to peek at it watches nothing, but
 // cancel still works (a hop's edge says its client is gone).
 func (r *Router) watch(ctx *fasthttp.RequestCtx, onGone func()) *clientWatch {
-	w := &clientWatch{r: r, onGone: onGone, start: time.Now()}
+	return r.listWatch(ctx, &clientWatch{r: r, onGone: onGone, start: time.Now()})
+}
+
+// listWatch lists w for the ticking goroutine's peeks when ctx's
+// connection has a socket to peek at.
+func (r *Router) listWatch(ctx *fasthttp.RequestCtx, w *clientWatch) *clientWatch {
 	sc, ok := ctx.Conn().(syscall.Conn)
 	if !canPeek || !ok {
 		return w
@@ -99,6 +112,15 @@ func (w *clientWatch) cancel() {
 	w.gone = max(time.Since(w.start), 1)
 	w.stopped = true
 	w.mu.Unlock()
+	w.fire()
+}
+
+// fire runs what the watch does once its client is gone.
+func (w *clientWatch) fire() {
+	if w.onGone == nil {
+		w.r.callGone(w.call)
+		return
+	}
 	w.onGone()
 }
 
@@ -128,7 +150,7 @@ func (w *clientWatch) check() {
 	// Not on the ticking goroutine: finishing a call can take long (its
 	// prompt counted exactly, a report to a new owner), and every other
 	// call's peek would wait for it.
-	go w.onGone()
+	go w.fire()
 }
 
 // stop ends the watch when Do returns. It reports whether the client was

@@ -60,6 +60,9 @@ type call struct {
 	// the first finish: a client found gone (hangup.go) finishes it from
 	// its watch while the handler still waits for the upstream.
 	finished atomic.Bool
+	// watch: the hang-up watch of its client while it waits for the
+	// upstream (hangup.go), part of the call to save an allocation.
+	watch clientWatch
 }
 
 // serveAPI handles a client API request: a hop from a peer is checked and

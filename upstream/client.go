@@ -19,6 +19,7 @@ type Provider struct {
 	Name             string
 	Kind             Kind
 	apiKey           string
+	bearer           string // "Bearer " + apiKey, made once
 	anthropicVersion string
 	prefix           string // base URL path, without a trailing "/v1" (the request brings its own)
 	scheme           string
@@ -98,6 +99,7 @@ func NewProvider(c ProviderConfig) (*Provider, error) {
 		Name:             c.Name,
 		Kind:             c.Kind,
 		apiKey:           c.APIKey,
+		bearer:           "Bearer " + c.APIKey,
 		anthropicVersion: c.AnthropicVersion,
 		prefix:           prefix,
 		scheme:           u.Scheme,
@@ -117,7 +119,10 @@ func NewProvider(c ProviderConfig) (*Provider, error) {
 			MaxIdleConnDuration:      30 * time.Second,
 			StreamResponseBody:       stream,
 			NoDefaultUserAgentHeader: true,
-			ReadBufferSize:           16 << 10,
+			// Prepare builds the path from the base URL's and a known
+			// endpoint's: nothing to normalize on every request.
+			DisablePathNormalizing: true,
+			ReadBufferSize:         16 << 10,
 		}
 		if !stream {
 			hc.MaxResponseBodySize = c.MaxAnswerBytes
@@ -192,7 +197,8 @@ func (c *idleConn) SetDeadline(t time.Time) error {
 // client headers that carry meaning for the provider. body is used as is.
 func (p *Provider) Prepare(req *fasthttp.Request, path []byte, body []byte, client *fasthttp.RequestHeader) {
 	req.Header.SetMethod(fasthttp.MethodPost)
-	req.SetRequestURI(p.prefix + string(path))
+	var buf [128]byte
+	req.SetRequestURIBytes(append(append(buf[:0], p.prefix...), path...))
 	req.Header.SetHost(p.host)
 	req.URI().SetScheme(p.scheme)
 	req.Header.SetContentType("application/json")
@@ -210,7 +216,7 @@ func (p *Provider) Prepare(req *fasthttp.Request, path []byte, body []byte, clie
 		}
 	default:
 		if p.apiKey != "" {
-			req.Header.Set("Authorization", "Bearer "+p.apiKey)
+			req.Header.Set("Authorization", p.bearer)
 		}
 		for _, h := range []string{"OpenAI-Organization", "OpenAI-Project", "OpenAI-Beta"} {
 			if v := client.Peek(h); len(v) > 0 {
