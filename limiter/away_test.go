@@ -1,6 +1,7 @@
 package limiter
 
 import (
+	"slices"
 	"testing"
 	"time"
 )
@@ -74,5 +75,50 @@ func TestStateAsHomeNode(t *testing.T) {
 	}
 	if same := st.As("n2"); len(same.Away) != 2 || same.Holder != "" {
 		t.Fatalf("a state as its own holder changed: %+v", same)
+	}
+}
+
+// Replace swaps the other nodes' slots node by node: a node the better
+// account says runs nothing is forgotten, one it says runs calls counts
+// them, and a node neither account names keeps what it holds.
+func TestReplaceSwapsAwaySlots(t *testing.T) {
+	l := Limits{Concurrency: 10}
+	held := func(node string, n int) State {
+		prev := NewTenant(l, time.Minute, time.Hour)
+		for range n {
+			prev.Admit(t0, 0)
+		}
+		st := prev.Export(t0)
+		st.Holder = node
+		return st.As("self")
+	}
+	cases := []struct {
+		name          string
+		stale, better State
+		want          int64
+		wantAway      []string
+	}{
+		{"ended since the stale account", held("a", 3), held("a", 0), 1 + 2, []string{"b"}},
+		{"started since the stale account", held("a", 0), held("a", 4), 1 + 2 + 4, []string{"a", "b"}},
+		{"fewer running", held("a", 3), held("a", 1), 1 + 2 + 1, []string{"a", "b"}},
+		{"another node's account", held("a", 3), held("c", 2), 1 + 2 + 2, []string{"b", "c"}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			owner := NewTenant(l, time.Minute, time.Hour)
+			owner.Import(t0, tc.stale)
+			owner.Admit(t0, 0) // its own call
+			for range 2 {      // two calls of b, an edge's, reported
+				tk := owner.Tally(t0, 0)
+				owner.ApplyFrom(t0, "b", DeltaOf(&tk))
+			}
+			owner.Replace(t0+1, tc.stale, tc.better)
+			if u := owner.Usage(t0 + 1); u.InFlight != tc.want {
+				t.Errorf("in flight %d, want %d", u.InFlight, tc.want)
+			}
+			if got := owner.AwayNodes(); !slices.Equal(got, tc.wantAway) {
+				t.Errorf("away nodes %v, want %v", got, tc.wantAway)
+			}
+		})
 	}
 }

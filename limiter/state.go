@@ -1,6 +1,9 @@
 package limiter
 
-import "time"
+import (
+	"slices"
+	"time"
+)
 
 // Buckets are indexed by absolute time (Unix nanoseconds / bucket width), so
 // a window's state means the same on every node with the same settings: it
@@ -316,7 +319,9 @@ func (t *Tenant) Window() time.Duration {
 // gains what new holds, and what this node charged itself stays. A new
 // owner that took a tenant over from a stale snapshot (plus the gap charged
 // at the peak rate) uses it when the previous owner's final snapshot
-// arrives after all.
+// arrives after all. The other nodes' slots are replaced node by node: the
+// previous owner's calls that ended since the stale account free their
+// slots, and those it started since take theirs.
 func (t *Tenant) Replace(now int64, old, new State) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -325,6 +330,40 @@ func (t *Tenant) Replace(now int64, old, new State) {
 	t.requests.replace(old.Requests, new.Requests)
 	t.tokens.replace(old.Tokens, new.Tokens)
 	t.slots.replace(old.Slots, new.Slots)
+	t.replaceAway(old.Away, new.Away)
+}
+
+// replaceAway is Replace for the slots of calls on other nodes. A node left
+// with no slot is forgotten, as DropNode does: a release from it for a call
+// not counted here changes nothing.
+func (t *Tenant) replaceAway(old, new []NodeSlots) {
+	find := func(list []NodeSlots, node string) WindowState {
+		for _, ns := range list {
+			if ns.Node == node {
+				return ns.Slots
+			}
+		}
+		return WindowState{Width: t.slots.width}
+	}
+	nodes := make([]string, 0, len(old)+len(new))
+	for _, ns := range old {
+		nodes = append(nodes, ns.Node)
+	}
+	for _, ns := range new {
+		nodes = append(nodes, ns.Node)
+	}
+	slices.Sort(nodes)
+	for _, node := range slices.Compact(nodes) {
+		was, now := find(old, node), find(new, node)
+		if t.away[node] == nil && len(now.Buckets) == 0 {
+			continue
+		}
+		w := t.awayWindow(node)
+		w.replace(was, now)
+		if w.used() <= 0 {
+			delete(t.away, node)
+		}
+	}
 }
 
 func (w *Window) replace(old, new WindowState) {
