@@ -104,6 +104,10 @@ type Budget struct {
 	hist    []Use
 	gen     int64
 	contact int64 // when a store call last reported gen
+	// historyOwed: the store's window was made anew and has not yet been
+	// told this node's part of the last one (reportHistory failed, or
+	// was not reached): no other store work before it is.
+	historyOwed bool
 
 	slotsHeld, slotsUsed int64
 	slotsUntil           int64 // when the holding lapses unless renewed
@@ -767,6 +771,13 @@ func (b *Budget) maintain(ctx context.Context, st Store, node string, now int64)
 		return !b.newGen(now, gen) || b.reportHistory(ctx, st, now, keyTTL)
 	}
 
+	b.mu.Lock()
+	owed := b.historyOwed
+	b.mu.Unlock()
+	if owed && !b.reportHistory(ctx, st, now, keyTTL) {
+		return
+	}
+
 	if !b.tellSeed(ctx, st, node, now, give) {
 		return
 	}
@@ -1035,6 +1046,7 @@ func (b *Budget) newGenLocked(now, gen int64) bool {
 	// lost sooner was lost with usage in it.
 	if prev != 0 && gen != prev && now-seen < int64(2*b.cfg.Window+b.cfg.LeaseFor) {
 		b.retryAt = max(b.retryAt, now+int64(rebuildWait))
+		b.historyOwed = true
 		return true
 	}
 	return false
@@ -1072,7 +1084,7 @@ func (b *Budget) reportHistory(ctx context.Context, st Store, now int64, keyTTL 
 		return false
 	}
 	b.mu.Lock()
-	b.gen = gen
+	b.gen, b.historyOwed = gen, false
 	for _, blk := range b.blocks {
 		blk.gen = gen // their grants are in this window now
 	}
