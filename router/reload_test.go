@@ -7,6 +7,7 @@ package router_test
 import (
 	"bufio"
 	"net/http"
+	"slices"
 	"testing"
 	"time"
 
@@ -145,5 +146,35 @@ func TestReloadStreamInFlightKeepsSlot(t *testing.T) {
 	e.waitSettled("acme", int64(rec.PromptTokens+rec.CompletionTokens))
 	if r := e.post("/v1/chat/completions", keyOf("acme"), small, nil); r.status != http.StatusOK {
 		t.Fatalf("request after the stream ended: %s", r)
+	}
+}
+
+// A tenant a reload removed and a later reload put back goes on with what
+// its window counted (it once started from nothing: its limit twice in a
+// window, for a tenant removed by mistake and restored).
+func TestReloadRemovedTenantPutBackKeepsUsage(t *testing.T) {
+	t.Parallel()
+	const rpm = 3
+	acme := tenantCfg("acme", rpm, 1_000_000, 10)
+	e := newEnv(t, envConfig{tenants: []config.Tenant{acme, tenantCfg("globex", rpm, 1_000_000, 10)}})
+	body := chatBody(openAIModel, 5, false, false)
+	for i := range rpm {
+		if r := e.post("/v1/chat/completions", keyOf("acme"), body, nil); r.status != http.StatusOK {
+			t.Fatalf("request %d: %s", i, r)
+		}
+	}
+	reloadEnv(t, e, func(c *config.Config) {
+		c.Tenants = slices.DeleteFunc(slices.Clone(c.Tenants), func(tc config.Tenant) bool { return tc.Name == "acme" })
+	})
+	if r := e.post("/v1/chat/completions", keyOf("acme"), body, nil); r.status != http.StatusUnauthorized {
+		t.Fatalf("removed: want 401, got %s", r)
+	}
+	reloadEnv(t, e, func(*config.Config) {}) // e.cfg: acme is back
+	r := e.post("/v1/chat/completions", keyOf("acme"), body, nil)
+	if r.status != http.StatusTooManyRequests {
+		t.Fatalf("put back: want 429 (its %d requests count), got %s", rpm, r)
+	}
+	if n := len(e.fake.Records()); n != rpm {
+		t.Errorf("upstream saw %d requests, want %d", n, rpm)
 	}
 }

@@ -145,6 +145,26 @@ type cores struct {
 	window, slotTTL time.Duration
 	hooks           stateHooks
 	clock           func() int64
+	// removed keeps, for a window and a slot TTL, the core of an entity a
+	// reload removed: put back by a later reload, it goes on with its
+	// usage and its running calls' slots, not from nothing (a tenant
+	// removed by mistake and restored would have had its limits twice).
+	removed map[string]removedRef
+}
+
+type removedRef struct {
+	ref *coreRef
+	at  int64 // when the reload removed it
+}
+
+// reclaim is the core of name that a reload removed lately, or nil.
+func (cs *cores) reclaim(name string) *coreRef {
+	cs.mu.Lock()
+	defer cs.mu.Unlock()
+	if r, ok := cs.removed[name]; ok {
+		return r.ref
+	}
+	return nil
 }
 
 // make makes t's core, unless another did first.
@@ -219,6 +239,7 @@ func (cs *cores) install(st *state, now int64) {
 	lim := st.cfg.Limits
 	rewindow := cs.window != lim.Window || cs.slotTTL != lim.SlotTTL
 	cs.window, cs.slotTTL = lim.Window, lim.SlotTTL
+	cs.keepRemoved(st, now, rewindow)
 	for _, t := range st.byName {
 		c := t.peek()
 		if c == nil {
@@ -234,6 +255,33 @@ func (cs *cores) install(st *state, now int64) {
 		}
 	}
 	cs.state.Store(st)
+}
+
+// keepRemoved notes the entities the state in force has and st has not,
+// forgets those st has again and those removed over a window and a slot
+// TTL ago (or all of them when the window changes: their buckets would be
+// of the old width); cs.mu is held.
+func (cs *cores) keepRemoved(st *state, now int64, rewindow bool) {
+	if rewindow {
+		cs.removed = nil
+	}
+	for name, r := range cs.removed {
+		if st.byName[name] != nil || now-r.at > int64(cs.window+cs.slotTTL) {
+			delete(cs.removed, name)
+		}
+	}
+	prev := cs.state.Load()
+	if prev == nil || rewindow {
+		return
+	}
+	for name, t := range prev.byName {
+		if st.byName[name] == nil && t.peek() != nil {
+			if cs.removed == nil {
+				cs.removed = make(map[string]removedRef)
+			}
+			cs.removed[name] = removedRef{ref: t.ref, at: now}
+		}
+	}
 }
 
 // state is everything a reload replaces at once; requests read it through an
@@ -375,10 +423,13 @@ func (b *entityBuilder) entity(name string, limits limiter.Limits, mode string) 
 		old = b.prev.byName[name]
 	}
 	t := &tenant{name: name, shadow: mode == config.ModeShadow, limits: limits, metrics: b.m, cores: b.cores}
-	if old != nil {
+	switch {
+	case old != nil:
 		t.ref = old.ref
 		t.ownedUntil.Store(old.ownedUntil.Load())
-	} else {
+	case b.cores != nil && b.cores.reclaim(name) != nil:
+		t.ref = b.cores.reclaim(name)
+	default:
 		t.ref = &coreRef{}
 	}
 	b.st.byName[name] = t
