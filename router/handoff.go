@@ -375,7 +375,32 @@ func (r *Router) sendDeltas(t *tenant, from string, ds []limiter.Delta, forwarde
 		_ = r.deliverDeltas(t, from, ds, forwarded) // local: nothing to wait for
 		return
 	}
-	go func() { _ = r.deliverDeltas(t, from, ds, forwarded) }()
+	go r.deliverDeltasRetrying(t, from, ds, forwarded)
+}
+
+// deltaRetryFor bounds how long deltas the node counting the tenant did
+// not take are sent again; the first retry comes after deltaRetryFirst,
+// each next one twice as late, at most a second apart.
+const (
+	deltaRetryFor   = 10 * time.Second
+	deltaRetryFirst = 50 * time.Millisecond
+)
+
+// deliverDeltasRetrying delivers ds, sending them again while they do not
+// get through (an owner too busy to accept in time is alive and must learn
+// of them: a release lost would hold a slot there until slot_ttl), for a
+// window at most: the receiver applies each delta once (deltaids.go, for
+// two windows), so one that did arrive and is sent again changes nothing.
+// Each try looks for the node counting the tenant anew.
+func (r *Router) deliverDeltasRetrying(t *tenant, from string, ds []limiter.Delta, forwarded int) {
+	deadline := time.Now().Add(min(t.c().lim.Window(), deltaRetryFor))
+	for wait := deltaRetryFirst; ; wait = min(2*wait, time.Second) {
+		err := r.deliverDeltas(t, from, ds, forwarded)
+		if err == nil || errors.Is(err, errNoDeltaPath) || time.Now().Add(wait).After(deadline) {
+			return
+		}
+		time.Sleep(wait)
+	}
 }
 
 // deltaDest is the node that counts t now: the one this node handed it over
@@ -388,8 +413,12 @@ func (r *Router) deltaDest(t *tenant) (string, *view) {
 	return v.owner(t.name), v
 }
 
-// errDeltaUndelivered: the deltas did not reach the node counting the tenant.
-var errDeltaUndelivered = errors.New("deltas not delivered")
+// errDeltaUndelivered: the deltas did not reach the node counting the
+// tenant; errNoDeltaPath: and cannot (no secret, or too many hand-ons).
+var (
+	errDeltaUndelivered = errors.New("deltas not delivered")
+	errNoDeltaPath      = fmt.Errorf("%w: no signed path", errDeltaUndelivered)
+)
 
 // deliverDeltas gives ds, deltas of calls running on node from ("": this
 // one), to the node that counts t now and reports whether it took them.
@@ -424,7 +453,7 @@ func (r *Router) deliverDeltas(t *tenant, from string, ds []limiter.Delta, forwa
 	addr := v.addrs[dest]
 	if !r.hops.enabled() || forwarded >= maxHops || addr == "" || dest == r.node {
 		r.logDeltaLost(t, dest, "no signed path to the node counting the tenant", 0)
-		return fmt.Errorf("%w to %s: no signed path", errDeltaUndelivered, dest)
+		return fmt.Errorf("%w to %s", errNoDeltaPath, dest)
 	}
 	// Tried even when the peer is marked down for hops: an owner slow to
 	// accept is still alive and must learn of these (fallback.go).

@@ -49,10 +49,21 @@ type signer struct {
 	skew   time.Duration
 	now    func() time.Time
 
+	// started is when this signer (this process) began: a hop signed
+	// before it was captured before a restart, and its nonce is not in
+	// this process's memory.
+	started time.Time
+
 	mu     sync.Mutex
 	nonces map[string]time.Time // seen nonces until they are older than skew
 	sweep  time.Time
 }
+
+// restartSlack is how much older than the process a hop may be: a peer's
+// clock a little behind this one's (NTP keeps a LAN within milliseconds).
+// A hop signed before that was signed before the restart and was meant for
+// the process that is gone.
+const restartSlack = 250 * time.Millisecond
 
 // maxNonces bounds replay memory; past it, hops are refused until old nonces
 // age out (a node receiving a million hops within the skew window is under
@@ -63,7 +74,7 @@ func newSigner(secret []byte, skew time.Duration, now func() time.Time) *signer 
 	if skew <= 0 {
 		skew = 5 * time.Second
 	}
-	return &signer{secret: secret, skew: skew, now: now, nonces: make(map[string]time.Time)}
+	return &signer{secret: secret, skew: skew, now: now, started: now(), nonces: make(map[string]time.Time)}
 }
 
 func (s *signer) enabled() bool { return len(s.secret) > 0 }
@@ -90,31 +101,46 @@ func hopSender(h *fasthttp.RequestHeader) string {
 	return from
 }
 
+// signedHeaders are the client's headers a hop carries that the owner
+// acts on besides the key: the queue class, and those it sends on to the
+// provider (upstream.Provider.Prepare), which name the organization or
+// project billed. Changed on the way, the hop does not verify.
+var signedHeaders = []string{"Authorization", "x-api-key", priorityHeader,
+	"OpenAI-Organization", "OpenAI-Project", "OpenAI-Beta", "anthropic-version", "anthropic-beta", "Accept"}
+
+// mac signs the method, the path and query, the signed headers (each
+// length-prefixed: no value can pass for another's), the body's hash and
+// the hop header. v2: v1 signed neither the query nor the headers past the
+// key.
 func (s *signer) mac(req *fasthttp.Request, hop string) string {
 	bodySum := sha256.Sum256(req.Body())
 	m := hmac.New(sha256.New, s.secret)
-	m.Write([]byte("ringgate-hop-v1\n"))
-	m.Write(req.Header.Method())
-	m.Write([]byte{'\n'})
-	m.Write(req.URI().PathOriginal())
-	m.Write([]byte{'\n'})
-	m.Write(req.Header.Peek("Authorization"))
-	m.Write([]byte{'\n'})
-	m.Write(req.Header.Peek("x-api-key"))
-	m.Write([]byte{'\n'})
-	m.Write(bodySum[:])
-	m.Write([]byte{'\n'})
-	m.Write([]byte(hop))
+	var n [8]byte
+	field := func(b []byte) {
+		m.Write(strconv.AppendInt(n[:0], int64(len(b)), 10))
+		m.Write([]byte{':'})
+		m.Write(b)
+	}
+	m.Write([]byte("ringgate-hop-v2\n"))
+	field(req.Header.Method())
+	field(req.URI().PathOriginal())
+	field(req.URI().QueryString())
+	for _, h := range signedHeaders {
+		field(req.Header.Peek(h))
+	}
+	field(bodySum[:])
+	field([]byte(hop))
 	return hex.EncodeToString(m.Sum(nil))
 }
 
 var (
-	errHopUnsigned  = errors.New("peer hops are disabled on this node (no cluster.secret)")
-	errHopMalformed = errors.New("malformed hop header")
-	errHopSignature = errors.New("bad hop signature")
-	errHopStale     = errors.New("hop timestamp outside the allowed clock skew")
-	errHopReplay    = errors.New("hop replayed")
-	errHopTarget    = errors.New("hop addressed to another node")
+	errHopUnsigned    = errors.New("peer hops are disabled on this node (no cluster.secret)")
+	errHopMalformed   = errors.New("malformed hop header")
+	errHopSignature   = errors.New("bad hop signature")
+	errHopStale       = errors.New("hop timestamp outside the allowed clock skew")
+	errHopReplay      = errors.New("hop replayed")
+	errHopTarget      = errors.New("hop addressed to another node")
+	errHopBeforeStart = errors.New("hop signed before this node started")
 )
 
 // verify checks a received hop addressed to self.
@@ -151,6 +177,11 @@ func (s *signer) verify(req *fasthttp.Request, self string) (hopInfo, error) {
 	now := s.now()
 	if d := now.Sub(info.at); d > s.skew || d < -s.skew {
 		return info, fmt.Errorf("%w (%s)", errHopStale, d.Round(time.Millisecond))
+	}
+	if info.at.Before(s.started.Add(-restartSlack)) {
+		// Its nonce could be in the memory of the process before this
+		// one only: a replay across a restart.
+		return info, errHopBeforeStart
 	}
 	if err := s.remember(info.nonce, now); err != nil {
 		return info, err

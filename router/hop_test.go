@@ -40,11 +40,29 @@ func TestHopVerify(t *testing.T) {
 		{name: "stale", self: "b", advance: 6 * time.Second, want: errHopStale},
 		{name: "from the future", self: "b", advance: -6 * time.Second, want: errHopStale},
 		{name: "no secret here", signer: newSigner(nil, time.Second, clock), self: "b", want: errHopUnsigned},
+		// What the owner acts on besides the key is signed too (v1 did
+		// not: an on-path attacker could change the organization billed
+		// or the queue class).
+		{name: "query added", tamper: func(r *fasthttp.Request) { r.SetRequestURI("/v1/chat/completions?x=1") }, self: "b", want: errHopSignature},
+		{name: "organization changed", tamper: func(r *fasthttp.Request) { r.Header.Set("OpenAI-Organization", "org-other") }, self: "b", want: errHopSignature},
+		{name: "project added", tamper: func(r *fasthttp.Request) { r.Header.Set("OpenAI-Project", "proj-other") }, self: "b", want: errHopSignature},
+		{name: "anthropic-beta added", tamper: func(r *fasthttp.Request) { r.Header.Set("anthropic-beta", "x") }, self: "b", want: errHopSignature},
+		{name: "priority changed", tamper: func(r *fasthttp.Request) { r.Header.Set(priorityHeader, "batch") }, self: "b", want: errHopSignature},
+		{name: "key moved to the other key header", tamper: func(r *fasthttp.Request) {
+			r.Header.Del("Authorization")
+			r.Header.Set("x-api-key", "Bearer sk-a")
+		}, self: "b", want: errHopSignature},
+		// A node restarted under its name has forgotten the nonces it saw:
+		// a hop signed before it started is refused (a replay), one signed
+		// by a peer whose clock is a little behind is not.
+		{name: "signed before a restart", signer: newSigner(secret, 5*time.Second, func() time.Time { return now.Add(time.Second) }), self: "b", advance: time.Second, want: errHopBeforeStart},
+		{name: "peer clock 100ms behind, just after a restart", signer: newSigner(secret, 5*time.Second, func() time.Time { return now.Add(100 * time.Millisecond) }), self: "b", advance: 100 * time.Millisecond},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			s := newSigner(secret, 5*time.Second, clock)
 			req := hopRequest(`{"x":1}`)
+			req.Header.Set("OpenAI-Organization", "org-client")
 			s.sign(req, "a", "b", 7)
 			if tc.tamper != nil {
 				tc.tamper(req)

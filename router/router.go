@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -268,7 +269,7 @@ func (r *Router) Server() *fasthttp.Server {
 		ReduceMemoryUsage:     false,
 		CloseOnShutdown:       true,
 		ErrorHandler:          r.serverError,
-		Logger:                fasthttpLogger{r.log},
+		Logger:                &fasthttpLogger{l: r.log},
 	}
 }
 
@@ -400,9 +401,38 @@ func (r *Router) WaitIdle(grace, timeout time.Duration) bool {
 // InFlight reports the client requests and streams being served.
 func (r *Router) InFlight() int64 { return r.active.Load() }
 
-// fasthttpLogger routes fasthttp's own messages into slog.
-type fasthttpLogger struct{ l *slog.Logger }
+// fasthttpLogger routes fasthttp's own messages (a malformed request, a
+// connection error) into slog: one line a second at most, saying how many
+// it stands for (any client can send malformed requests), each cut short,
+// and never with the bytes of the request, which fasthttp quotes after
+// "contents:" (the tenant's key, the admin token, a hop's signature).
+type fasthttpLogger struct {
+	l     *slog.Logger
+	meter logMeter
+}
 
-func (f fasthttpLogger) Printf(format string, args ...any) {
-	f.l.Warn("http", "detail", fmt.Sprintf(format, args...))
+// httpLogEvery and httpLogMax bound fasthttp's lines.
+const (
+	httpLogEvery = time.Second
+	httpLogMax   = 300
+)
+
+func (f *fasthttpLogger) Printf(format string, args ...any) {
+	ok, muted := f.meter.allow(time.Now().UnixNano(), httpLogEvery)
+	if !ok {
+		return
+	}
+	f.l.Warn("http", "detail", redactHTTPDetail(fmt.Sprintf(format, args...)), "not_logged", muted)
+}
+
+// redactHTTPDetail drops the request bytes fasthttp quotes in an error
+// and bounds what is left.
+func redactHTTPDetail(s string) string {
+	if i := strings.Index(s, ", contents:"); i >= 0 {
+		s = s[:i] + ", contents not logged"
+	}
+	if len(s) > httpLogMax {
+		s = strings.ToValidUTF8(s[:httpLogMax], "") + "…"
+	}
+	return s
 }

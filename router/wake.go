@@ -87,6 +87,8 @@ func refusalReason(err error) string {
 	switch {
 	case errors.Is(err, errHopStale):
 		return "stale"
+	case errors.Is(err, errHopBeforeStart):
+		return "before_start"
 	case errors.Is(err, errHopReplay):
 		return "replay"
 	case errors.Is(err, errHopTarget):
