@@ -180,10 +180,12 @@ func (r *Router) toOwner(ctx *fasthttp.RequestCtx, v *view, owner string, t *ten
 	ctx.SetStatusCode(resp.StatusCode())
 	if bytes.HasPrefix(resp.Header.ContentType(), []byte("text/event-stream")) {
 		r.metrics.hopEnded(hopAnswered, took)
+		wd := r.writeDeadline(ctx)
 		ctx.SetBodyStreamWriter(func(w *bufio.Writer) {
 			defer r.done()
+			defer wd.done()
 			defer fasthttp.ReleaseResponse(resp)
-			relay(w, resp.BodyStream())
+			relay(w, resp.BodyStream(), wd)
 		})
 		return true, true
 	}
@@ -206,7 +208,7 @@ func (r *Router) toOwner(ctx *fasthttp.RequestCtx, v *view, owner string, t *ten
 // relay copies an owner's stream to the client as it arrives, flushing each
 // read; a write error (the client hung up) stops it, and releasing the
 // response closes the owner connection so the owner sees the hang-up too.
-func relay(w *bufio.Writer, src io.Reader) {
+func relay(w *bufio.Writer, src io.Reader, wd streamDeadline) {
 	if src == nil {
 		return
 	}
@@ -215,6 +217,7 @@ func relay(w *bufio.Writer, src io.Reader) {
 	for {
 		n, err := src.Read(*bp)
 		if n > 0 {
+			wd.extend()
 			if _, werr := w.Write((*bp)[:n]); werr != nil {
 				return
 			}

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -630,12 +631,15 @@ var streamBufs = sync.Pool{New: func() any { b := make([]byte, 16<<10); return &
 
 // stream relays an SSE answer event by event (the events of one upstream
 // read in one flush), and settles when it ends. A write error means the
-// client hung up: the upstream call is cut and the slot freed at once.
+// client hung up, or stopped reading for clientWriteIdle: the upstream call
+// is cut and the slot freed at once.
 func (r *Router) stream(ctx *fasthttp.RequestCtx, c *call, resp *fasthttp.Response) {
 	ctx.Response.Header.Set("Cache-Control", "no-cache")
 	ctx.Response.Header.Set("X-Accel-Buffering", "no")
+	wd := r.writeDeadline(ctx)
 	ctx.SetBodyStreamWriter(func(w *bufio.Writer) {
 		defer r.done()
+		defer wd.done()
 		f := upstream.NewStreamFilter(c.prov.Kind, c.req.ClientWantsUsage)
 		if c.req.Endpoint == upstream.Responses {
 			f = upstream.NewResponsesFilter()
@@ -654,6 +658,7 @@ func (r *Router) stream(ctx *fasthttp.RequestCtx, c *call, resp *fasthttp.Respon
 			if err != nil {
 				return err
 			}
+			wd.extend()
 			return w.Flush()
 		}
 		src := resp.BodyStream()
@@ -822,4 +827,40 @@ func errString(err error) string {
 		return ""
 	}
 	return err.Error()
+}
+
+// clientWriteIdle is how long a stream's writes to its client may make no
+// progress (the client stopped reading, its buffers full) before the client
+// is taken to be gone: the call is cut and its slot freed. Without it a
+// client that stops reading would hold its call, and the provider's
+// connection, for ever (and past slot_ttl, uncounted).
+const clientWriteIdle = 30 * time.Second
+
+// streamDeadline moves a connection's write deadline on as a stream makes
+// progress: each flush may take clientWriteIdle. fasthttp writes a stream
+// from its own goroutine through a pipe, so a client that does not read
+// blocks that write, then the pipe, then the flush: the deadline stops
+// moving and the blocked write fails.
+type streamDeadline struct {
+	conn net.Conn
+	idle time.Duration
+}
+
+// writeDeadline is ctx's connection's stream deadline (taken before the
+// stream writer runs: it must not touch ctx).
+func (r *Router) writeDeadline(ctx *fasthttp.RequestCtx) streamDeadline {
+	return streamDeadline{conn: ctx.Conn(), idle: r.clientWriteIdle}
+}
+
+func (d streamDeadline) extend() {
+	if d.conn != nil {
+		_ = d.conn.SetWriteDeadline(time.Now().Add(d.idle))
+	}
+}
+
+// done clears the deadline for the connection's next request.
+func (d streamDeadline) done() {
+	if d.conn != nil {
+		_ = d.conn.SetWriteDeadline(time.Time{})
+	}
 }

@@ -41,14 +41,16 @@ type Options struct {
 
 // Router serves one node's HTTP: the client API and the admin endpoints.
 type Router struct {
-	node    string
-	clock   func() int64
-	log     *slog.Logger
-	tok     *reserve.Tokenizer
-	est     *reserve.Estimator
-	ratios  *reserve.Ratios // prompt tokens per byte (promptTokens)
-	metrics *metrics
-	onAdmit func(tenant string, at int64)
+	node  string
+	clock func() int64
+	// clientWriteIdle: clientWriteIdle, shorter in tests.
+	clientWriteIdle time.Duration
+	log             *slog.Logger
+	tok             *reserve.Tokenizer
+	est             *reserve.Estimator
+	ratios          *reserve.Ratios // prompt tokens per byte (promptTokens)
+	metrics         *metrics
+	onAdmit         func(tenant string, at int64)
 
 	state    atomic.Pointer[state]
 	cores    *cores // makes the tenants' cores on the config in force
@@ -127,17 +129,18 @@ func New(o Options) (*Router, error) {
 		o.Tokenizer = tok
 	}
 	r := &Router{
-		node:    o.Config.Node.Name,
-		clock:   o.Clock,
-		log:     o.Logger,
-		tok:     o.Tokenizer,
-		est:     reserve.NewEstimator(o.Config.Limits.DefaultCompletion),
-		ratios:  reserve.NewRatios(),
-		metrics: newMetrics(),
-		ids:     newDeltaIDs(),
-		leaser:  o.Leaser,
-		onAdmit: o.OnAdmit,
-		started: time.Now(),
+		clientWriteIdle: clientWriteIdle,
+		node:            o.Config.Node.Name,
+		clock:           o.Clock,
+		log:             o.Logger,
+		tok:             o.Tokenizer,
+		est:             reserve.NewEstimator(o.Config.Limits.DefaultCompletion),
+		ratios:          reserve.NewRatios(),
+		metrics:         newMetrics(),
+		ids:             newDeltaIDs(),
+		leaser:          o.Leaser,
+		onAdmit:         o.OnAdmit,
+		started:         time.Now(),
 		// A cluster node owns nothing until it has joined and holds a
 		// ring; a standalone one owns everything.
 		clustered: o.Config.Node.Gossip != "",
