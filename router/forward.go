@@ -114,9 +114,7 @@ func (r *Router) toOwner(ctx *fasthttp.RequestCtx, v *view, owner string, t *ten
 		return false, false
 	}
 	req := fasthttp.AcquireRequest()
-	ctx.Request.Header.CopyTo(&req.Header)
-	req.Header.Del("Connection")
-	req.Header.Del("Keep-Alive")
+	copyHopHeaders(req, &ctx.Request.Header)
 	req.Header.SetHost(addr)
 	req.SetBodyRaw(ctx.PostBody())
 	r.hops.sign(req, r.node, owner, v.version(), hops)
@@ -390,5 +388,25 @@ func (r *Router) endFallback(t *tenant, owner string) {
 	}
 	for _, e := range t.models {
 		r.endFallback(e, owner)
+	}
+}
+
+// copyHopHeaders sets on req what a hop carries of the client's request
+// besides its body: method, path and query, content type, and the headers
+// the owner acts on (signedHeaders: the key, the queue class, those it
+// sends on to the provider). Nothing else: the owner reads nothing else,
+// and the hop's own headers must fit the owner's header buffer whatever
+// the client sent (a 3.7 KiB cookie once made a request that its owner
+// served when sent straight there fail when handed to it).
+func copyHopHeaders(req *fasthttp.Request, client *fasthttp.RequestHeader) {
+	req.Header.SetMethodBytes(client.Method())
+	req.Header.SetRequestURIBytes(client.RequestURI())
+	if ct := client.ContentType(); len(ct) > 0 {
+		req.Header.SetContentTypeBytes(ct)
+	}
+	for _, h := range signedHeaders {
+		if v := client.Peek(h); len(v) > 0 {
+			req.Header.SetBytesV(h, v)
+		}
 	}
 }

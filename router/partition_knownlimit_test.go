@@ -81,6 +81,12 @@ func newPartCluster(t *testing.T, rpm int, window time.Duration) *partCluster {
 
 func (c *partCluster) post(t *testing.T, node string) int {
 	t.Helper()
+	return c.postWith(t, node, nil)
+}
+
+// postWith is post with extra request headers.
+func (c *partCluster) postWith(t *testing.T, node string, extra map[string]string) int {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	body := `{"model":"gpt-4o-mini","max_tokens":5,"messages":[{"role":"user","content":"hi"}]}`
@@ -89,6 +95,9 @@ func (c *partCluster) post(t *testing.T, node string) int {
 		t.Fatal(err)
 	}
 	req.Header.Set("Authorization", "Bearer sk-"+c.tenant)
+	for k, v := range extra {
+		req.Header.Set(k, v)
+	}
 	resp, err := c.hc.Do(req)
 	if err != nil {
 		t.Fatal(err)
