@@ -119,7 +119,7 @@ func (d *delegate) record(kind string, n *memberlist.Node) {
 	m := Member{Name: n.Name, GossipAddr: n.Address()}
 	wm, err := decodeMeta(n.Meta)
 	if err == nil {
-		m.HTTPAddr, m.State, m.Pins, m.ConfigVersion = wm.H, wm.S, wm.P, wm.C
+		m.HTTPAddr, m.State, m.Pins, m.ConfigVersion, m.CannotReach = wm.H, wm.S, wm.P, wm.C, wm.U
 	}
 
 	d.viewMu.Lock()

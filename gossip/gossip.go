@@ -44,6 +44,14 @@ type Member struct {
 	// ConfigVersion is the version of the member's config file
 	// (Config.ConfigVersion, SetConfigVersion); "" for none.
 	ConfigVersion string
+	// CannotReach names, by NameHash, the members this one says it cannot
+	// reach over HTTP (SetCannotReach).
+	CannotReach []uint32
+}
+
+func (m Member) equal(o Member) bool {
+	return m.Name == o.Name && m.GossipAddr == o.GossipAddr && m.HTTPAddr == o.HTTPAddr && m.State == o.State &&
+		m.Pins == o.Pins && m.ConfigVersion == o.ConfigVersion && slices.Equal(m.CannotReach, o.CannotReach)
 }
 
 // Config configures a Node. Only Name is required.
@@ -111,8 +119,9 @@ const (
 type Node struct {
 	name          string
 	httpAddr      string
-	pins          atomic.Uint64          // what the metadata carries as Pins
-	configVersion atomic.Pointer[string] // what the metadata carries as ConfigVersion
+	pins          atomic.Uint64            // what the metadata carries as Pins
+	configVersion atomic.Pointer[string]   // what the metadata carries as ConfigVersion
+	cannotReach   atomic.Pointer[[]uint32] // what the metadata carries as CannotReach
 	gossipAddr    string
 	timing        Timing
 	log           *slog.Logger
@@ -280,7 +289,8 @@ func (n *Node) otherSeeds(seeds []string, bindAddr, advertiseAddr string) []stri
 // Self returns this node as other members see it.
 func (n *Node) Self() Member {
 	_, st := n.d.currentMeta()
-	return Member{Name: n.name, GossipAddr: n.gossipAddr, HTTPAddr: n.httpAddr, State: st, Pins: n.pins.Load(), ConfigVersion: *n.configVersion.Load()}
+	return Member{Name: n.name, GossipAddr: n.gossipAddr, HTTPAddr: n.httpAddr, State: st, Pins: n.pins.Load(),
+		ConfigVersion: *n.configVersion.Load(), CannotReach: n.cannotReachNow()}
 }
 
 // Members returns the live members, self included, sorted by name; nil after
@@ -371,6 +381,32 @@ func (n *Node) SetConfigVersion(v string) error {
 	})
 }
 
+// SetCannotReach sets the members this node's metadata says it cannot
+// reach over HTTP (the owners it admits fallback shares for), at most
+// MaxCannotReach of them, and broadcasts it like SetPins.
+func (n *Node) SetCannotReach(names []string) error {
+	hs := make([]uint32, 0, min(len(names), MaxCannotReach))
+	for _, name := range names {
+		if len(hs) == MaxCannotReach {
+			break
+		}
+		hs = append(hs, NameHash(name))
+	}
+	slices.Sort(hs)
+	return n.setMeta("cannot_reach", func(m *wireMeta) bool {
+		old := m.U
+		m.U = hs
+		return !slices.Equal(old, hs)
+	})
+}
+
+func (n *Node) cannotReachNow() []uint32 {
+	if p := n.cannotReach.Load(); p != nil {
+		return *p
+	}
+	return nil
+}
+
 // setMeta is updateMeta for one field, named event in the warning logged
 // when the broadcast is not confirmed.
 func (n *Node) setMeta(event string, change func(*wireMeta) bool) error {
@@ -398,7 +434,7 @@ func (n *Node) updateMeta(change func(*wireMeta) bool) error {
 		return ErrStopped
 	}
 	_, st := n.d.currentMeta()
-	m := wireMeta{H: n.httpAddr, S: st, P: n.pins.Load(), C: *n.configVersion.Load()}
+	m := wireMeta{H: n.httpAddr, S: st, P: n.pins.Load(), C: *n.configVersion.Load(), U: n.cannotReachNow()}
 	if !change(&m) {
 		return nil
 	}
@@ -408,6 +444,7 @@ func (n *Node) updateMeta(change func(*wireMeta) bool) error {
 	}
 	n.pins.Store(m.P)
 	n.configVersion.Store(&m.C)
+	n.cannotReach.Store(&m.U)
 	n.d.setMeta(meta, m.S)
 	// UpdateNode re-reads NodeMeta, bumps our incarnation, updates our own
 	// entry (which fires our update event) and broadcasts.
@@ -617,7 +654,7 @@ func (n *Node) notifyLoop() {
 			continue
 		}
 		members := n.Members()
-		if delivered && slices.Equal(members, last) {
+		if delivered && slices.EqualFunc(members, last, Member.equal) {
 			continue
 		}
 		select {

@@ -35,7 +35,7 @@ func TestThreeMembersJoinViaSeeds(t *testing.T) {
 				t.Fatalf("%s does not see %s", n.Self().Name, other.Self().Name)
 			}
 			want := Member{Name: other.Self().Name, GossipAddr: other.GossipAddr(), HTTPAddr: httpAddrOf(other.Self().Name), State: StateActive}
-			if m != want {
+			if !m.equal(want) {
 				t.Errorf("%s sees %+v, want %+v", n.Self().Name, m, want)
 			}
 		}
@@ -416,7 +416,7 @@ func TestOnChangeNeverConcurrent(t *testing.T) {
 				return false
 			}
 		}
-		return slices.Equal(last, a.Members())
+		return slices.EqualFunc(last, a.Members(), Member.equal)
 	})
 	t.Logf("OnChange: %d calls, max concurrent %d", calls.Load(), maxInFlight.Load())
 	if maxInFlight.Load() != 1 {
@@ -692,4 +692,39 @@ func TestSetConfigVersionSeenByPeers(t *testing.T) {
 		m, ok := findMember(a.Members(), "b")
 		return ok && m.ConfigVersion == "ba9876543210" && m.Pins == 7
 	})
+}
+
+// The members a node says it cannot reach travel in its metadata, with
+// the rest of it kept, and can be cleared.
+func TestSetCannotReachSeenByPeers(t *testing.T) {
+	t.Parallel()
+	lc := newLogCapture(t)
+	nodes := startCluster(t, lc, []string{"a", "b"}, false, func(c *Config) { c.Pins, c.ConfigVersion = 7, "0123456789ab" })
+	a, b := nodes[0], nodes[1]
+	if err := b.SetCannotReach([]string{"a", "zz"}); err != nil {
+		t.Fatalf("SetCannotReach: %v", err)
+	}
+	want := []uint32{NameHash("a"), NameHash("zz")}
+	slices.Sort(want)
+	waitFor(t, 5*time.Second, "a sees that b cannot reach it, pins and version kept", func() bool {
+		m, ok := findMember(a.Members(), "b")
+		return ok && slices.Equal(m.CannotReach, want) && m.Pins == 7 && m.ConfigVersion == "0123456789ab"
+	})
+	if err := b.SetCannotReach(nil); err != nil {
+		t.Fatalf("SetCannotReach(nil): %v", err)
+	}
+	waitFor(t, 5*time.Second, "a sees b reach everyone again", func() bool {
+		m, ok := findMember(a.Members(), "b")
+		return ok && len(m.CannotReach) == 0
+	})
+	many := make([]string, 3*MaxCannotReach)
+	for i := range many {
+		many[i] = fmt.Sprintf("member-with-a-long-kubernetes-style-name-%02d", i)
+	}
+	if err := b.SetCannotReach(many); err != nil {
+		t.Fatalf("SetCannotReach(%d long names): %v", len(many), err)
+	}
+	if got := len(b.Self().CannotReach); got != MaxCannotReach {
+		t.Errorf("metadata names %d members, want at most %d", got, MaxCannotReach)
+	}
 }

@@ -26,6 +26,24 @@ type wireMeta struct {
 	// C is the version of the member's config file (Config.ConfigVersion);
 	// absent from a member that has none or predates it.
 	C string `json:"c,omitempty"`
+	// U names, by NameHash, the members this one cannot reach over HTTP
+	// and admits fallback shares for (at most MaxCannotReach).
+	U []uint32 `json:"u,omitempty"`
+}
+
+// MaxCannotReach bounds the members a node's metadata says it cannot
+// reach (the metadata has 512 bytes in all).
+const MaxCannotReach = 16
+
+// NameHash is how the metadata names a member it cannot reach: FNV-1a of
+// its name (a collision only makes an owner keep to a smaller share).
+func NameHash(name string) uint32 {
+	h := uint32(2166136261)
+	for i := 0; i < len(name); i++ {
+		h ^= uint32(name[i])
+		h *= 16777619
+	}
+	return h
 }
 
 var errBadMeta = errors.New("gossip: invalid member metadata")

@@ -1,6 +1,7 @@
 package gossip
 
 import (
+	"slices"
 	"strings"
 	"testing"
 )
@@ -54,6 +55,7 @@ func FuzzDecodeMeta(f *testing.F) {
 	f.Add([]byte(`{"v":1,"h":"","s":"draining"}`))
 	f.Add([]byte(`{"v":1,"h":"10.0.0.1:8080","s":"active","p":12345}`))
 	f.Add([]byte(`{"v":1,"h":"10.0.0.1:8080","s":"active","p":12345,"c":"3f2a9c01b7d4"}`))
+	f.Add([]byte(`{"v":1,"h":"10.0.0.1:8080","s":"active","u":[1,4294967295]}`))
 	f.Add([]byte("\x00\x01\x02"))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		m, err := decodeMeta(b)
@@ -65,7 +67,7 @@ func FuzzDecodeMeta(f *testing.F) {
 			return // decodable but an address too long to re-encode: fine
 		}
 		m2, err := decodeMeta(b2)
-		if err != nil || m2 != m {
+		if err != nil || m2.V != m.V || m2.H != m.H || m2.S != m.S || m2.P != m.P || m2.C != m.C || !slices.Equal(m2.U, m.U) {
 			t.Fatalf("round trip %q -> %+v %v", b, m2, err)
 		}
 	})

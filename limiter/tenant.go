@@ -161,6 +161,60 @@ func (t *Tenant) Admit(now, tokens int64) (Ticket, Decision) {
 	return tk, d
 }
 
+// AdmitWithin is Admit with each limit cut to keep/of of itself (rounded
+// down; 0 admits nothing on that dimension): an owner whose members in
+// part cannot reach it keeps to its share while they admit theirs. The
+// decision's limits and remaining are the uncut ones; a refusal's retry
+// is when the request fits under the cut.
+func (t *Tenant) AdmitWithin(now, tokens, keep, of int64) (Ticket, Decision) {
+	if of <= 0 || keep >= of {
+		return t.Admit(now, tokens)
+	}
+	keep = max(keep, 0)
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.advance(now)
+	d := t.decide(now, tokens)
+	if d.Allowed {
+		d = t.decideCut(now, tokens, keep, of)
+	}
+	var tk Ticket
+	if d.Allowed {
+		tk = Ticket{
+			bucket:     t.requests.charge(1),
+			slotBucket: t.slots.charge(1),
+			tokens:     tokens,
+			admitted:   true,
+			gen:        t.history.gen,
+		}
+		t.tokens.charge(tokens)
+		t.changed()
+	}
+	t.fill(now, &d)
+	return tk, d
+}
+
+// decideCut refuses what fits the limits but not keep/of of them; t.mu is
+// held and t advanced to now.
+func (t *Tenant) decideCut(now, tokens, keep, of int64) Decision {
+	var d Decision
+	cut := func(l int64) int64 { return l * keep / of }
+	switch {
+	case t.requests.limit > 0 && t.requests.total+1 > cut(t.requests.limit):
+		d.Limited = Requests
+		d.RetryAfter = time.Duration(t.requests.untilFits(now, 1+t.requests.limit-cut(t.requests.limit)))
+	case t.tokens.limit > 0 && t.tokens.total+tokens > cut(t.tokens.limit):
+		d.Limited = Tokens
+		d.RetryAfter = time.Duration(t.tokens.untilFits(now, tokens+t.tokens.limit-cut(t.tokens.limit)))
+	case t.slots.limit > 0 && t.slotsUsed()+1 > cut(t.slots.limit):
+		d.Limited = Concurrency
+		d.RetryAfter = time.Second
+	default:
+		d.Allowed = true
+	}
+	return d
+}
+
 // Check is what Admit would decide at now, charging nothing: a request
 // waiting for other limits asks whether its tenant has room before it
 // takes them.

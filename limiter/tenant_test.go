@@ -413,3 +413,46 @@ func TestBucketsOnlyWhileCharged(t *testing.T) {
 		t.Errorf("a fresh window refused: %+v", d)
 	}
 }
+
+// AdmitWithin keeps to keep/of of each limit and reports the whole limits.
+func TestAdmitWithinKeepsToTheCut(t *testing.T) {
+	cases := []struct {
+		name       string
+		limits     Limits
+		keep, of   int64
+		tokens     int64
+		wantAdmits int
+		limited    Dimension
+	}{
+		{"requests, a third cut", Limits{Requests: 30}, 2, 3, 1, 20, Requests},
+		{"tokens, half", Limits{Tokens: 100}, 1, 2, 10, 5, Tokens},
+		{"concurrency, a third", Limits{Concurrency: 3}, 1, 3, 0, 1, Concurrency},
+		{"nothing kept", Limits{Requests: 30}, 0, 3, 1, 0, Requests},
+		{"whole", Limits{Requests: 30}, 3, 3, 1, 30, Requests},
+		{"no limit stays none", Limits{}, 1, 3, 1, 100, None},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			l := NewTenant(tc.limits, time.Minute, time.Hour)
+			got := 0
+			var last Decision
+			for range 100 {
+				_, d := l.AdmitWithin(t0, tc.tokens, tc.keep, tc.of)
+				if !d.Allowed {
+					last = d
+					break
+				}
+				got++
+			}
+			if got != tc.wantAdmits {
+				t.Fatalf("admitted %d, want %d", got, tc.wantAdmits)
+			}
+			if last.Limited != tc.limited {
+				t.Errorf("refused by %v, want %v", last.Limited, tc.limited)
+			}
+			if tc.limited != None && last.RetryAfter <= 0 {
+				t.Errorf("refusal without a retry: %+v", last)
+			}
+		})
+	}
+}

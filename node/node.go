@@ -12,6 +12,7 @@ import (
 	"log/slog"
 	"net"
 	"runtime/debug"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -237,6 +238,9 @@ func Start(cfg *config.Config, o Options) (*Node, error) {
 		n.mu.Lock()
 		n.gossip = g
 		n.mu.Unlock()
+		// The owners this node falls back on are named in its metadata:
+		// each keeps its own admissions to its part (router/unreachable.go).
+		rt.SetCannotReachHook(func(owners []string) { _ = g.SetCannotReach(owners) })
 		n.startWatchdog(o.Timing)
 	}
 	if o.Source != nil {
@@ -368,8 +372,10 @@ func (n *Node) publish() {
 		n.router.SetReady(true)
 	}
 	view := router.View{Ring: r}
+	self := gossip.NameHash(n.cfg.Node.Name)
 	for _, m := range ms {
-		view.Members = append(view.Members, router.Member{Name: m.Name, Addr: m.HTTPAddr, State: string(m.State), ConfigVersion: m.ConfigVersion})
+		view.Members = append(view.Members, router.Member{Name: m.Name, Addr: m.HTTPAddr, State: string(m.State), ConfigVersion: m.ConfigVersion,
+			CannotReachSelf: slices.Contains(m.CannotReach, self)})
 	}
 	n.router.SetView(view)
 }

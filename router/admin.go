@@ -99,6 +99,9 @@ type Member struct {
 	// ConfigVersion is the version of the config file the member runs
 	// (config.Config.Fingerprint), as it gossips it; "" when it says none.
 	ConfigVersion string `json:"config_version,omitempty"`
+	// CannotReachSelf: the member says it cannot reach this node over
+	// HTTP and admits fallback shares of the tenants this node owns.
+	CannotReachSelf bool `json:"cannot_reach_self,omitempty"`
 }
 
 type clusterView struct {

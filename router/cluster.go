@@ -4,6 +4,7 @@ import (
 	"math"
 	"sort"
 
+	"github.com/ringgate/ringgate/limiter"
 	"github.com/ringgate/ringgate/ring"
 )
 
@@ -22,6 +23,10 @@ type view struct {
 	members []Member
 	addrs   map[string]string
 	live    int
+	// cutBy counts the members that cannot reach this node and admit
+	// fallback shares of its tenants meanwhile: it keeps its own
+	// admissions to (live - cutBy) / live of each limit (admitOwned).
+	cutBy int
 }
 
 // SetView publishes a new cluster view.
@@ -31,6 +36,9 @@ func (r *Router) SetView(v View) {
 	sort.Slice(nv.members, func(i, j int) bool { return nv.members[i].Name < nv.members[j].Name })
 	for _, m := range nv.members {
 		nv.addrs[m.Name] = m.Addr
+		if m.CannotReachSelf && m.Name != r.node {
+			nv.cutBy++
+		}
 	}
 	nv.live = len(nv.members)
 	if nv.live == 0 {
@@ -154,4 +162,17 @@ func (v *view) version() uint64 {
 		return 0
 	}
 	return v.ring.Version()
+}
+
+// admitOwned admits on lim, the limiter of an entity this node counts:
+// while members that cannot reach this node admit their fallback shares
+// of it (limit / live each), it keeps to the rest, so that together they
+// stay within the limit (an asymmetric partition: the owner alive in
+// gossip and serving its own clients, its HTTP out of the others' reach,
+// their reports with it). Otherwise it is lim.Admit.
+func (r *Router) admitOwned(lim *limiter.Tenant, now, cost int64) (limiter.Ticket, limiter.Decision) {
+	if v := r.view.Load(); v != nil && v.cutBy > 0 {
+		return lim.AdmitWithin(now, cost, int64(v.live-v.cutBy), int64(v.live))
+	}
+	return lim.Admit(now, cost)
 }

@@ -97,6 +97,9 @@ type Router struct {
 	// takeBack takes a tenant back from a node it bounced with
 	// (handoff.Mover.TakeBack; peerstate.go's tookBack).
 	takeBack atomic.Pointer[func(tenant, other string) bool]
+	// unreach: the owners this node admits fallback shares for, which
+	// its gossip metadata names (unreachable.go).
+	unreach unreachables
 	// clustered: the node gossips; until it holds a ring it owns nothing.
 	clustered bool
 

@@ -1,0 +1,106 @@
+package router
+
+import (
+	"slices"
+	"sync"
+	"time"
+)
+
+// An edge that cannot reach a tenant's owner admits on its fallback share
+// (limit / live members), and its reports of those admissions cannot reach
+// the owner either. A dead owner is soon out of the ring; one that is alive
+// (an asymmetric partition: a firewall between the HTTP ports, a wrong
+// advertised address) goes on admitting its own clients up to the whole
+// limit. So the edge says, in its gossip metadata, which owners it admits
+// shares for, and an owner that k live members name keeps its own
+// admissions to (live - k) / live of each limit (admitOwned): together
+// they stay within it. An owner stays named for a window after the edge
+// last fell back on it: what the share admitted counts that long, and its
+// report may not have arrived.
+
+// unreachables tracks the owners this node fell back on lately.
+type unreachables struct {
+	mu      sync.Mutex
+	last    map[string]int64 // owner → when this node last fell back on it (ns)
+	told    []string         // what the hook was last given
+	running bool             // the loop is on
+	kick    chan struct{}
+	hook    func([]string)
+}
+
+// unreachableTick is how often the loop looks for owners to stop naming.
+const unreachableTick = 250 * time.Millisecond
+
+// SetCannotReachHook gives the router the node's way to say which owners
+// it cannot reach (gossip metadata); called from one goroutine at a time,
+// with the sorted names, whenever they change.
+func (r *Router) SetCannotReachHook(f func(owners []string)) {
+	r.unreach.mu.Lock()
+	r.unreach.hook = f
+	r.unreach.mu.Unlock()
+}
+
+// noteFallback records that this node fell back on owner now.
+func (r *Router) noteFallback(owner string) {
+	now := r.clock()
+	u := &r.unreach
+	u.mu.Lock()
+	if u.last == nil {
+		u.last = make(map[string]int64)
+		u.kick = make(chan struct{}, 1)
+	}
+	_, had := u.last[owner]
+	u.last[owner] = now
+	start := !u.running
+	u.running = true
+	u.mu.Unlock()
+	if start {
+		go r.unreachableLoop()
+	} else if !had {
+		select { // a new owner is named at once
+		case u.kick <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// unreachableLoop tells the hook which owners to name, as they change,
+// until none is left.
+func (r *Router) unreachableLoop() {
+	t := time.NewTicker(unreachableTick)
+	defer t.Stop()
+	u := &r.unreach
+	for {
+		window := int64(r.state.Load().cfg.Limits.Window)
+		now := r.clock()
+		u.mu.Lock()
+		names := make([]string, 0, len(u.last))
+		for owner, at := range u.last {
+			if now-at > window {
+				delete(u.last, owner)
+				continue
+			}
+			names = append(names, owner)
+		}
+		slices.Sort(names)
+		changed := !slices.Equal(names, u.told)
+		hook := u.hook
+		if changed {
+			u.told = names
+		}
+		if len(names) == 0 {
+			u.running = false
+		}
+		u.mu.Unlock()
+		if changed && hook != nil {
+			hook(names)
+		}
+		if len(names) == 0 {
+			return
+		}
+		select {
+		case <-t.C:
+		case <-u.kick:
+		}
+	}
+}
