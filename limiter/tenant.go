@@ -144,7 +144,12 @@ func (t *Tenant) Admit(now, tokens int64) (Ticket, Decision) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	t.advance(now)
-	d := t.decide(now, tokens)
+	return t.admitOn(now, tokens, t.decide(now, tokens))
+}
+
+// admitOn charges a request d allows and fills d in; t.mu is held and t
+// advanced to now.
+func (t *Tenant) admitOn(now, tokens int64, d Decision) (Ticket, Decision) {
 	var tk Ticket
 	if d.Allowed {
 		tk = Ticket{
@@ -178,20 +183,7 @@ func (t *Tenant) AdmitWithin(now, tokens, keep, of int64) (Ticket, Decision) {
 	if d.Allowed {
 		d = t.decideCut(now, tokens, keep, of)
 	}
-	var tk Ticket
-	if d.Allowed {
-		tk = Ticket{
-			bucket:     t.requests.charge(1),
-			slotBucket: t.slots.charge(1),
-			tokens:     tokens,
-			admitted:   true,
-			gen:        t.history.gen,
-		}
-		t.tokens.charge(tokens)
-		t.changed()
-	}
-	t.fill(now, &d)
-	return tk, d
+	return t.admitOn(now, tokens, d)
 }
 
 // decideCut refuses what fits the limits but not keep/of of them; t.mu is
