@@ -144,14 +144,11 @@ func (t *Tenant) Admit(now, tokens int64) (Ticket, Decision) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	t.advance(now)
-	return t.admitOn(now, tokens, t.decide(now, tokens))
-}
-
-// admitOn charges a request d allows and fills d in; t.mu is held and t
-// advanced to now.
-func (t *Tenant) admitOn(now, tokens int64, d Decision) (Ticket, Decision) {
+	d := t.decide(now, tokens)
 	var tk Ticket
 	if d.Allowed {
+		// chargeAdmitted, written out: the call cost the decision
+		// 10 ns of its ~90 (BenchmarkDecision).
 		tk = Ticket{
 			bucket:     t.requests.charge(1),
 			slotBucket: t.slots.charge(1),
@@ -164,6 +161,20 @@ func (t *Tenant) admitOn(now, tokens int64, d Decision) (Ticket, Decision) {
 	}
 	t.fill(now, &d)
 	return tk, d
+}
+
+// chargeAdmitted charges an admitted request; t.mu is held and t advanced.
+func (t *Tenant) chargeAdmitted(tokens int64) Ticket {
+	tk := Ticket{
+		bucket:     t.requests.charge(1),
+		slotBucket: t.slots.charge(1),
+		tokens:     tokens,
+		admitted:   true,
+		gen:        t.history.gen,
+	}
+	t.tokens.charge(tokens)
+	t.changed()
+	return tk
 }
 
 // AdmitWithin is Admit with each limit cut to keep/of of itself (rounded
@@ -183,7 +194,12 @@ func (t *Tenant) AdmitWithin(now, tokens, keep, of int64) (Ticket, Decision) {
 	if d.Allowed {
 		d = t.decideCut(now, tokens, keep, of)
 	}
-	return t.admitOn(now, tokens, d)
+	var tk Ticket
+	if d.Allowed {
+		tk = t.chargeAdmitted(tokens)
+	}
+	t.fill(now, &d)
+	return tk, d
 }
 
 // decideCut refuses what fits the limits but not keep/of of them; t.mu is
