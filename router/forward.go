@@ -251,7 +251,7 @@ var connHeaders = [][]byte{
 // fits at all: a limit smaller than the member count leaves this node a share
 // of zero, and admitting even one would risk the promise.
 func (r *Router) fallbackLimiter(t *tenant, v *view, owner string) (*limiter.Tenant, bool) {
-	r.noteFallback(owner)
+	r.noteFallback(t, owner)
 	n := int64(1)
 	if v != nil {
 		n = int64(v.live)

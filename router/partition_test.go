@@ -195,18 +195,35 @@ func TestAsymmetricPartitionOwnerKeepsToItsPart(t *testing.T) {
 		if ok["o"] == 0 || ok["a"] == 0 {
 			t.Errorf("window %d: the owner or an edge admitted nothing (o=%d a=%d): each must keep its part", round, ok["o"], ok["a"])
 		}
-		time.Sleep(window + 100*time.Millisecond)
+		// Past fallbackNamedFor without a request, within the window: a
+		// still names o, its reports of what it admitted undelivered.
+		time.Sleep(fallbackNamedFor + 500*time.Millisecond)
+		mu.Lock()
+		if !slices.Equal(told, []string{"o"}) {
+			t.Errorf("%v after window %d, with reports for o undelivered, a names %v, want [o]", fallbackNamedFor+500*time.Millisecond, round, told)
+		}
+		mu.Unlock()
+		time.Sleep(window - fallbackNamedFor)
 	}
 
-	// Reachable again: a names no one a window after it last fell back.
+	// Reachable again right after a fell back once more: a's reports reach
+	// o, and a stops naming it once fallbackNamedFor has passed, not a
+	// window after its last fallback.
+	c.post(t, "a")
+	fellBack := time.Now()
 	c.r["a"].SetView(View{Ring: c.ring, Members: members(c.addr["o"], false)})
 	c.post(t, "a")
-	if !poll(window+2*time.Second, func() bool {
+	if !poll(3*time.Second, func() bool {
 		mu.Lock()
 		defer mu.Unlock()
 		return len(told) == 0
 	}) {
-		t.Errorf("a still names %v a window after o answered again", told)
+		t.Errorf("a still names %v after o answered again", told)
+	}
+	took := time.Since(fellBack)
+	t.Logf("a stopped naming o %v after its last fallback on it", took.Round(time.Millisecond))
+	if took > fallbackNamedFor+2*unreachableTick+200*time.Millisecond {
+		t.Errorf("a named o %v after its last fallback, its reports delivered: want about %v, not a window (%v)", took, fallbackNamedFor, window)
 	}
 }
 

@@ -14,22 +14,32 @@ import (
 // limit. So the edge says, in its gossip metadata, which owners it admits
 // shares for, and an owner that k live members name keeps its own
 // admissions to (live - k) / live of each limit (admitOwned): together
-// they stay within it. An owner stays named for a window after the edge
-// last fell back on it: what the share admitted counts that long, and its
-// report may not have arrived.
+// they stay within it. An owner stays named while the edge fell back on it
+// within the last second, or holds reports for it not yet delivered (what
+// the share admitted must be counted somewhere: by the owner's cut until
+// the owner has it), a window at most, and not once it left the view (the
+// reports go to the tenants' new owners). A blip of an owner slow to
+// accept so costs it its part for a second or two, not a window.
 
 // unreachables tracks the owners this node fell back on lately.
 type unreachables struct {
 	mu      sync.Mutex
 	last    map[string]int64 // owner → when this node last fell back on it (ns)
+	// tenants fell back on each owner, until their reports were delivered.
+	tenants map[string]map[*tenant]struct{}
 	told    []string         // what the hook was last given
 	running bool             // the loop is on
 	kick    chan struct{}
 	hook    func([]string)
 }
 
-// unreachableTick is how often the loop looks for owners to stop naming.
-const unreachableTick = 250 * time.Millisecond
+// unreachableTick is how often the loop looks for owners to stop naming;
+// fallbackNamedFor how long an owner stays named after the last fallback
+// on it with nothing left to report.
+const (
+	unreachableTick  = 250 * time.Millisecond
+	fallbackNamedFor = time.Second
+)
 
 // SetCannotReachHook gives the router the node's way to say which owners
 // it cannot reach (gossip metadata); called from one goroutine at a time,
@@ -40,17 +50,22 @@ func (r *Router) SetCannotReachHook(f func(owners []string)) {
 	r.unreach.mu.Unlock()
 }
 
-// noteFallback records that this node fell back on owner now.
-func (r *Router) noteFallback(owner string) {
+// noteFallback records that this node fell back on owner now, for t.
+func (r *Router) noteFallback(t *tenant, owner string) {
 	now := r.clock()
 	u := &r.unreach
 	u.mu.Lock()
 	if u.last == nil {
 		u.last = make(map[string]int64)
+		u.tenants = make(map[string]map[*tenant]struct{})
 		u.kick = make(chan struct{}, 1)
 	}
 	_, had := u.last[owner]
 	u.last[owner] = now
+	if u.tenants[owner] == nil {
+		u.tenants[owner] = make(map[*tenant]struct{})
+	}
+	u.tenants[owner][t] = struct{}{}
 	start := !u.running
 	u.running = true
 	u.mu.Unlock()
@@ -73,11 +88,21 @@ func (r *Router) unreachableLoop() {
 	for {
 		window := int64(r.state.Load().cfg.Limits.Window)
 		now := r.clock()
+		v := r.view.Load()
 		u.mu.Lock()
 		names := make([]string, 0, len(u.last))
 		for owner, at := range u.last {
-			if now-at > window {
+			keep := now-at <= int64(fallbackNamedFor)
+			for t := range u.tenants[owner] {
+				if t.undelivered() {
+					keep = true
+				} else {
+					delete(u.tenants[owner], t)
+				}
+			}
+			if !keep || now-at > window || v != nil && v.addrs[owner] == "" {
 				delete(u.last, owner)
+				delete(u.tenants, owner)
 				continue
 			}
 			names = append(names, owner)
@@ -103,4 +128,16 @@ func (r *Router) unreachableLoop() {
 		case <-u.kick:
 		}
 	}
+}
+
+// undelivered reports whether t's fallback share admitted calls its owner
+// has not been told of yet.
+func (t *tenant) undelivered() bool {
+	c := t.peek()
+	if c == nil {
+		return false
+	}
+	c.fb.mu.Lock()
+	defer c.fb.mu.Unlock()
+	return len(c.fb.pending) > 0
 }
