@@ -23,12 +23,12 @@ import (
 
 // unreachables tracks the owners this node fell back on lately.
 type unreachables struct {
-	mu      sync.Mutex
-	last    map[string]int64 // owner → when this node last fell back on it (ns)
+	mu   sync.Mutex
+	last map[string]int64 // owner → when this node last fell back on it (ns)
 	// tenants fell back on each owner, until their reports were delivered.
 	tenants map[string]map[*tenant]struct{}
-	told    []string         // what the hook was last given
-	running bool             // the loop is on
+	told    []string // what the hook was last given
+	running bool     // the loop is on
 	kick    chan struct{}
 	hook    func([]string)
 }
