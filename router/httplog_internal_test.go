@@ -41,3 +41,29 @@ func TestMalformedRequestNotLogged(t *testing.T) {
 	}
 	t.Logf("log: %s", out)
 }
+
+// The same for a request line without a version: fasthttp quotes the whole
+// header buffer inside its own error, before the ", contents:" the first
+// redaction cut at (found by a reviewer).
+func TestMalformedRequestLineNotLogged(t *testing.T) {
+	var logs syncBuffer
+	r, _ := testRouter(t, Options{Logger: slog.New(slog.NewJSONHandler(&logs, nil))})
+	addr := serveRouter(t, r)
+	const secret = "sk-secret-tenant-key-0123456789"
+	bad := "POST /v1/chat/completions\r\nAuthorization: Bearer " + secret + "\r\nContent-Length: 2\r\n\r\n{}"
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = c.SetDeadline(time.Now().Add(2 * time.Second))
+	_, _ = c.Write([]byte(bad))
+	buf := make([]byte, 512)
+	_, _ = c.Read(buf)
+	_ = c.Close()
+	if !poll(2*time.Second, func() bool { return strings.Contains(logs.String(), `"msg":"http"`) }) {
+		t.Fatalf("no http line logged: %s", logs.String())
+	}
+	if out := logs.String(); strings.Contains(out, secret) {
+		t.Fatalf("the tenant's key is in the log:\n%s", out)
+	}
+}

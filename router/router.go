@@ -275,6 +275,9 @@ func (r *Router) Server() *fasthttp.Server {
 		ReduceMemoryUsage:     false,
 		CloseOnShutdown:       true,
 		ErrorHandler:          r.serverError,
+		// fasthttp quotes the request's bytes in its errors, in places the
+		// logger cannot cut (fasthttpLogger): never, here.
+		SecureErrorLogMessage: true,
 		Logger:                &fasthttpLogger{l: r.log},
 	}
 }
@@ -434,8 +437,10 @@ func (f *fasthttpLogger) Printf(format string, args ...any) {
 // redactHTTPDetail drops the request bytes fasthttp quotes in an error
 // and bounds what is left.
 func redactHTTPDetail(s string) string {
-	if i := strings.Index(s, ", contents:"); i >= 0 {
-		s = s[:i] + ", contents not logged"
+	for _, cut := range []string{"error when reading request headers:", ", contents:"} {
+		if i := strings.Index(s, cut); i >= 0 {
+			s = s[:i+len(cut)] + " (request bytes not logged)"
+		}
 	}
 	if len(s) > httpLogMax {
 		s = strings.ToValidUTF8(s[:httpLogMax], "") + "…"
