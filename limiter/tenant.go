@@ -177,22 +177,23 @@ func (t *Tenant) chargeAdmitted(tokens int64) Ticket {
 	return tk
 }
 
-// AdmitWithin is Admit with each limit cut to keep/of of itself (rounded
-// down; 0 admits nothing on that dimension): an owner whose members in
-// part cannot reach it keeps to its share while they admit theirs. The
-// decision's limits and remaining are the uncut ones; a refusal's retry
-// is when the request fits under the cut.
-func (t *Tenant) AdmitWithin(now, tokens, keep, of int64) (Ticket, Decision) {
-	if of <= 0 || keep >= of {
+// AdmitBeside is Admit for an owner that shares members of the cluster
+// cannot reach: each of them admits on its fallback share, limit / members
+// (rounded down; a share of 0 admits nothing), so the owner keeps to what
+// those shares leave of each limit. Together they stay within it, and the
+// owner keeps at least a share's worth (shares < members). The decision's
+// limits and remaining are the whole ones; a refusal's retry is when the
+// request fits in what is kept.
+func (t *Tenant) AdmitBeside(now, tokens, shares, members int64) (Ticket, Decision) {
+	if shares <= 0 || members <= 0 {
 		return t.Admit(now, tokens)
 	}
-	keep = max(keep, 0)
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	t.advance(now)
 	d := t.decide(now, tokens)
 	if d.Allowed {
-		d = t.decideCut(now, tokens, keep, of)
+		d = t.decideBeside(now, tokens, shares, members)
 	}
 	var tk Ticket
 	if d.Allowed {
@@ -202,19 +203,19 @@ func (t *Tenant) AdmitWithin(now, tokens, keep, of int64) (Ticket, Decision) {
 	return tk, d
 }
 
-// decideCut refuses what fits the limits but not keep/of of them; t.mu is
-// held and t advanced to now.
-func (t *Tenant) decideCut(now, tokens, keep, of int64) Decision {
+// decideBeside refuses what fits the limits but not what the shares
+// leave of them; t.mu is held and t advanced to now.
+func (t *Tenant) decideBeside(now, tokens, shares, members int64) Decision {
 	var d Decision
-	cut := func(l int64) int64 { return l * keep / of }
+	kept := func(l int64) int64 { return max(0, l-shares*(l/members)) }
 	switch {
-	case t.requests.limit > 0 && t.requests.total+1 > cut(t.requests.limit):
+	case t.requests.limit > 0 && t.requests.total+1 > kept(t.requests.limit):
 		d.Limited = Requests
-		d.RetryAfter = time.Duration(t.requests.untilFits(now, 1+t.requests.limit-cut(t.requests.limit)))
-	case t.tokens.limit > 0 && t.tokens.total+tokens > cut(t.tokens.limit):
+		d.RetryAfter = time.Duration(t.requests.untilFits(now, 1+t.requests.limit-kept(t.requests.limit)))
+	case t.tokens.limit > 0 && t.tokens.total+tokens > kept(t.tokens.limit):
 		d.Limited = Tokens
-		d.RetryAfter = time.Duration(t.tokens.untilFits(now, tokens+t.tokens.limit-cut(t.tokens.limit)))
-	case t.slots.limit > 0 && t.slotsUsed()+1 > cut(t.slots.limit):
+		d.RetryAfter = time.Duration(t.tokens.untilFits(now, tokens+t.tokens.limit-kept(t.tokens.limit)))
+	case t.slots.limit > 0 && t.slotsUsed()+1 > kept(t.slots.limit):
 		d.Limited = Concurrency
 		d.RetryAfter = time.Second
 	default:

@@ -414,21 +414,26 @@ func TestBucketsOnlyWhileCharged(t *testing.T) {
 	}
 }
 
-// AdmitWithin keeps to keep/of of each limit and reports the whole limits.
-func TestAdmitWithinKeepsToTheCut(t *testing.T) {
+// AdmitBeside keeps to what the shares of the members that cannot reach
+// the owner leave of each limit, never less than a share's worth, even
+// where a share rounds down to 0 (found by a reviewer: the owner's cut and
+// the edges' shares both 0 once locked a small tenant out everywhere).
+func TestAdmitBesideKeepsWhatTheSharesLeave(t *testing.T) {
 	cases := []struct {
-		name       string
-		limits     Limits
-		keep, of   int64
-		tokens     int64
-		wantAdmits int
-		limited    Dimension
+		name            string
+		limits          Limits
+		shares, members int64
+		tokens          int64
+		wantAdmits      int
+		limited         Dimension
 	}{
-		{"requests, a third cut", Limits{Requests: 30}, 2, 3, 1, 20, Requests},
-		{"tokens, half", Limits{Tokens: 100}, 1, 2, 10, 5, Tokens},
-		{"concurrency, a third", Limits{Concurrency: 3}, 1, 3, 0, 1, Concurrency},
-		{"nothing kept", Limits{Requests: 30}, 0, 3, 1, 0, Requests},
-		{"whole", Limits{Requests: 30}, 3, 3, 1, 30, Requests},
+		{"requests, one of three shares", Limits{Requests: 30}, 1, 3, 1, 20, Requests},
+		{"requests, two of three", Limits{Requests: 30}, 2, 3, 1, 10, Requests},
+		{"tokens, one of two", Limits{Tokens: 100}, 1, 2, 10, 5, Tokens},
+		{"concurrency 3, two of three", Limits{Concurrency: 3}, 2, 3, 0, 1, Concurrency},
+		{"concurrency 1, one of two: the share is 0", Limits{Concurrency: 1}, 1, 2, 0, 1, Concurrency},
+		{"concurrency 2, two of three: the shares are 0", Limits{Concurrency: 2}, 2, 3, 0, 2, Concurrency},
+		{"no share", Limits{Requests: 30}, 0, 3, 1, 30, Requests},
 		{"no limit stays none", Limits{}, 1, 3, 1, 100, None},
 	}
 	for _, tc := range cases {
@@ -437,7 +442,7 @@ func TestAdmitWithinKeepsToTheCut(t *testing.T) {
 			got := 0
 			var last Decision
 			for range 100 {
-				_, d := l.AdmitWithin(t0, tc.tokens, tc.keep, tc.of)
+				_, d := l.AdmitBeside(t0, tc.tokens, tc.shares, tc.members)
 				if !d.Allowed {
 					last = d
 					break

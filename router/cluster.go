@@ -166,13 +166,13 @@ func (v *view) version() uint64 {
 
 // admitOwned admits on lim, the limiter of an entity this node counts:
 // while members that cannot reach this node admit their fallback shares
-// of it (limit / live each), it keeps to the rest, so that together they
-// stay within the limit (an asymmetric partition: the owner alive in
+// of it (limit / live each, rounded down), it keeps to what they leave, so
+// that together they stay within the limit (an asymmetric partition: the owner alive in
 // gossip and serving its own clients, its HTTP out of the others' reach,
 // their reports with it). Otherwise it is lim.Admit.
 func (r *Router) admitOwned(lim *limiter.Tenant, now, cost int64) (limiter.Ticket, limiter.Decision) {
 	if v := r.view.Load(); v != nil && v.cutBy > 0 {
-		return lim.AdmitWithin(now, cost, int64(v.live-v.cutBy), int64(v.live))
+		return lim.AdmitBeside(now, cost, int64(v.cutBy), int64(v.live))
 	}
 	return lim.Admit(now, cost)
 }

@@ -251,7 +251,6 @@ var connHeaders = [][]byte{
 // fits at all: a limit smaller than the member count leaves this node a share
 // of zero, and admitting even one would risk the promise.
 func (r *Router) fallbackLimiter(t *tenant, v *view, owner string) (*limiter.Tenant, bool) {
-	r.noteFallback(t, owner)
 	n := int64(1)
 	if v != nil {
 		n = int64(v.live)
@@ -269,6 +268,9 @@ func (r *Router) fallbackLimiter(t *tenant, v *view, owner string) (*limiter.Ten
 	open := l.Requests >= 0 && l.Tokens >= 0 && l.Concurrency >= 0
 	fl := t.c().fb.share()
 	if open {
+		// The owner keeps to what this share leaves it (unreachable.go);
+		// a closed share admits nothing and leaves it all.
+		r.noteFallback(t, owner)
 		// Never store a -1 share: the limiter reads <= 0 as "no limit".
 		fl.SetLimits(l)
 	}
