@@ -28,6 +28,9 @@ type unreachables struct {
 	// tenants fell back on each owner, until their reports were delivered.
 	tenants map[string]map[*tenant]struct{}
 	told    []string // what the hook was last given
+	// tellMu orders the loops' reads of last and calls of the hook: a
+	// loop ending and the next one starting never publish out of order.
+	tellMu sync.Mutex
 	running bool     // the loop is on
 	kick    chan struct{}
 	hook    func([]string)
@@ -42,8 +45,8 @@ const (
 )
 
 // SetCannotReachHook gives the router the node's way to say which owners
-// it cannot reach (gossip metadata); called from one goroutine at a time,
-// with the sorted names, whenever they change.
+// it cannot reach (gossip metadata); called one call at a time, with the
+// sorted names, whenever they change.
 func (r *Router) SetCannotReachHook(f func(owners []string)) {
 	r.unreach.mu.Lock()
 	r.unreach.hook = f
@@ -89,6 +92,7 @@ func (r *Router) unreachableLoop() {
 		window := int64(r.state.Load().cfg.Limits.Window)
 		now := r.clock()
 		v := r.view.Load()
+		u.tellMu.Lock()
 		u.mu.Lock()
 		names := make([]string, 0, len(u.last))
 		for owner, at := range u.last {
@@ -120,6 +124,7 @@ func (r *Router) unreachableLoop() {
 		if changed && hook != nil {
 			hook(names)
 		}
+		u.tellMu.Unlock()
 		if len(names) == 0 {
 			return
 		}
