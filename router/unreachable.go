@@ -30,8 +30,8 @@ type unreachables struct {
 	told    []string // what the hook was last given
 	// tellMu orders the loops' reads of last and calls of the hook: a
 	// loop ending and the next one starting never publish out of order.
-	tellMu sync.Mutex
-	running bool     // the loop is on
+	tellMu  sync.Mutex
+	running bool // the loop is on
 	kick    chan struct{}
 	hook    func([]string)
 }
