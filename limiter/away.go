@@ -78,6 +78,12 @@ func (t *Tenant) DropNode(now int64, node string) int64 {
 	defer t.mu.Unlock()
 	t.advance(now)
 	t.changed()
+	if now < t.awayLogUntil {
+		if t.awayDropped == nil {
+			t.awayDropped = make(map[string]bool)
+		}
+		t.awayDropped[node] = true
+	}
 	w := t.away[node]
 	if w == nil {
 		return 0
@@ -112,10 +118,18 @@ func (t *Tenant) ApplyFrom(now int64, from string, d Delta) {
 	t.tokens.adjust(d.Bucket, d.Tokens)
 	if from == "" {
 		t.slots.adjust(d.SlotBucket, d.Slots)
-	} else if w := t.away[from]; w != nil || d.Slots > 0 {
-		// A release for a node whose slots were dropped already
-		// changes nothing.
-		t.awayWindow(from).adjust(d.SlotBucket, d.Slots)
+	} else {
+		if d.Slots != 0 && now < t.awayLogUntil {
+			if t.awayLog == nil {
+				t.awayLog = make(map[string][]Bucket)
+			}
+			t.awayLog[from] = append(t.awayLog[from], Bucket{Index: d.SlotBucket, Value: d.Slots})
+		}
+		if w := t.away[from]; w != nil || d.Slots > 0 {
+			// A release for a node whose slots were dropped already
+			// changes nothing.
+			t.awayWindow(from).adjust(d.SlotBucket, d.Slots)
+		}
 	}
 }
 

@@ -133,6 +133,8 @@ func (t *Tenant) Import(now int64, s State) {
 	t.tokens.merge(s.Tokens)
 	t.slots.merge(s.Slots)
 	t.importAway(s.Away)
+	t.awayLog, t.awayDropped = nil, nil
+	t.awayLogUntil = now + t.requests.width*Buckets
 }
 
 // Freeze marks the tenant's state as handed over to the node named to and
@@ -330,13 +332,19 @@ func (t *Tenant) Replace(now int64, old, new State) {
 	t.requests.replace(old.Requests, new.Requests)
 	t.tokens.replace(old.Tokens, new.Tokens)
 	t.slots.replace(old.Slots, new.Slots)
-	t.replaceAway(old.Away, new.Away)
+	t.replaceAway(now, old.Away, new.Away)
 }
 
-// replaceAway is Replace for the slots of calls on other nodes. A node left
-// with no slot is forgotten, as DropNode does: a release from it for a call
-// not counted here changes nothing.
-func (t *Tenant) replaceAway(old, new []NodeSlots) {
+// replaceAway is Replace for the slots of calls on other nodes. Within a
+// window of the Import, a node's slots are its better account's, plus the
+// slot deltas it reported since the Import: those are all about calls the
+// account counts (a node reports its calls' ends only once it has handed
+// the tenant over, after it wrote that account), or made after it. A node
+// dropped since (gone) stays dropped. Later, each node's buckets lose what
+// old held and gain what new holds, as for the other windows. A node left
+// with no slot is forgotten, as DropNode does: a release from it for a
+// call not counted here changes nothing.
+func (t *Tenant) replaceAway(now int64, old, new []NodeSlots) {
 	find := func(list []NodeSlots, node string) WindowState {
 		for _, ns := range list {
 			if ns.Node == node {
@@ -345,6 +353,7 @@ func (t *Tenant) replaceAway(old, new []NodeSlots) {
 		}
 		return WindowState{Width: t.slots.width}
 	}
+	logged := now < t.awayLogUntil
 	nodes := make([]string, 0, len(old)+len(new))
 	for _, ns := range old {
 		nodes = append(nodes, ns.Node)
@@ -354,13 +363,25 @@ func (t *Tenant) replaceAway(old, new []NodeSlots) {
 	}
 	slices.Sort(nodes)
 	for _, node := range slices.Compact(nodes) {
-		was, now := find(old, node), find(new, node)
-		if t.away[node] == nil && len(now.Buckets) == 0 {
+		was, is := find(old, node), find(new, node)
+		if logged && t.awayDropped[node] {
+			delete(t.away, node)
 			continue
 		}
-		w := t.awayWindow(node)
-		w.replace(was, now)
-		if w.used() <= 0 {
+		if t.away[node] == nil && len(is.Buckets) == 0 {
+			continue
+		}
+		if logged {
+			delete(t.away, node)
+			w := t.awayWindow(node)
+			w.merge(is)
+			for _, d := range t.awayLog[node] {
+				w.adjust(d.Index, d.Value)
+			}
+		} else {
+			t.awayWindow(node).replace(was, is)
+		}
+		if t.away[node].used() <= 0 {
 			delete(t.away, node)
 		}
 	}

@@ -87,8 +87,15 @@ type Tenant struct {
 	// away are the slots of calls running on other nodes, by node
 	// (away.go): they count against the limit, and go when their node is
 	// gone. nil while there are none.
-	away    map[string]*Window
-	history rebuckets // for tickets admitted before a Rebucket (rebucket.go)
+	away map[string]*Window
+	// awayLog is every other node's slot deltas applied since the last
+	// Import, for a window (awayLogUntil), and awayDropped the nodes
+	// dropped since: a late account of the state imported (Replace)
+	// starts from it again (away.go).
+	awayLog      map[string][]Bucket
+	awayDropped  map[string]bool
+	awayLogUntil int64
+	history      rebuckets // for tickets admitted before a Rebucket (rebucket.go)
 
 	// onChange, if set, is called once at the first change after the
 	// tenant was made or found empty by ExportOrArm (armed): whoever saves
