@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	dto "github.com/prometheus/client_model/go"
 	"github.com/valyala/fasthttp"
 
 	"github.com/ringgate/ringgate/config"
@@ -168,5 +169,36 @@ func TestReleaseDeltaSentAgainUntilTaken(t *testing.T) {
 	}
 	if u := to.c().lim.Usage(p.owner.clock()); u.Requests != 1 || u.Tokens != 10 {
 		t.Errorf("owner counts %d requests, %d tokens, want 1 and 10 (the release applied once)", u.Requests, u.Tokens)
+	}
+}
+
+// Reports are retried maxDeltaRetries at a time at most: past that, one
+// that fails is dropped and counted, and the node's goroutines do not grow
+// with the rate of ending calls while the owner is out of reach.
+func TestDeltaRetriesBounded(t *testing.T) {
+	p := newDeltaPair(t)
+	dead := View{Ring: ring.New(1, []string{"owner"}), Members: []Member{
+		{Name: "edge", Addr: "127.0.0.1:1", State: "active"},
+		{Name: "owner", Addr: closedPort(t), State: "active"},
+	}}
+	p.edge.SetView(dead)
+	te := p.edge.state.Load().byName["acme"]
+	const extra = 40
+	for range maxDeltaRetries + extra {
+		tk := te.c().lim.Tally(p.edge.clock(), 1)
+		p.edge.reportDelta(te, limiter.FinishDelta(&tk, 1))
+	}
+	dropped := func() float64 {
+		var m dto.Metric
+		if err := p.edge.metrics.deltaRetriesDropped.Write(&m); err != nil {
+			t.Fatal(err)
+		}
+		return m.GetCounter().GetValue()
+	}
+	if !poll(10*time.Second, func() bool { return dropped() >= extra }) {
+		t.Fatalf("%v reports dropped, %d retrying: want %d dropped past %d retrying", dropped(), p.edge.deltaRetries.Load(), extra, maxDeltaRetries)
+	}
+	if n := p.edge.deltaRetries.Load(); n > maxDeltaRetries {
+		t.Errorf("%d reports retrying at once, want at most %d", n, maxDeltaRetries)
 	}
 }

@@ -392,16 +392,34 @@ const (
 // window at most: the receiver applies each delta once (deltaids.go, for
 // two windows), so one that did arrive and is sent again changes nothing.
 // Each try looks for the node counting the tenant anew.
+//
+// At most maxDeltaRetries reports are retried at once (each waits on its
+// own goroutine): past that, one that fails is lost, as all were before,
+// rather than the node's memory grow with the rate of ending calls while
+// an owner is out of reach.
 func (r *Router) deliverDeltasRetrying(t *tenant, from string, ds []limiter.Delta, forwarded int) {
+	err := r.deliverDeltas(t, from, ds, forwarded)
+	if err == nil || errors.Is(err, errNoDeltaPath) {
+		return
+	}
+	if r.deltaRetries.Add(1) > maxDeltaRetries {
+		r.deltaRetries.Add(-1)
+		r.metrics.deltaRetriesDropped.Inc()
+		return
+	}
+	defer r.deltaRetries.Add(-1)
 	deadline := time.Now().Add(min(t.c().lim.Window(), deltaRetryFor))
-	for wait := deltaRetryFirst; ; wait = min(2*wait, time.Second) {
+	for wait := deltaRetryFirst; time.Now().Add(wait).Before(deadline); wait = min(2*wait, time.Second) {
+		time.Sleep(wait)
 		err := r.deliverDeltas(t, from, ds, forwarded)
-		if err == nil || errors.Is(err, errNoDeltaPath) || time.Now().Add(wait).After(deadline) {
+		if err == nil || errors.Is(err, errNoDeltaPath) {
 			return
 		}
-		time.Sleep(wait)
 	}
 }
+
+// maxDeltaRetries bounds the reports being retried at once.
+const maxDeltaRetries = 1024
 
 // deltaDest is the node that counts t now: the one this node handed it over
 // to, else its owner by the ring.

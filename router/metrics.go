@@ -13,14 +13,16 @@ import (
 // metrics are the node's Prometheus counters. Each router has its own
 // registry so several nodes can live in one test process.
 type metrics struct {
-	reg           *prometheus.Registry
-	decisions     *prometheus.CounterVec
-	tokens        *prometheus.CounterVec
-	upstream      *prometheus.CounterVec
-	inflight      prometheus.Gauge
-	hopsRefused   prometheus.Counter
-	deltasSent    prometheus.Counter
-	deltasApplied prometheus.Counter
+	reg         *prometheus.Registry
+	decisions   *prometheus.CounterVec
+	tokens      *prometheus.CounterVec
+	upstream    *prometheus.CounterVec
+	inflight    prometheus.Gauge
+	hopsRefused prometheus.Counter
+	deltasSent  prometheus.Counter
+	// deltaRetriesDropped: reports not retried, too many being retried.
+	deltaRetriesDropped prometheus.Counter
+	deltasApplied       prometheus.Counter
 	// fallbackReported counts admissions made under a fallback share and
 	// delivered to the tenant's owner.
 	fallbackReported prometheus.Counter
@@ -128,6 +130,10 @@ func newMetrics() *metrics {
 			Name: "ringgate_handoff_deltas_sent_total",
 			Help: "Changes to a moved tenant's windows (calls admitted here ending after the move) sent to its new owner.",
 		}),
+		deltaRetriesDropped: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "ringgate_handoff_delta_retries_dropped_total",
+			Help: "Reports to a tenant's owner that failed and were not retried: too many were being retried already (an owner out of reach under load).",
+		}),
 		deltasApplied: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "ringgate_handoff_deltas_applied_total",
 			Help: "Changes reported by a tenant's previous owner and applied here.",
@@ -183,7 +189,7 @@ func newMetrics() *metrics {
 	for o := range hopOutcomes {
 		m.hops[o] = hops.WithLabelValues(hopOutcome(o).String())
 	}
-	m.reg.MustRegister(m.decisions, m.tokens, m.upstream, m.inflight, m.hopsRefused, m.deltasSent, m.deltasApplied, m.fallbackReported, m.clientGone, m.spillover, m.queueWaited, m.shadow,
+	m.reg.MustRegister(m.decisions, m.tokens, m.upstream, m.inflight, m.hopsRefused, m.deltasSent, m.deltaRetriesDropped, m.deltasApplied, m.fallbackReported, m.clientGone, m.spillover, m.queueWaited, m.shadow,
 		m.ringVersion, m.members, m.configsDiffer, hops, m.hopSeconds, m.fallbackEpisodes,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m

@@ -100,6 +100,8 @@ type Router struct {
 	// unreach: the owners this node admits fallback shares for, which
 	// its gossip metadata names (unreachable.go).
 	unreach unreachables
+	// deltaRetries counts the reports being retried (deliverDeltasRetrying).
+	deltaRetries atomic.Int64
 	// clustered: the node gossips; until it holds a ring it owns nothing.
 	clustered bool
 
