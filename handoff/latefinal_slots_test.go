@@ -16,23 +16,7 @@ import (
 // replaced only requests, tokens and the own slots, and the tenant was held
 // at its concurrency limit by calls that had ended, until slot_ttl).
 func TestLateFinalFreesEndedAwaySlots(t *testing.T) {
-	ab := ring.New(1, []string{"a", "b"})
-	abc := ring.New(2, []string{"a", "b", "c"})
-	tenant := tenantOwnedBy(t, ab, "a", abc, "c")
-	store := NewInmemStore()
-	c := newTestCluster(t, store, tenant)
-	for _, n := range []string{"a", "b", "c"} {
-		mt := c.node(n).mt
-		lim := limiter.NewTenant(limiter.Limits{Concurrency: 2}, testWindow, time.Hour)
-		lim.OnChange(func() {
-			mt.changedMu.Lock()
-			mt.changed = append(mt.changed, tenant)
-			mt.changedMu.Unlock()
-		})
-		mt.lims[tenant] = lim
-	}
-	c.change("a", nil, ab)
-	c.node("b").mt.setRing(ab)
+	c, store, tenant, ab, abc := lateFinalCluster(t)
 
 	now := c.clk.Now()
 	alim := c.node("a").mt.Limiter(tenant)
@@ -88,23 +72,7 @@ func TestLateFinalFreesEndedAwaySlots(t *testing.T) {
 // running when it froze are in its late final, and count on c from then
 // (before the fix, c admitted the whole concurrency limit on top of them).
 func TestLateFinalCountsRunningAwaySlots(t *testing.T) {
-	ab := ring.New(1, []string{"a", "b"})
-	abc := ring.New(2, []string{"a", "b", "c"})
-	tenant := tenantOwnedBy(t, ab, "a", abc, "c")
-	store := NewInmemStore()
-	c := newTestCluster(t, store, tenant)
-	for _, n := range []string{"a", "b", "c"} {
-		mt := c.node(n).mt
-		lim := limiter.NewTenant(limiter.Limits{Concurrency: 2}, testWindow, time.Hour)
-		lim.OnChange(func() {
-			mt.changedMu.Lock()
-			mt.changed = append(mt.changed, tenant)
-			mt.changedMu.Unlock()
-		})
-		mt.lims[tenant] = lim
-	}
-	c.change("a", nil, ab)
-	c.node("b").mt.setRing(ab)
+	c, _, tenant, ab, abc := lateFinalCluster(t)
 	now := c.clk.Now()
 	alim := c.node("a").mt.Limiter(tenant)
 	tk0, _ := alim.Admit(now, 10)
@@ -132,4 +100,28 @@ func TestLateFinalCountsRunningAwaySlots(t *testing.T) {
 	if admitted > 0 {
 		t.Fatalf("c admitted %d calls on top of a's 2 running: %d at once, limit 2", admitted, 2+admitted)
 	}
+}
+
+// lateFinalCluster is a, b, c with a tenant of concurrency 2 that the ring
+// {a, b} gives to a and {a, b, c} to c, the ring {a, b} in force.
+func lateFinalCluster(t *testing.T) (c *testCluster, store *InmemStore, tenant string, ab, abc *ring.Ring) {
+	t.Helper()
+	ab = ring.New(1, []string{"a", "b"})
+	abc = ring.New(2, []string{"a", "b", "c"})
+	tenant = tenantOwnedBy(t, ab, "a", abc, "c")
+	store = NewInmemStore()
+	c = newTestCluster(t, store, tenant)
+	for _, n := range []string{"a", "b", "c"} {
+		mt := c.node(n).mt
+		lim := limiter.NewTenant(limiter.Limits{Concurrency: 2}, testWindow, time.Hour)
+		lim.OnChange(func() {
+			mt.changedMu.Lock()
+			mt.changed = append(mt.changed, tenant)
+			mt.changedMu.Unlock()
+		})
+		mt.lims[tenant] = lim
+	}
+	c.change("a", nil, ab)
+	c.node("b").mt.setRing(ab)
+	return c, store, tenant, ab, abc
 }

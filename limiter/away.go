@@ -119,11 +119,14 @@ func (t *Tenant) ApplyFrom(now int64, from string, d Delta) {
 	if from == "" {
 		t.slots.adjust(d.SlotBucket, d.Slots)
 	} else {
-		if d.Slots != 0 && now < t.awayLogUntil {
+		switch {
+		case d.Slots != 0 && now < t.awayLogUntil:
 			if t.awayLog == nil {
 				t.awayLog = make(map[string][]Bucket)
 			}
 			t.awayLog[from] = append(t.awayLog[from], Bucket{Index: d.SlotBucket, Value: d.Slots})
+		case now >= t.awayLogUntil:
+			t.awayLog, t.awayDropped = nil, nil // a window past the Import: not read again
 		}
 		if w := t.away[from]; w != nil || d.Slots > 0 {
 			// A release for a node whose slots were dropped already

@@ -25,7 +25,7 @@ type view struct {
 	live    int
 	// cutBy counts the members that cannot reach this node and admit
 	// fallback shares of its tenants meanwhile: it keeps its own
-	// admissions to (live - cutBy) / live of each limit (admitOwned).
+	// admissions to what their shares leave of each limit (admitOn).
 	cutBy int
 }
 
@@ -164,15 +164,17 @@ func (v *view) version() uint64 {
 	return v.ring.Version()
 }
 
-// admitOwned admits on lim, the limiter of an entity this node counts:
-// while members that cannot reach this node admit their fallback shares
-// of it (limit / live each, rounded down), it keeps to what they leave, so
-// that together they stay within the limit (an asymmetric partition: the owner alive in
-// gossip and serving its own clients, its HTTP out of the others' reach,
-// their reports with it). Otherwise it is lim.Admit.
-func (r *Router) admitOwned(lim *limiter.Tenant, now, cost int64) (limiter.Ticket, limiter.Decision) {
-	if v := r.view.Load(); v != nil && v.cutBy > 0 {
-		return lim.AdmitBeside(now, cost, int64(v.cutBy), int64(v.live))
+// admitOn admits on lim; owned: the limiter of an entity this node counts.
+// While members that cannot reach this node admit their fallback shares
+// of what it owns (limit / live each, rounded down), it keeps to what they
+// leave, so that together they stay within the limit (an asymmetric
+// partition: the owner alive in gossip and serving its own clients, its
+// HTTP out of the others' reach, their reports with it).
+func (r *Router) admitOn(lim *limiter.Tenant, owned bool, now, cost int64) (limiter.Ticket, limiter.Decision) {
+	if owned {
+		if v := r.view.Load(); v != nil && v.cutBy > 0 {
+			return lim.AdmitBeside(now, cost, int64(v.cutBy), int64(v.live))
+		}
 	}
 	return lim.Admit(now, cost)
 }

@@ -34,12 +34,7 @@ func newHRPair(t *testing.T) *hrPair {
 	if err != nil {
 		t.Fatal(err)
 	}
-	fake := fakeupstream.New(fakeupstream.Options{CountTokens: tok.Count, CompletionMin: 5, CompletionMax: 5})
-	upAddr, err := fake.Start("127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = fake.Close() })
+	fake, upAddr := startFake(t, fakeupstream.Options{CountTokens: tok.Count, CompletionMin: 5, CompletionMax: 5})
 	// A tenant the ring {a, b} gives to b.
 	rg := ring.New(1, []string{"a", "b"})
 	tenant := ""

@@ -122,13 +122,7 @@ func (r *Router) admitLevels(c *call, d *limiter.Decision) (bool, limiter.Decisi
 			l.tk = l.e.c().lim.Tally(now, int64(c.res.Total))
 			continue
 		}
-		var tk limiter.Ticket
-		var ld limiter.Decision
-		if l.lim == l.e.c().lim {
-			tk, ld = r.admitOwned(l.lim, now, int64(c.res.Total))
-		} else {
-			tk, ld = l.lim.Admit(now, int64(c.res.Total))
-		}
+		tk, ld := r.admitOn(l.lim, l.lim == l.e.c().lim, now, int64(c.res.Total))
 		switch {
 		case ld.Allowed:
 			l.tk, l.used = tk, usedOf(&ld)

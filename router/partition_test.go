@@ -37,12 +37,7 @@ func newPartCluster(t *testing.T, rpm int, window time.Duration) *partCluster {
 	if err != nil {
 		t.Fatal(err)
 	}
-	fake := fakeupstream.New(fakeupstream.Options{CountTokens: tok.Count, CompletionMin: 5, CompletionMax: 5})
-	upAddr, err := fake.Start("127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = fake.Close() })
+	fake, upAddr := startFake(t, fakeupstream.Options{CountTokens: tok.Count, CompletionMin: 5, CompletionMax: 5})
 	rg := ring.New(1, []string{"a", "b", "o"})
 	tenant := ""
 	for i := 0; tenant == ""; i++ {

@@ -292,11 +292,7 @@ func (r *Router) serveLocalOnce(ctx *fasthttp.RequestCtx, ep upstream.Endpoint, 
 		}
 	}
 	var d limiter.Decision
-	if owned {
-		c.tk, d = r.admitOwned(lim, r.clock(), int64(c.res.Total))
-	} else {
-		c.tk, d = lim.Admit(r.clock(), int64(c.res.Total))
-	}
+	c.tk, d = r.admitOn(lim, owned, r.clock(), int64(c.res.Total))
 	if d.Moved {
 		r.cancelBudgets(c)
 		if sp := t.spilled(); owned && lim.MovedTo() == "" && sp != nil && sp.owner == r.node {

@@ -317,13 +317,7 @@ func (r *Router) admitQueued(ctx *fasthttp.RequestCtx, ep upstream.Endpoint, st 
 			out = toTenantLine
 			return true, -1
 		}
-		var tk limiter.Ticket
-		var d limiter.Decision
-		if owned {
-			tk, d = r.admitOwned(c.lim, r.clock(), int64(c.res.Total))
-		} else {
-			tk, d = c.lim.Admit(r.clock(), int64(c.res.Total))
-		}
+		tk, d := r.admitOn(c.lim, owned, r.clock(), int64(c.res.Total))
 		if d.Allowed || (t.shadow && !d.Moved) {
 			c.tk = tk // its levels next: all or none
 			if ok, ld, moved := r.admitLevels(c, &d); !ok {

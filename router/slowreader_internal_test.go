@@ -22,22 +22,7 @@ import (
 // (and past slot_ttl its slot freed while the call went on: a tenant could
 // run more streams than its concurrency).
 func TestStalledStreamReaderCut(t *testing.T) {
-	fake := fakeupstream.New(fakeupstream.Options{CompletionMin: 400_000, CompletionMax: 400_000})
-	upAddr, err := fake.Start("127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = fake.Close() })
-	cfg := config.Default()
-	cfg.Node.Name = "t"
-	cfg.Upstreams = []config.Upstream{{Name: "up", Kind: config.KindOpenAI, BaseURL: "http://" + upAddr, Models: []string{"gpt-4o"}}}
-	cfg.Tenants = []config.Tenant{{Name: "acme", Keys: []string{"k"}, RPM: 100, TPM: 1 << 40, Concurrency: 2}}
-	r, err := New(Options{Config: cfg})
-	if err != nil {
-		t.Fatal(err)
-	}
-	r.clientWriteIdle = 200 * time.Millisecond
-	r.SetView(View{Ring: ring.New(1, []string{"t"}), Members: []Member{{Name: "t", Addr: "127.0.0.1:1", State: "active"}}})
+	r := streamRouter(t, 400_000, 200*time.Millisecond)
 	addr := serveRouter(t, r)
 
 	// A small receive buffer: the server's writes block sooner.
@@ -74,22 +59,7 @@ func TestStalledStreamReaderCut(t *testing.T) {
 // The deadline a stream moves on is cleared when it ends: the next request
 // on the keep-alive connection, past clientWriteIdle, is answered.
 func TestStreamDeadlineClearedForNextRequest(t *testing.T) {
-	fake := fakeupstream.New(fakeupstream.Options{CompletionMin: 5, CompletionMax: 5})
-	upAddr, err := fake.Start("127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = fake.Close() })
-	cfg := config.Default()
-	cfg.Node.Name = "t"
-	cfg.Upstreams = []config.Upstream{{Name: "up", Kind: config.KindOpenAI, BaseURL: "http://" + upAddr, Models: []string{"gpt-4o"}}}
-	cfg.Tenants = []config.Tenant{{Name: "acme", Keys: []string{"k"}, RPM: 100, TPM: 1 << 30, Concurrency: 2}}
-	r, err := New(Options{Config: cfg})
-	if err != nil {
-		t.Fatal(err)
-	}
-	r.clientWriteIdle = 100 * time.Millisecond
-	r.SetView(View{Ring: ring.New(1, []string{"t"}), Members: []Member{{Name: "t", Addr: "127.0.0.1:1", State: "active"}}})
+	r := streamRouter(t, 5, 100*time.Millisecond)
 	hc := &fasthttp.HostClient{Addr: serveRouter(t, r), MaxConns: 1}
 	var dials atomic.Int32
 	hc.Dial = func(addr string) (net.Conn, error) {
@@ -112,4 +82,23 @@ func TestStreamDeadlineClearedForNextRequest(t *testing.T) {
 	if n := dials.Load(); n != 1 {
 		t.Errorf("%d connections for 3 requests, want 1 (keep-alive)", n)
 	}
+}
+
+// streamRouter is a standalone router in front of the fake provider, whose
+// answers have completion tokens, for tenant "acme" (key "k", concurrency
+// 2), its streams' clients cut after idle without progress.
+func streamRouter(t *testing.T, completion int, idle time.Duration) *Router {
+	t.Helper()
+	_, upAddr := startFake(t, fakeupstream.Options{CompletionMin: completion, CompletionMax: completion})
+	cfg := config.Default()
+	cfg.Node.Name = "t"
+	cfg.Upstreams = []config.Upstream{{Name: "up", Kind: config.KindOpenAI, BaseURL: "http://" + upAddr, Models: []string{"gpt-4o"}}}
+	cfg.Tenants = []config.Tenant{{Name: "acme", Keys: []string{"k"}, RPM: 100, TPM: 1 << 40, Concurrency: 2}}
+	r, err := New(Options{Config: cfg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.clientWriteIdle = idle
+	r.SetView(View{Ring: ring.New(1, []string{"t"}), Members: []Member{{Name: "t", Addr: "127.0.0.1:1", State: "active"}}})
+	return r
 }

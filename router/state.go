@@ -427,9 +427,10 @@ func (b *entityBuilder) entity(name string, limits limiter.Limits, mode string) 
 	case old != nil:
 		t.ref = old.ref
 		t.ownedUntil.Store(old.ownedUntil.Load())
-	case b.cores != nil && b.cores.reclaim(name) != nil:
+	case b.cores != nil:
 		t.ref = b.cores.reclaim(name)
-	default:
+	}
+	if t.ref == nil {
 		t.ref = &coreRef{}
 	}
 	b.st.byName[name] = t

@@ -2,7 +2,6 @@ package router
 
 import (
 	"bytes"
-	"net"
 	"net/http"
 	"sync/atomic"
 	"testing"
@@ -27,12 +26,7 @@ import (
 // hand: no hand-over kicks the line). When the call ends, the hop's turn
 // finds the tenant frozen for the node that sent it.
 func TestQueuedBounceTakenBack(t *testing.T) {
-	fake := fakeupstream.New(fakeupstream.Options{Latency: time.Second, CompletionMin: 5, CompletionMax: 5})
-	upAddr, err := fake.Start("127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = fake.Close() })
+	fake, upAddr := startFake(t, fakeupstream.Options{Latency: time.Second, CompletionMin: 5, CompletionMax: 5})
 
 	cfg := config.Default()
 	cfg.Node.Name = "t"
@@ -117,18 +111,4 @@ func TestQueuedBounceTakenBack(t *testing.T) {
 	if s := <-first; s != http.StatusOK {
 		t.Errorf("the first call: %d, want 200", s)
 	}
-}
-
-// serveRouter serves r's HTTP on a free loopback port until the test ends,
-// and returns its address.
-func serveRouter(t testing.TB, r *Router) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := r.Server()
-	go func() { _ = srv.Serve(ln) }()
-	t.Cleanup(func() { _ = srv.Shutdown() })
-	return ln.Addr().String()
 }

@@ -13,8 +13,8 @@ import (
 // advertised address) goes on admitting its own clients up to the whole
 // limit. So the edge says, in its gossip metadata, which owners it admits
 // shares for, and an owner that k live members name keeps its own
-// admissions to (live - k) / live of each limit (admitOwned): together
-// they stay within it. An owner stays named while the edge fell back on it
+// admissions to what their k shares (limit / live, rounded down) leave of
+// each limit (admitOn): together they stay within it. An owner stays named while the edge fell back on it
 // within the last second, or holds reports for it not yet delivered (what
 // the share admitted must be counted somewhere: by the owner's cut until
 // the owner has it), a window at most, and not once it left the view (the
