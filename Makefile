@@ -69,7 +69,7 @@ lint:
 # one Redis call per request, uncoordinated local limits, the floor and
 # direct, on loopback; about 2 minutes.
 bench-report:
-	$(GO) run ./bench/report -out docs/bench
+	$(GO) run ./bench/report -out docs/bench -readme README.md
 
 # A soak (not in make test): a loaded cluster for SOAK, goroutines and heap
 # checked flat, no slot left held.

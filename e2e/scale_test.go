@@ -19,6 +19,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ringgate/ringgate/internal/benchout"
 	"github.com/ringgate/ringgate/internal/procstat"
 	"github.com/ringgate/ringgate/internal/redistest"
 )
@@ -212,7 +213,30 @@ models = ["gpt-4o-mini"]
 			}
 		}
 	}
-	t.Log(out.String())
+	figs := benchout.Figures{"configured": configured, "driven": driven, "load_s": loadTook.Seconds(),
+		"drain_exit_ms": float64(drained.Milliseconds()), "node4_ready_ms": float64(ready[3].Milliseconds())}
+	for i := range 3 {
+		for k, v := range map[string]int64{"ready_ms": ready[i].Milliseconds(), "rss_ready_mib": rssReady[i] >> 20,
+			"heap_ready_mib": heapReady[i] >> 20, "rss_load_mib": rssDriven[i] >> 20, "heap_load_mib": heapDriven[i] >> 20} {
+			minMax(figs, k, float64(v))
+		}
+	}
+	for key, rs := range map[string]map[string]rebalanceLine{"up": up, "down": down} {
+		for _, r := range rs {
+			// What moved is key_moved_min: the nodes that stayed agree on
+			// it, and a joiner counts every tenant (all of them moved onto
+			// its first ring).
+			if r.Moved > 0 {
+				minMax(figs, key+"_moved", float64(r.Moved))
+			}
+			figs[key+"_taken"] += float64(r.TakenOver)
+			figs[key+"_peer"] += float64(r.State["peer"])
+			if r.TakenOver > 0 {
+				minMax(figs, key+"_handoff_ms", float64(r.HandoffMs))
+			}
+		}
+	}
+	benchout.Save(t, "many-tenants-cluster", out.String(), figs)
 }
 
 // rebalanceLine is the part of a rebalance log line the report shows.
@@ -223,6 +247,14 @@ type rebalanceLine struct {
 	TakenOver  int            `json:"taken_over"`
 	State      map[string]int `json:"state"`
 	HandoffMs  int64          `json:"handoff_ms"`
+}
+
+// minMax keeps the least and the greatest v seen under key_min and key_max.
+func minMax(figs benchout.Figures, key string, v float64) {
+	if old, ok := figs[key+"_min"]; !ok || v < old {
+		figs[key+"_min"] = v
+	}
+	figs[key+"_max"] = max(figs[key+"_max"], v)
 }
 
 // waitRebalances waits for each node's last rebalance line to be of a ring

@@ -35,6 +35,7 @@ import (
 	"github.com/ringgate/ringgate/bench/floor"
 	"github.com/ringgate/ringgate/config"
 	"github.com/ringgate/ringgate/fakeupstream"
+	"github.com/ringgate/ringgate/internal/benchout"
 	"github.com/ringgate/ringgate/reserve"
 )
 
@@ -393,6 +394,7 @@ func TestAddedLatencyReport(t *testing.T) {
 	)
 	env := newBenchEnv(t)
 	var out strings.Builder
+	figs := benchout.Figures{}
 	header := func(title string, args ...any) {
 		fmt.Fprintf(&out, "\n"+title+"\n\n", args...)
 		fmt.Fprintf(&out, "| workload | pct | direct µs | floor µs | ringgate µs | ringgate − floor µs | ringgate / floor |\n")
@@ -401,7 +403,7 @@ func TestAddedLatencyReport(t *testing.T) {
 	header("sequential latency, %d requests per target, interleaved in blocks of %d, GOMAXPROCS=%d",
 		perTarget, block, runtime.GOMAXPROCS(0))
 	for _, stream := range []bool{false, true} {
-		latencyRows3(&out, stream, interleaveAll(t, env.targets(stream), perTarget, block))
+		latencyRows3(&out, figs, stream, interleaveAll(t, env.targets(stream), perTarget, block))
 	}
 
 	// The open loop and saturation run in rounds, each target in turn (its
@@ -434,6 +436,9 @@ func TestAddedLatencyReport(t *testing.T) {
 				ratios[r] = per[2][r] / per[1][r]
 			}
 			d, f, v := median(per[0]), median(per[1]), median(per[2])
+			key := fmt.Sprintf("%s_open_p%.0f_", workload(stream), q*100)
+			figs[key+"direct_us"], figs[key+"floor_us"], figs[key+"ringgate_us"] = d, f, v
+			figs[key+"ratio"], figs[key+"ratio_min"], figs[key+"ratio_max"] = median(ratios), slices.Min(ratios), slices.Max(ratios)
 			fmt.Fprintf(&out, "| %s | p%.0f | %.0f | %.0f | %.0f | %+.0f | %.2f | %.2f–%.2f |\n",
 				workload(stream), q*100, d, f, v, v-f, median(ratios), slices.Min(ratios), slices.Max(ratios))
 		}
@@ -459,17 +464,22 @@ func TestAddedLatencyReport(t *testing.T) {
 			}
 			ratios[r] = got[2] / got[1]
 		}
+		key := workload(stream) + "_sat_"
+		figs[key+"direct"], figs[key+"floor"], figs[key+"ringgate"] = median(per[0]), median(per[1]), median(per[2])
+		figs[key+"ratio"], figs[key+"ratio_min"], figs[key+"ratio_max"] = median(ratios), slices.Min(ratios), slices.Max(ratios)
 		fmt.Fprintf(&out, "| %s | %.0f | %.0f | %.0f | %.2f | %.2f–%.2f |\n", workload(stream),
 			median(per[0]), median(per[1]), median(per[2]), median(ratios), slices.Min(ratios), slices.Max(ratios))
 	}
-	t.Log(out.String())
+	benchout.Save(t, "added-latency", out.String(), figs)
 }
 
 // latencyRows3 writes the p50, p90 and p99 rows comparing direct, floor and
-// ringgate (sorted durations, in that order).
-func latencyRows3(out io.Writer, stream bool, durs [][]time.Duration) {
+// ringgate (sorted durations, in that order), and puts them in figs.
+func latencyRows3(out io.Writer, figs benchout.Figures, stream bool, durs [][]time.Duration) {
 	for _, q := range []float64{0.50, 0.90, 0.99} {
 		d, f, v := percentile(durs[0], q), percentile(durs[1], q), percentile(durs[2], q)
+		key := fmt.Sprintf("%s_seq_p%.0f_", workload(stream), q*100)
+		figs[key+"direct_us"], figs[key+"floor_us"], figs[key+"ringgate_us"] = micros(d), micros(f), micros(v)
 		fmt.Fprintf(out, "| %s | p%.0f | %.0f | %.0f | %.0f | %+.0f | %.2f |\n",
 			workload(stream), q*100, micros(d), micros(f), micros(v), micros(v-f), float64(v)/float64(f))
 	}
@@ -766,10 +776,13 @@ func interleaveAll(tb testing.TB, ts []target, perTarget, block int) [][]time.Du
 }
 
 // latencyRows writes the p50, p90 and p99 rows of a markdown table that
-// compares the sorted durations of a baseline and of another path.
-func latencyRows(out io.Writer, stream bool, base, other []time.Duration) {
+// compares the sorted durations of a baseline and of another path, and
+// puts them in figs.
+func latencyRows(out io.Writer, figs benchout.Figures, stream bool, base, other []time.Duration) {
 	for _, q := range []float64{0.50, 0.90, 0.99} {
 		pb, po := percentile(base, q), percentile(other, q)
+		key := fmt.Sprintf("%s_p%.0f_", workload(stream), q*100)
+		figs[key+"local_us"], figs[key+"forwarded_us"] = micros(pb), micros(po)
 		fmt.Fprintf(out, "| %s | p%.0f | %.0f | %.0f | %+.0f | %.2f |\n",
 			workload(stream), q*100, micros(pb), micros(po), micros(po-pb), float64(po)/float64(pb))
 	}
@@ -797,6 +810,7 @@ func TestHopLatencyReport(t *testing.T) {
 	)
 	env := newFwdEnv(t)
 	var out strings.Builder
+	figs := benchout.Figures{}
 	fmt.Fprintf(&out, "\nowner-local vs forwarded sequential latency, owner %s, %d requests per target, interleaved in blocks of %d, GOMAXPROCS=%d\n\n",
 		env.owner, perTarget, block, runtime.GOMAXPROCS(0))
 	fmt.Fprintf(&out, "| workload | pct | local µs | forwarded µs | added µs | ratio |\n")
@@ -804,7 +818,7 @@ func TestHopLatencyReport(t *testing.T) {
 	for _, stream := range []bool{false, true} {
 		lt, ft := env.pair(stream)
 		ld, fd := interleave(t, lt, ft, perTarget, block)
-		latencyRows(&out, stream, ld, fd)
+		latencyRows(&out, figs, stream, ld, fd)
 	}
-	t.Log(out.String())
+	benchout.Save(t, "hop-latency", out.String(), figs)
 }

@@ -43,7 +43,9 @@ import (
 
 func main() {
 	out := flag.String("out", "docs/bench", "directory for report.md and the charts")
-	quick := flag.Bool("quick", false, "short phases: a smoke run, figures not for publishing")
+	quick := flag.Bool("quick", false, "short phases, no benchmarks, the README left alone: a smoke run, figures not for publishing")
+	withFigures := flag.Bool("figures", true, "also run the benchmarks and report tests (go test) whose figures the README shows")
+	readme := flag.String("readme", "", "write this run's figures into this README, between its bench-report markers (needs -figures)")
 	only := flag.String("accuracy-only", "", "run only the accuracy scenario, for this system (ringgate, redis-per-request, local-limits), and print its figures: to look into one, with RINGGATE_REPORT_LOG")
 	flag.Parse()
 	if *only != "" {
@@ -53,7 +55,7 @@ func main() {
 		}
 		return
 	}
-	if err := run(*out, *quick); err != nil {
+	if err := run(*out, *readme, *quick, *withFigures && !*quick); err != nil {
 		fmt.Fprintln(os.Stderr, "report:", err)
 		os.Exit(1)
 	}
@@ -81,7 +83,10 @@ var quiet = func() *slog.Logger {
 	return slog.New(slog.NewTextHandler(io.Discard, nil))
 }()
 
-func run(out string, quick bool) error {
+func run(out, readme string, quick, withFigures bool) error {
+	if readme != "" && !withFigures {
+		return fmt.Errorf("-readme needs the figures phase (-figures, without -quick)")
+	}
 	if err := os.MkdirAll(out, 0o755); err != nil {
 		return err
 	}
@@ -126,7 +131,29 @@ func run(out string, quick bool) error {
 	if err := drawLatency(filepath.Join(out, "latency.png"), lat, rates); err != nil {
 		return err
 	}
-	return writeReport(filepath.Join(out, "report.md"), lat, acc, rates, quick, time.Since(started))
+	// The benchmarks and report tests, as child processes: the README's
+	// other figures, from this same run.
+	var f *figures
+	if withFigures {
+		if f, err = runFigures(); err != nil {
+			return err
+		}
+	}
+	took := time.Since(started)
+	if err := writeReport(filepath.Join(out, "report.md"), lat, acc, rates, f, quick, took); err != nil {
+		return err
+	}
+	if readme == "" {
+		return nil
+	}
+	rows, err := figureRows(f)
+	if err != nil {
+		return err
+	}
+	head := madeBy(quick, took) + " The full report, with every benchmark line and the report tests' tables: [docs/bench/report.md](docs/bench/report.md).\n\n" +
+		"Against the alternatives: ringgate (3 nodes with Redis, any request to any node), one Redis Lua sliding window per request (the seed article's script, which sums every charge in the window on each call; 3 proxies), per-node limits with no coordination (3 standalone nodes), a bare fasthttp proxy (the floor) and direct. " +
+		"Latency in ms; the 3 nodes share the machine's cores with the load and the provider.\n"
+	return spliceReadme(readme, readmeBlock(head, latencyTable(lat, rates), accuracyIntro(acc)+"\n\n"+accuracyTable(acc), rows))
 }
 
 // accuracyOnly runs the accuracy scenario for sys alone and prints what

@@ -127,5 +127,11 @@ func redisVersion() string {
 	if err != nil {
 		return "?"
 	}
+	// "Redis server v=7.0.15 sha=… malloc=… bits=64 build=…": the version.
+	for _, f := range strings.Fields(string(out)) {
+		if v, ok := strings.CutPrefix(f, "v="); ok {
+			return "Redis " + v
+		}
+	}
 	return strings.TrimSpace(string(out))
 }

@@ -1,0 +1,143 @@
+package main
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"strings"
+)
+
+// The README's figures are written between these markers, every one from
+// the run that writes docs/bench/report.md; nothing else in the README is
+// a measurement.
+const (
+	readmeBegin = "<!-- bench-report:begin (written by make bench-report: do not edit) -->"
+	readmeEnd   = "<!-- bench-report:end -->"
+)
+
+// picker reads figures and keeps the first one missing.
+type picker struct {
+	f   *figures
+	err error
+}
+
+func (p *picker) b(name, unit string) float64 {
+	v, err := p.f.bench(name, unit)
+	if err != nil && p.err == nil {
+		p.err = err
+	}
+	return v
+}
+
+func (p *picker) t(test, key string) float64 {
+	v, err := p.f.test(test, key)
+	if err != nil && p.err == nil {
+		p.err = err
+	}
+	return v
+}
+
+// figureRows are the README's figures table: what was measured and how
+// it came out, each from this run.
+func figureRows(f *figures) ([][2]string, error) {
+	p := &picker{f: f}
+	const lat, hop, many = "added-latency", "hop-latency", "many-tenants-cluster"
+	e2e := func(w string) string {
+		return fmt.Sprintf("sequential p50: direct %.0f, floor %.0f, ringgate %.0f µs (**%+.0f µs** over the floor). "+
+			"Open loop at 2 000 requests/s, the median of 7 interleaved rounds: p50 %.0f / %.0f / %.0f µs (**%+.0f µs**; +30 asked), "+
+			"p99 **%.2f×** the floor's (rounds %.2f–%.2f; ≤ 2× asked). "+
+			"Saturated: **%.2f×** the floor's throughput (rounds %.2f–%.2f; ≥ 0.9× asked)",
+			p.t(lat, w+"_seq_p50_direct_us"), p.t(lat, w+"_seq_p50_floor_us"), p.t(lat, w+"_seq_p50_ringgate_us"),
+			p.t(lat, w+"_seq_p50_ringgate_us")-p.t(lat, w+"_seq_p50_floor_us"),
+			p.t(lat, w+"_open_p50_direct_us"), p.t(lat, w+"_open_p50_floor_us"), p.t(lat, w+"_open_p50_ringgate_us"),
+			p.t(lat, w+"_open_p50_ringgate_us")-p.t(lat, w+"_open_p50_floor_us"),
+			p.t(lat, w+"_open_p99_ratio"), p.t(lat, w+"_open_p99_ratio_min"), p.t(lat, w+"_open_p99_ratio_max"),
+			p.t(lat, w+"_sat_ratio"), p.t(lat, w+"_sat_ratio_min"), p.t(lat, w+"_sat_ratio_max"))
+	}
+	hopRow := func(w string) string {
+		l, fw := p.t(hop, w+"_p50_local_us"), p.t(hop, w+"_p50_forwarded_us")
+		return fmt.Sprintf("%.0f µs vs %.0f µs: **%+.0f µs** (%.2f×)", fw, l, fw-l, fw/l)
+	}
+	dec := p.b("BenchmarkDecisionVsRedis/ringgate", "ns/op")
+	incr := p.b("BenchmarkDecisionVsRedis/redis-incr-per-request", "ns/op")
+	lua := p.b("BenchmarkDecisionVsRedis/redis-lua-per-request", "ns/op")
+	rows := [][2]string{
+		{"limit decision, admit + settle + release on all three dimensions (`BenchmarkDecision`)",
+			fmt.Sprintf("%.0f ns, %.0f allocs; in parallel, one tenant per goroutine: %.0f ns; one hot tenant shared by all: %.0f ns",
+				p.b("BenchmarkDecision", "ns/op"), p.b("BenchmarkDecision", "allocs/op"),
+				p.b("BenchmarkDecisionParallel", "ns/op"), p.b("BenchmarkDecisionHotTenant", "ns/op"))},
+		{"owner lookup on the ring (`BenchmarkOwner`)",
+			fmt.Sprintf("%.1f ns, %.0f allocs", p.b("BenchmarkOwner", "ns/op"), p.b("BenchmarkOwner", "allocs/op"))},
+		{"the decision vs one Redis call per request, a tenant with 1 000 charges in its window (`BenchmarkDecisionVsRedis`)",
+			fmt.Sprintf("%.0f ns in RAM vs %.0f µs for a bare `INCRBY` round trip (%.0f×) and %.2f ms for the seed article's Lua sliding window, which sums the window on every call (%.0f×)",
+				dec, incr/1e3, incr/max(dec, 1), lua/1e6, lua/max(dec, 1))},
+		{"heap of a node's state per configured tenant, 20 000 tenants with all three limits (`BenchmarkStateMemory`)",
+			fmt.Sprintf("%.0f B before any request; a tenant's core (limiter, fallback ledger, spill, lines), made at its first use on the node, adds %.0f B",
+				p.b("BenchmarkStateMemory", "heap-bytes/tenant"), p.b("BenchmarkStateMemory", "core-bytes/tenant"))},
+		{"a standalone node configured with 100 000 tenants, then 10 000 of them driven with a request each (`BenchmarkManyTenants`)",
+			fmt.Sprintf("ready in %.0f ms; heap +%.0f MiB once ready, +%.0f MiB after the 10 000; resident %.0f MiB",
+				p.b("BenchmarkManyTenants", "ready-ms"), p.b("BenchmarkManyTenants", "heap-ready-MiB"),
+				p.b("BenchmarkManyTenants", "heap-driven-MiB"), p.b("BenchmarkManyTenants", "rss-driven-MiB"))},
+		{"three ringgate processes with Redis snapshots, each configured with 100 000 tenants; 10 000 driven through all three; a fourth joins, then the second drains (`TestManyTenantsClusterReport`)",
+			fmt.Sprintf("start to ready %.1f–%.1f s; resident **%.0f–%.0f MiB** once ready and **%.0f–%.0f MiB** after the load (≤ 200 MiB asked). "+
+				"Scale-up: %.0f tenants moved, %.0f of the %.0f gained taken from their previous owner, each decidable on its new owner %.0f–%.0f ms after its ring changed. "+
+				"Drain: %.0f moved, %.0f of %.0f from their previous owner, %.0f–%.0f ms; the drained node out (exit 0) in %.2f s",
+				p.t(many, "ready_ms_min")/1e3, p.t(many, "ready_ms_max")/1e3,
+				p.t(many, "rss_ready_mib_min"), p.t(many, "rss_ready_mib_max"), p.t(many, "rss_load_mib_min"), p.t(many, "rss_load_mib_max"),
+				p.t(many, "up_moved_min"), p.t(many, "up_peer"), p.t(many, "up_taken"), p.t(many, "up_handoff_ms_min"), p.t(many, "up_handoff_ms_max"),
+				p.t(many, "down_moved_min"), p.t(many, "down_peer"), p.t(many, "down_taken"), p.t(many, "down_handoff_ms_min"), p.t(many, "down_handoff_ms_max"),
+				p.t(many, "drain_exit_ms")/1e3)},
+		{"prompt tokens of a short message counted again: a system prompt, a chat's history (`BenchmarkCount`)",
+			fmt.Sprintf("%.0f ns from the tokenizer's table of recent counts vs %.1f µs counted",
+				p.b("BenchmarkCount/remembered", "ns/op"), p.b("BenchmarkCount/counted", "ns/op")/1e3)},
+		{"prompt estimate from its size with a learned ratio, and the reservation, for 1k, 10k and 100k tokens (`BenchmarkEstimate`)",
+			fmt.Sprintf("%.0f, %.0f, %.0f ns, %.0f allocs; counted by the tokenizer instead: %.2f ms, %.1f ms, %.0f ms",
+				p.b("BenchmarkEstimate/1k/ratio", "ns/op"), p.b("BenchmarkEstimate/10k/ratio", "ns/op"), p.b("BenchmarkEstimate/100k/ratio", "ns/op"),
+				p.b("BenchmarkEstimate/100k/ratio", "allocs/op"),
+				p.b("BenchmarkEstimate/1k/tokenizer", "ns/op")/1e6, p.b("BenchmarkEstimate/10k/tokenizer", "ns/op")/1e6, p.b("BenchmarkEstimate/100k/tokenizer", "ns/op")/1e6)},
+		{"a chat request's body parsed: model, limits, texts (`BenchmarkParseRequest`)",
+			fmt.Sprintf("%.2f µs, %.0f allocs", p.b("BenchmarkParseRequest", "ns/op")/1e3, p.b("BenchmarkParseRequest", "allocs/op"))},
+		{"ringgate against a bare fasthttp reverse proxy (the floor, `bench/floor`) and direct to the fake provider, in one process, interleaved, JSON chat (`TestAddedLatencyReport`)", e2e("json")},
+		{"same, an SSE stream of 23 events (the floor relays it read by read, flushing each)", e2e("stream")},
+		{"a forwarded request (edge → owner hop) vs the same request sent to its owner, JSON, p50 (`TestHopLatencyReport`)", hopRow("json")},
+		{"same, SSE stream, p50", hopRow("stream")},
+		{"snapshot encode / decode, one tenant (`BenchmarkEncode`, `BenchmarkDecode`)",
+			fmt.Sprintf("%.2f µs / %.2f µs", p.b("BenchmarkEncode", "ns/op")/1e3, p.b("BenchmarkDecode", "ns/op")/1e3)},
+		{"snapshots saved to Redis in one pipelined batch, per tenant (`BenchmarkSaveBatch`)",
+			fmt.Sprintf("%.1f µs (batch of 100), %.1f µs (batch of 1 000)", p.b("BenchmarkSaveBatch/100", "µs/tenant"), p.b("BenchmarkSaveBatch/1000", "µs/tenant"))},
+		{"a new owner's handoff from the final snapshots in Redis (`BenchmarkHandoffTake`)",
+			fmt.Sprintf("%.0f µs for 1 tenant, %.2f ms for 100 (%.1f µs each)",
+				p.b("BenchmarkHandoffTake/tenants=1", "ns/op")/1e3, p.b("BenchmarkHandoffTake/tenants=100", "ns/op")/1e6, p.b("BenchmarkHandoffTake/tenants=100", "µs/tenant"))},
+	}
+	return rows, p.err
+}
+
+// readmeBlock is what goes between the README's markers.
+func readmeBlock(head, latency, acc string, rows [][2]string) string {
+	var b strings.Builder
+	b.WriteString(readmeBegin + "\n\n")
+	b.WriteString(head)
+	b.WriteString("\n" + latency + "\n" + acc)
+	b.WriteString("\n![admitted per window against the limit](docs/bench/accuracy.png)\n![latency against load](docs/bench/latency.png)\n\n")
+	b.WriteString("| measured | figure |\n| --- | --- |\n")
+	for _, r := range rows {
+		fmt.Fprintf(&b, "| %s | %s |\n", r[0], r[1])
+	}
+	b.WriteString("\n" + readmeEnd)
+	return b.String()
+}
+
+// spliceReadme puts block between the markers in the README at path.
+func spliceReadme(path, block string) error {
+	old, err := os.ReadFile(path)
+	if err != nil {
+		return err
+	}
+	i := bytes.Index(old, []byte(readmeBegin))
+	j := bytes.Index(old, []byte(readmeEnd))
+	if i < 0 || j < i {
+		return fmt.Errorf("%s has no %q … %q block", path, readmeBegin, readmeEnd)
+	}
+	out := append(append(append([]byte{}, old[:i]...), block...), old[j+len(readmeEnd):]...)
+	return os.WriteFile(path, out, 0o644)
+}
