@@ -14,6 +14,7 @@ import (
 
 	"github.com/valyala/fasthttp"
 
+	"github.com/ringgate/ringgate/keepalive"
 	"github.com/ringgate/ringgate/limiter"
 	"github.com/ringgate/ringgate/upstream"
 )
@@ -82,7 +83,7 @@ func (p *peers) get(addr string) *peer {
 		if err != nil {
 			return nil, &dialError{err}
 		}
-		return newCheckedConn(c), nil // see peerconn.go
+		return keepalive.Checked(c, keepalive.Options{}), nil // see package keepalive
 	})
 	pc.hc = &fasthttp.HostClient{
 		Addr:                     addr,
@@ -94,7 +95,7 @@ func (p *peers) get(addr string) *peer {
 		StreamResponseBody:       true,
 		NoDefaultUserAgentHeader: true,
 	}
-	pc.hc.RetryIfErr = retryStale(pc.hc)
+	pc.hc.RetryIfErr = keepalive.RetryStale(pc.hc)
 	p.byAddr[addr] = pc
 	return pc
 }
@@ -143,9 +144,9 @@ func (r *Router) toOwner(ctx *fasthttp.RequestCtx, v *view, owner string, t *ten
 			pc.failed(err)
 			return false, false
 		}
-		if errors.Is(err, errStaleConn) {
+		if errors.Is(err, keepalive.ErrStale) {
 			// Every pooled connection tried was closed by the owner
-			// before the request was written (peerconn.go): it never saw
+			// before the request was written (package keepalive): it never saw
 			// it. Not a sign it is down: the next hop dials afresh.
 			r.metrics.hopEnded(hopUnreachable, took)
 			return false, false

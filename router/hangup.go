@@ -10,6 +10,7 @@ import (
 
 	"github.com/valyala/fasthttp"
 
+	"github.com/ringgate/ringgate/keepalive"
 	"github.com/ringgate/ringgate/upstream"
 )
 
@@ -21,7 +22,7 @@ import (
 // upstream answered.
 //
 // While the handler waits in Do, a clientWatch peeks at the client's socket
-// without blocking (peerGone: recv MSG_PEEK|MSG_DONTWAIT, ~1 µs) every
+// without blocking (keepalive.PeerGone: recv MSG_PEEK|MSG_DONTWAIT, ~1 µs) every
 // hangupCheck, from one goroutine per node that ticks while calls wait
 // (watchList): no goroutine or timer per request, so a call answered
 // between two ticks costs two short lock holds and no syscall. End of
@@ -93,7 +94,7 @@ func (r *Router) watch(ctx *fasthttp.RequestCtx, onGone func()) *clientWatch {
 // connection has a socket to peek at.
 func (r *Router) listWatch(ctx *fasthttp.RequestCtx, w *clientWatch) *clientWatch {
 	sc, ok := ctx.Conn().(syscall.Conn)
-	if !canPeek || !ok {
+	if !keepalive.CanPeek || !ok {
 		return w
 	}
 	w.conn = sc
@@ -140,7 +141,7 @@ func (w *clientWatch) check() {
 		}
 		w.raw = raw
 	}
-	if err := peerGone(w.raw); err == nil || err == errUnasked {
+	if err := keepalive.PeerGone(w.raw); err == nil || err == keepalive.ErrUnasked {
 		w.mu.Unlock()
 		return
 	}

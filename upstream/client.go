@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/valyala/fasthttp"
+
+	"github.com/ringgate/ringgate/keepalive"
 )
 
 // Provider is one configured upstream: where it is, how to authenticate to
@@ -30,6 +32,13 @@ type Provider struct {
 	hc       *fasthttp.HostClient
 	buffered *fasthttp.HostClient
 }
+
+// staleCheckIdle: a pooled connection idle at least this long is checked
+// for a provider that closed it before a call is written on it. One reused
+// at once, under load, is not: that saves a syscall per call, and a
+// provider closing a connection within a millisecond of answering on it is
+// a restart in that very moment.
+const staleCheckIdle = time.Millisecond
 
 // DefaultMaxAnswerBytes bounds a JSON answer read whole.
 const DefaultMaxAnswerBytes = 64 << 20
@@ -94,7 +103,18 @@ func NewProvider(c ProviderConfig) (*Provider, error) {
 	if dialer.Timeout <= 0 {
 		dialer.Timeout = 2 * time.Second
 	}
-	dial := IdleDialer(first, idle, func(addr string) (net.Conn, error) { return dialer.Dial("tcp", addr) })
+	// A provider that closes idle connections sooner than the pool does
+	// (vLLM's uvicorn after 5 s), or restarts, leaves closed ones in the
+	// pool: each is found before a call is written on it, and the call
+	// goes on another (package keepalive).
+	check := keepalive.Options{MinIdle: staleCheckIdle, TLS: u.Scheme == "https"}
+	dial := IdleDialer(first, idle, func(addr string) (net.Conn, error) {
+		c, err := dialer.Dial("tcp", addr)
+		if err != nil {
+			return nil, err
+		}
+		return keepalive.Checked(c, check), nil
+	})
 	p := &Provider{
 		Name:             c.Name,
 		Kind:             c.Kind,
@@ -127,6 +147,7 @@ func NewProvider(c ProviderConfig) (*Provider, error) {
 		if !stream {
 			hc.MaxResponseBodySize = c.MaxAnswerBytes
 		}
+		hc.RetryIfErr = keepalive.RetryStale(hc)
 		return hc
 	}
 	p.hc, p.buffered = pool(true), pool(false)

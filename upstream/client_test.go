@@ -2,7 +2,9 @@ package upstream
 
 import (
 	"errors"
+	"io"
 	"net"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -87,5 +89,51 @@ func TestProviderAnswerPools(t *testing.T) {
 	}
 	if _, err := do("/v1/big", false); !errors.Is(err, ErrUnreachable) {
 		t.Errorf("answer past MaxAnswerBytes: %v, want ErrUnreachable", err)
+	}
+}
+
+// TestProviderIdleCloseNotAnError: a provider that closes kept-alive
+// connections after a short idle time (vLLM's uvicorn: 5 s, shorter than
+// the pool's 30 s) does not turn the next call into an error: the closed
+// connection is found before the request is written on it, and the call
+// goes on a new one. Both pools; and a provider restarted (every pooled
+// connection closed at once) the same.
+func TestProviderIdleCloseNotAnError(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var calls atomic.Int64
+	srv := &fasthttp.Server{
+		Handler: func(ctx *fasthttp.RequestCtx) {
+			calls.Add(1)
+			ctx.SetBodyString(`{"ok":true}`)
+		},
+		IdleTimeout: 50 * time.Millisecond,
+	}
+	go func() { _ = srv.Serve(ln) }()
+	defer func() { _ = srv.Shutdown() }()
+	p, err := NewProvider(ProviderConfig{Name: "t", Kind: OpenAI, BaseURL: "http://" + ln.Addr().String(), Timeout: 2 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 6 {
+		stream := i%2 == 1
+		req, resp := fasthttp.AcquireRequest(), fasthttp.AcquireResponse()
+		p.Prepare(req, []byte("/v1/chat/completions"), []byte(`{}`), &fasthttp.RequestHeader{})
+		err := p.Do(req, resp, stream)
+		if err == nil && stream {
+			_, err = io.Copy(io.Discard, resp.BodyStream())
+			_ = resp.CloseBodyStream()
+		}
+		fasthttp.ReleaseRequest(req)
+		fasthttp.ReleaseResponse(resp)
+		if err != nil {
+			t.Fatalf("call %d (stream %v), after the provider closed the idle connection: %v", i, stream, err)
+		}
+		time.Sleep(200 * time.Millisecond) // past the provider's idle timeout
+	}
+	if n := calls.Load(); n != 6 {
+		t.Fatalf("the provider saw %d calls, want 6 (none sent twice)", n)
 	}
 }

@@ -1,6 +1,6 @@
 //go:build linux || darwin || freebsd || netbsd || openbsd || dragonfly
 
-package router
+package keepalive
 
 import (
 	"errors"
@@ -8,15 +8,17 @@ import (
 	"syscall"
 )
 
-const canPeek = true
+// CanPeek: a socket can be peeked at without blocking here.
+const CanPeek = true
 
-// errUnasked: the peer sent bytes on an idle connection (an answer to no
-// request of ours); the connection is out of step and not used.
-var errUnasked = errors.New("unexpected bytes on an idle connection")
+// ErrUnasked: the peer sent bytes on an idle connection (an answer to no
+// request of ours); the connection is out of step and not used. On a
+// server's connection it is a client's next request, sent early.
+var ErrUnasked = errors.New("unexpected bytes on an idle connection")
 
-// peerGone peeks at an idle connection's socket without blocking: nil when
+// PeerGone peeks at an idle connection's socket without blocking: nil when
 // nothing is queued (the peer is there), else why the connection is dead.
-func peerGone(raw syscall.RawConn) error {
+func PeerGone(raw syscall.RawConn) error {
 	var (
 		buf  [1]byte
 		n    int
@@ -39,5 +41,5 @@ func peerGone(raw syscall.RawConn) error {
 	case n == 0:
 		return io.EOF // the peer closed it
 	}
-	return errUnasked
+	return ErrUnasked
 }

@@ -1,0 +1,121 @@
+// Package keepalive finds a pooled keep-alive connection its peer has
+// closed before a request is written on it, so that an HTTP client sends
+// again exactly the requests the peer cannot have seen. It is used for the
+// hops to other nodes and for the calls to providers, and to see a client
+// hang up; it knows nothing of what travels on the connections.
+//
+// A request on a pooled connection the peer has just closed (a node killed
+// or restarted, a provider restarted, or one that closes idle connections
+// sooner than this side's pool does: vLLM's uvicorn after 5 s) fails, and
+// fasthttp cannot say whether the peer saw it: a write to a socket the peer
+// has closed succeeds locally, and the read that follows returns io.EOF
+// (ErrConnectionClosed) or ECONNRESET, the same errors as a peer that read
+// the request, acted on it and died before answering. fasthttp's own retry
+// (RetryIf, isIdempotent) never sends a POST again for that reason.
+//
+// The difference is when the peer closed: a peer that closed before this
+// side wrote the request did so earlier, and its FIN (or RST) is already
+// queued on this side's socket. So before the first byte of a request on a
+// reused connection, a Checked connection peeks at the socket without
+// blocking (recv MSG_PEEK|MSG_DONTWAIT, one syscall, ~1 µs): end of stream,
+// a reset or bytes nobody asked for mean the connection is dead, nothing is
+// written and the write fails with ErrStale. Over TLS, bytes queued on an
+// idle connection are normal (a session ticket, the close_notify alert
+// before the FIN) and hide the FIN from a peek, so a TLS connection is
+// checked by its TCP state instead (Linux: TCP_INFO; elsewhere not at
+// all). The HostClient then retries
+// on another connection (RetryStale, only for ErrStale), dropping its other
+// idle ones, which usually died with the same peer. What is left ambiguous
+// is a request written before the peer's socket closed: one really in
+// flight on the peer when it went.
+package keepalive
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"syscall"
+	"time"
+
+	"github.com/valyala/fasthttp"
+)
+
+// ErrStale: a pooled connection was found closed by the peer before
+// anything of the request was written on it; the peer cannot have seen it.
+var ErrStale = errors.New("pooled connection already closed by the peer; nothing was written")
+
+// checkedConn is a connection that checks, before it writes a request on a
+// kept-alive connection, that the peer has not closed it. An HTTP/1 client
+// connection never reads and writes at once (fasthttp hands it from one
+// request to the next through its pool), so its fields need no lock.
+type checkedConn struct {
+	net.Conn
+	raw     syscall.RawConn // nil: no check
+	gone    func(syscall.RawConn) error
+	minIdle time.Duration
+	reused  bool      // a response was read: the next write starts a request
+	readAt  time.Time // the last read that returned bytes, when minIdle > 0
+}
+
+// Options say how a connection is checked.
+type Options struct {
+	// MinIdle > 0 checks only a connection idle that long since its last
+	// read: a busy connection reused at once skips the syscall, and a peer
+	// closing one within MinIdle of its last answer goes unseen.
+	MinIdle time.Duration
+	// TLS: the connection carries TLS, checked by its TCP state.
+	TLS bool
+}
+
+// Checked wraps a client connection so that a request written on it after
+// a response was read is first checked for a peer that closed it.
+func Checked(c net.Conn, o Options) net.Conn {
+	cc := &checkedConn{Conn: c, minIdle: o.MinIdle, gone: PeerGone}
+	can := CanPeek
+	if o.TLS {
+		cc.gone, can = PeerClosed, CanSeeClose
+	}
+	if sc, ok := c.(syscall.Conn); ok && can {
+		if raw, err := sc.SyscallConn(); err == nil {
+			cc.raw = raw
+		}
+	}
+	return cc
+}
+
+func (c *checkedConn) Read(p []byte) (int, error) {
+	n, err := c.Conn.Read(p)
+	if n > 0 {
+		c.reused = true
+		if c.minIdle > 0 {
+			c.readAt = time.Now()
+		}
+	}
+	return n, err
+}
+
+func (c *checkedConn) Write(p []byte) (int, error) {
+	if c.reused {
+		c.reused = false
+		if c.raw != nil && (c.minIdle <= 0 || time.Since(c.readAt) >= c.minIdle) {
+			if err := c.gone(c.raw); err != nil {
+				return 0, fmt.Errorf("%w (%v)", ErrStale, err)
+			}
+		}
+	}
+	return c.Conn.Write(p)
+}
+
+// RetryStale is a HostClient's RetryIfErr for Checked connections: only a
+// request that was never written is sent again, on another connection; the
+// idle ones left are closed first (a peer that closed one has usually
+// closed them all).
+func RetryStale(hc *fasthttp.HostClient) fasthttp.RetryIfErrFunc {
+	return func(_ *fasthttp.Request, _ int, err error) (resetTimeout, retry bool) {
+		if !errors.Is(err, ErrStale) {
+			return false, false
+		}
+		hc.CloseIdleConnections()
+		return false, true
+	}
+}
