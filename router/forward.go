@@ -180,7 +180,7 @@ func (r *Router) toOwner(ctx *fasthttp.RequestCtx, v *view, owner string, t *ten
 	if bytes.HasPrefix(resp.Header.ContentType(), []byte("text/event-stream")) {
 		r.metrics.hopEnded(hopAnswered, took)
 		wd := r.writeDeadline(ctx)
-		ctx.SetBodyStreamWriter(func(w *bufio.Writer) {
+		setStream(ctx, func(w *bufio.Writer) {
 			defer r.done()
 			defer wd.done()
 			defer fasthttp.ReleaseResponse(resp)

@@ -637,7 +637,7 @@ func (r *Router) stream(ctx *fasthttp.RequestCtx, c *call, resp *fasthttp.Respon
 	ctx.Response.Header.Set("Cache-Control", "no-cache")
 	ctx.Response.Header.Set("X-Accel-Buffering", "no")
 	wd := r.writeDeadline(ctx)
-	ctx.SetBodyStreamWriter(func(w *bufio.Writer) {
+	setStream(ctx, func(w *bufio.Writer) {
 		defer r.done()
 		defer wd.done()
 		f := upstream.NewStreamFilter(c.prov.Kind, c.req.ClientWantsUsage)
@@ -835,6 +835,29 @@ func errString(err error) string {
 // client that stops reading would hold its call, and the provider's
 // connection, for ever (and past slot_ttl, uncounted).
 const clientWriteIdle = 30 * time.Second
+
+// setStream makes fn's writes the answer's body, sent as fn flushes them.
+// An HTTP/1.1 client gets them chunked. An HTTP/1.0 client cannot read
+// chunks (RFC 9112 forbids sending it any), and fasthttp frames every body
+// stream in chunks, so its connection is taken over once the handler
+// returns: the headers, then the body unframed, ended by closing the
+// connection. fn always runs, whatever the client, so a call it settles is
+// settled.
+func setStream(ctx *fasthttp.RequestCtx, fn func(w *bufio.Writer)) {
+	if ctx.Request.Header.IsHTTP11() {
+		ctx.SetBodyStreamWriter(fn)
+		return
+	}
+	ctx.Response.Header.SetContentLength(-2) // neither a length nor chunks; Connection: close
+	head := append([]byte(nil), ctx.Response.Header.Header()...)
+	ctx.HijackSetNoResponse(true)
+	ctx.Hijack(func(c net.Conn) {
+		w := bufio.NewWriterSize(c, 4<<10)
+		_, _ = w.Write(head) // an error shows again in fn's writes
+		fn(w)
+		_ = w.Flush()
+	})
+}
 
 // streamDeadline moves a connection's write deadline on as a stream makes
 // progress: each flush may take clientWriteIdle. fasthttp writes a stream
