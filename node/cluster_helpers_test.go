@@ -119,6 +119,29 @@ type clCluster struct {
 	nodes   []*clNode
 	hc      *http.Client
 	opts    clOptions
+
+	decidedMu sync.Mutex
+	decidedAt map[string][]time.Time // admissions the nodes decided, by tenant
+}
+
+// decide is every node's OnAdmit: the admissions as decided, stamped by
+// the clock the nodes share.
+func (c *clCluster) decide(tenant string, at int64) {
+	c.decidedMu.Lock()
+	defer c.decidedMu.Unlock()
+	if c.decidedAt == nil {
+		c.decidedAt = map[string][]time.Time{}
+	}
+	c.decidedAt[tenant] = append(c.decidedAt[tenant], time.Unix(0, at))
+}
+
+// decided returns tenant's admissions as the nodes decided them, sorted.
+func (c *clCluster) decided(tenant string) []time.Time {
+	c.decidedMu.Lock()
+	defer c.decidedMu.Unlock()
+	ts := slices.Clone(c.decidedAt[tenant])
+	slices.SortFunc(ts, func(a, b time.Time) int { return a.Compare(b) })
+	return ts
 }
 
 // clOptions are the optional settings of startClusterWith; the zero value
@@ -297,6 +320,7 @@ func (c *clCluster) addNode() *clNode {
 		DrainGrace: clDrainGrace,
 		Listener:   ln,
 		Source:     source,
+		OnAdmit:    c.decide,
 	})
 	if err != nil {
 		c.t.Fatalf("start %s: %v", cfg.Node.Name, err)
