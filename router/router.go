@@ -324,6 +324,13 @@ func (r *Router) serverError(ctx *fasthttp.RequestCtx, err error) {
 			fmt.Sprintf("Request body too large: the limit is %d bytes.", r.state.Load().cfg.Limits.MaxBodyBytes))
 		return
 	}
+	var small *fasthttp.ErrSmallBuffer
+	if errors.As(err, &small) {
+		// The headers did not fit the server's read buffer (4 KiB).
+		fail(ctx, fasthttp.StatusRequestHeaderFieldsTooLarge, "invalid_request_error", "request_header_fields_too_large",
+			"Request headers too large: the limit is 4 KiB in all.")
+		return
+	}
 	var netErr net.Error
 	if errors.As(err, &netErr) && netErr.Timeout() {
 		fail(ctx, fasthttp.StatusRequestTimeout, "invalid_request_error", "request_timeout", "Request read timed out.")
