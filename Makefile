@@ -39,8 +39,9 @@ bench:
 	$(GO) test -run XXX -bench 'DecisionVsRedis|Proxy|Hop|HandoffTake' -benchmem -benchtime 2000x ./node/
 	$(GO) test -run XXX -bench 'ManyTenants' -benchtime 1x ./node/
 
-# The README's end-to-end figures: latency and throughput against direct
-# and the floor proxy, a hop's cost, and 100 000 tenants on 3 processes.
+# The end-to-end report tests alone, printed (make bench-report runs them
+# too, for the README): latency and throughput against direct and the
+# floor proxy, a hop's cost, and 100 000 tenants on 3 processes.
 report:
 	RINGGATE_BENCH_REPORT=1 $(GO) test -count=1 -run 'AddedLatencyReport|HopLatencyReport' -v ./node/
 	RINGGATE_BENCH_REPORT=1 $(GO) test -count=1 -tags e2e -run ManyTenantsClusterReport -v ./e2e/

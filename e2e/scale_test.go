@@ -222,12 +222,15 @@ models = ["gpt-4o-mini"]
 		}
 	}
 	for key, rs := range map[string]map[string]rebalanceLine{"up": up, "down": down} {
-		for _, r := range rs {
-			// What moved is key_moved_min: the nodes that stayed agree on
-			// it, and a joiner counts every tenant (all of them moved onto
-			// its first ring).
-			if r.Moved > 0 {
-				minMax(figs, key+"_moved", float64(r.Moved))
+		for name, r := range rs {
+			// What moved is what the nodes that stayed counted, and they
+			// agree on it; the joiner counts every tenant (all of them
+			// moved onto its first ring).
+			if name != nodes[3].name || key != "up" {
+				if old, ok := figs[key+"_moved"]; ok && old != float64(r.Moved) {
+					t.Fatalf("%s: nodes disagree on what moved: %v and %d (%s)", key, old, r.Moved, name)
+				}
+				figs[key+"_moved"] = float64(r.Moved)
 			}
 			figs[key+"_taken"] += float64(r.TakenOver)
 			figs[key+"_peer"] += float64(r.State["peer"])

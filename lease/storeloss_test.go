@@ -16,7 +16,7 @@ import (
 
 // Tests of a store that lost its data (a Redis restarted without
 // persistence), found by review. The first is a regression test; the other
-// two reproduce known limits (README, "Not done yet") and run only with
+// two reproduce known limits (docs/limits.md) and run only with
 // RINGGATE_KNOWN_LIMITS=1: they fail today, and pass once fixed.
 
 // reviewStore wraps a Store: failHistory makes the next n Returns that
@@ -197,6 +197,6 @@ func TestKnownLimitSlotsAfterLoss(t *testing.T) {
 func knownLimit(t *testing.T) {
 	t.Helper()
 	if os.Getenv("RINGGATE_KNOWN_LIMITS") != "1" {
-		t.Skip("reproduces a known limit (README); set RINGGATE_KNOWN_LIMITS=1 to run it")
+		t.Skip("reproduces a known limit (docs/limits.md); set RINGGATE_KNOWN_LIMITS=1 to run it")
 	}
 }

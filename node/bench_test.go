@@ -394,7 +394,7 @@ func TestAddedLatencyReport(t *testing.T) {
 	)
 	env := newBenchEnv(t)
 	var out strings.Builder
-	figs := benchout.Figures{}
+	figs := benchout.Figures{"open_rate": rate, "rounds": rounds}
 	header := func(title string, args ...any) {
 		fmt.Fprintf(&out, "\n"+title+"\n\n", args...)
 		fmt.Fprintf(&out, "| workload | pct | direct µs | floor µs | ringgate µs | ringgate − floor µs | ringgate / floor |\n")

@@ -128,7 +128,7 @@ func (c *partCluster) flood(t *testing.T, nodes []string, d time.Duration) map[s
 	return ok
 }
 
-// Partitions. The split brain is a known limit (README, "Not done yet"):
+// Partitions. The split brain is a known limit (docs/limits.md):
 // its test reproduces it and runs only with RINGGATE_KNOWN_LIMITS=1.
 
 // TestAsymmetricPartitionOwnerKeepsToItsPart: the owner o is alive
@@ -264,6 +264,6 @@ func closedPort(t *testing.T) string {
 func knownLimit(t *testing.T) {
 	t.Helper()
 	if os.Getenv("RINGGATE_KNOWN_LIMITS") != "1" {
-		t.Skip("reproduces a known limit (README); set RINGGATE_KNOWN_LIMITS=1 to run it")
+		t.Skip("reproduces a known limit (docs/limits.md); set RINGGATE_KNOWN_LIMITS=1 to run it")
 	}
 }

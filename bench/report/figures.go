@@ -55,23 +55,50 @@ type benchResult struct {
 type figures struct {
 	benches map[string]benchResult // by name
 	order   []string               // names as printed
-	raw     []string               // the benchmark lines, for the report
+	pkgOf   map[string]string      // the package each benchmark ran in
 	tests   map[string]benchout.Figures
 	tables  map[string]string // each report test's markdown
 }
 
-var benchLine = regexp.MustCompile(`^(Benchmark\S+?)(-\d+)?\s+(\d+)\s+(.+)$`)
+var (
+	// benchLine is a result: name, -GOMAXPROCS, iterations, figures.
+	benchLine = regexp.MustCompile(`^(Benchmark\S+?)(-\d+)?\s+(\d+)\s+(\d.*)$`)
+	// benchName is a result line cut short by what the benchmark wrote
+	// while it ran; figuresLine is the rest of it, printed after that.
+	benchName   = regexp.MustCompile(`^(Benchmark\S+?)(-\d+)?(\s|$)`)
+	figuresLine = regexp.MustCompile(`^\s*(\d+)\s+(\d.*ns/op.*)$`)
+)
 
-// parseBench reads go test -bench output into results.
-func parseBench(out []byte, f *figures) {
+// parseBench reads go test -bench output into results. A benchmark name
+// seen in two packages is an error: which one a figure means would be a
+// guess.
+func parseBench(out []byte, f *figures) error {
+	if f.pkgOf == nil {
+		f.pkgOf = map[string]string{}
+	}
 	sc := bufio.NewScanner(bytes.NewReader(out))
+	sc.Buffer(nil, 1<<20)
+	pkg, pending := "", ""
 	for sc.Scan() {
-		m := benchLine.FindStringSubmatch(sc.Text())
-		if m == nil {
+		line := sc.Text()
+		if p, ok := strings.CutPrefix(line, "pkg: "); ok {
+			pkg = p
 			continue
 		}
-		r := benchResult{name: m[1], metrics: map[string]float64{}}
-		fields := strings.Fields(m[4])
+		var name, figs string
+		if m := benchLine.FindStringSubmatch(line); m != nil {
+			name, figs = m[1], m[4]
+		} else if m := figuresLine.FindStringSubmatch(line); m != nil && pending != "" {
+			name, figs = pending, m[2]
+		} else if m := benchName.FindStringSubmatch(line); m != nil {
+			pending = m[1]
+			continue
+		} else {
+			continue
+		}
+		pending = ""
+		r := benchResult{name: name, metrics: map[string]float64{}}
+		fields := strings.Fields(figs)
 		for i := 0; i+1 < len(fields); i += 2 {
 			v, err := strconv.ParseFloat(fields[i], 64)
 			if err != nil {
@@ -80,12 +107,15 @@ func parseBench(out []byte, f *figures) {
 			r.units = append(r.units, fields[i+1])
 			r.metrics[fields[i+1]] = v
 		}
-		if _, seen := f.benches[r.name]; !seen {
-			f.order = append(f.order, r.name)
+		if other, seen := f.pkgOf[name]; seen && other != pkg {
+			return fmt.Errorf("benchmark %s ran in %s and in %s", name, other, pkg)
+		} else if !seen {
+			f.order = append(f.order, name)
 		}
-		f.benches[r.name] = r
-		f.raw = append(f.raw, sc.Text())
+		f.pkgOf[name] = pkg
+		f.benches[name] = r
 	}
+	return sc.Err()
 }
 
 // runFigures runs benchSets and reportTests in turn and gathers their
@@ -99,7 +129,9 @@ func runFigures() (*figures, error) {
 		if err != nil {
 			return nil, fmt.Errorf("benchmarks (%s): %w", s.what, err)
 		}
-		parseBench(out, f)
+		if err := parseBench(out, f); err != nil {
+			return nil, err
+		}
 	}
 	dir, err := os.MkdirTemp("", "ringgate-report-")
 	if err != nil {
@@ -120,8 +152,9 @@ func runFigures() (*figures, error) {
 	return f, nil
 }
 
-// goTest runs go test with args (and env added) from the module's root and
-// returns its output; a failing test is an error with the output's tail.
+// goTest runs go test with args (and env added) in the working directory,
+// the module's root when run as make bench-report does, and returns its
+// output; a failing test is an error with the output's tail.
 func goTest(args, env []string) ([]byte, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
 	defer cancel()

@@ -18,7 +18,9 @@ BenchmarkOwner 	100	     7.6 ns/op
 ok  	github.com/ringgate/ringgate/limiter	1.2s
 `
 	f := &figures{benches: map[string]benchResult{}}
-	parseBench([]byte(out), f)
+	if err := parseBench([]byte(out), f); err != nil {
+		t.Fatal(err)
+	}
 	for _, c := range []struct {
 		name, unit string
 		want       float64
@@ -40,6 +42,31 @@ ok  	github.com/ringgate/ringgate/limiter	1.2s
 	}
 	if len(f.order) != 5 {
 		t.Errorf("order %v, want the 5 benchmarks as printed", f.order)
+	}
+}
+
+// A benchmark that writes while it runs splits its result line: the name,
+// its output, then the figures.
+func TestParseBenchSplitLine(t *testing.T) {
+	out := "BenchmarkManyTenants-2   \t" + `{"level":"INFO","msg":"start"}` + "\n" +
+		`{"level":"INFO","msg":"more"}` + "\n" +
+		"       1\t1881518397 ns/op\t      1048 ready-ms\n"
+	f := &figures{benches: map[string]benchResult{}}
+	if err := parseBench([]byte(out), f); err != nil {
+		t.Fatal(err)
+	}
+	if v, err := f.bench("BenchmarkManyTenants", "ready-ms"); err != nil || v != 1048 {
+		t.Fatalf("ready-ms = %v, %v; want 1048", v, err)
+	}
+}
+
+// The same benchmark name in two packages stops the report.
+func TestParseBenchSameNameTwoPackages(t *testing.T) {
+	out := "pkg: github.com/ringgate/ringgate/limiter\nBenchmarkDecision-2 \t 1000\t 81 ns/op\n" +
+		"pkg: github.com/ringgate/ringgate/router\nBenchmarkDecision-2 \t 1000\t 334 ns/op\n"
+	f := &figures{benches: map[string]benchResult{}}
+	if err := parseBench([]byte(out), f); err == nil {
+		t.Fatal("a name in two packages was taken")
 	}
 }
 

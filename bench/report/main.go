@@ -125,19 +125,25 @@ func run(out, readme string, quick, withFigures bool) error {
 	for _, a := range acc {
 		longest = max(longest, a.length)
 	}
+	// The benchmarks and report tests, as child processes: the README's
+	// other figures, from this same run.
+	var f *figures
+	var rows [][2]string
+	if withFigures {
+		if f, err = runFigures(); err != nil {
+			return err
+		}
+		// Every figure there before anything is written: the charts,
+		// the report and the README come from one run or none does.
+		if rows, err = figureRows(f); err != nil {
+			return err
+		}
+	}
 	if err := drawAccuracy(filepath.Join(out, "accuracy.png"), acc, longest); err != nil {
 		return err
 	}
 	if err := drawLatency(filepath.Join(out, "latency.png"), lat, rates); err != nil {
 		return err
-	}
-	// The benchmarks and report tests, as child processes: the README's
-	// other figures, from this same run.
-	var f *figures
-	if withFigures {
-		if f, err = runFigures(); err != nil {
-			return err
-		}
 	}
 	took := time.Since(started)
 	if err := writeReport(filepath.Join(out, "report.md"), lat, acc, rates, f, quick, took); err != nil {
@@ -145,10 +151,6 @@ func run(out, readme string, quick, withFigures bool) error {
 	}
 	if readme == "" {
 		return nil
-	}
-	rows, err := figureRows(f)
-	if err != nil {
-		return err
 	}
 	head := madeBy(quick, took) + " The full report, with every benchmark line and the report tests' tables: [docs/bench/report.md](docs/bench/report.md).\n\n" +
 		"Against the alternatives: ringgate (3 nodes with Redis, any request to any node), one Redis Lua sliding window per request (the seed article's script, which sums every charge in the window on each call; 3 proxies), per-node limits with no coordination (3 standalone nodes), a bare fasthttp proxy (the floor) and direct. " +

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"fmt"
+	"math"
 	"os"
 	"strings"
 )
@@ -42,20 +43,23 @@ func (p *picker) t(test, key string) float64 {
 func figureRows(f *figures) ([][2]string, error) {
 	p := &picker{f: f}
 	const lat, hop, many = "added-latency", "hop-latency", "many-tenants-cluster"
+	// µs figures are shown whole, and a difference is of what is shown.
+	us := func(test, key string) float64 { return math.Round(p.t(test, key)) }
 	e2e := func(w string) string {
 		return fmt.Sprintf("sequential p50: direct %.0f, floor %.0f, ringgate %.0f µs (**%+.0f µs** over the floor). "+
-			"Open loop at 2 000 requests/s, the median of 7 interleaved rounds: p50 %.0f / %.0f / %.0f µs (**%+.0f µs**; +30 asked), "+
+			"Open loop at %.0f requests/s, the median of %.0f interleaved rounds: p50 %.0f / %.0f / %.0f µs (**%+.0f µs**; +30 asked), "+
 			"p99 **%.2f×** the floor's (rounds %.2f–%.2f; ≤ 2× asked). "+
 			"Saturated: **%.2f×** the floor's throughput (rounds %.2f–%.2f; ≥ 0.9× asked)",
-			p.t(lat, w+"_seq_p50_direct_us"), p.t(lat, w+"_seq_p50_floor_us"), p.t(lat, w+"_seq_p50_ringgate_us"),
-			p.t(lat, w+"_seq_p50_ringgate_us")-p.t(lat, w+"_seq_p50_floor_us"),
-			p.t(lat, w+"_open_p50_direct_us"), p.t(lat, w+"_open_p50_floor_us"), p.t(lat, w+"_open_p50_ringgate_us"),
-			p.t(lat, w+"_open_p50_ringgate_us")-p.t(lat, w+"_open_p50_floor_us"),
+			us(lat, w+"_seq_p50_direct_us"), us(lat, w+"_seq_p50_floor_us"), us(lat, w+"_seq_p50_ringgate_us"),
+			us(lat, w+"_seq_p50_ringgate_us")-us(lat, w+"_seq_p50_floor_us"),
+			p.t(lat, "open_rate"), p.t(lat, "rounds"),
+			us(lat, w+"_open_p50_direct_us"), us(lat, w+"_open_p50_floor_us"), us(lat, w+"_open_p50_ringgate_us"),
+			us(lat, w+"_open_p50_ringgate_us")-us(lat, w+"_open_p50_floor_us"),
 			p.t(lat, w+"_open_p99_ratio"), p.t(lat, w+"_open_p99_ratio_min"), p.t(lat, w+"_open_p99_ratio_max"),
 			p.t(lat, w+"_sat_ratio"), p.t(lat, w+"_sat_ratio_min"), p.t(lat, w+"_sat_ratio_max"))
 	}
 	hopRow := func(w string) string {
-		l, fw := p.t(hop, w+"_p50_local_us"), p.t(hop, w+"_p50_forwarded_us")
+		l, fw := us(hop, w+"_p50_local_us"), us(hop, w+"_p50_forwarded_us")
 		return fmt.Sprintf("%.0f µs vs %.0f µs: **%+.0f µs** (%.2f×)", fw, l, fw-l, fw/l)
 	}
 	dec := p.b("BenchmarkDecisionVsRedis/ringgate", "ns/op")
@@ -63,7 +67,7 @@ func figureRows(f *figures) ([][2]string, error) {
 	lua := p.b("BenchmarkDecisionVsRedis/redis-lua-per-request", "ns/op")
 	rows := [][2]string{
 		{"limit decision, admit + settle + release on all three dimensions (`BenchmarkDecision`)",
-			fmt.Sprintf("%.0f ns, %.0f allocs; in parallel, one tenant per goroutine: %.0f ns; one hot tenant shared by all: %.0f ns",
+			fmt.Sprintf("%.0f ns, %.0f allocs; in parallel (wall time per decision, all goroutines together), one tenant per goroutine: %.0f ns; one hot tenant shared by all: %.0f ns",
 				p.b("BenchmarkDecision", "ns/op"), p.b("BenchmarkDecision", "allocs/op"),
 				p.b("BenchmarkDecisionParallel", "ns/op"), p.b("BenchmarkDecisionHotTenant", "ns/op"))},
 		{"owner lookup on the ring (`BenchmarkOwner`)",
@@ -75,17 +79,18 @@ func figureRows(f *figures) ([][2]string, error) {
 			fmt.Sprintf("%.0f B before any request; a tenant's core (limiter, fallback ledger, spill, lines), made at its first use on the node, adds %.0f B",
 				p.b("BenchmarkStateMemory", "heap-bytes/tenant"), p.b("BenchmarkStateMemory", "core-bytes/tenant"))},
 		{"a standalone node configured with 100 000 tenants, then 10 000 of them driven with a request each (`BenchmarkManyTenants`)",
-			fmt.Sprintf("ready in %.0f ms; heap +%.0f MiB once ready, +%.0f MiB after the 10 000; resident %.0f MiB",
+			fmt.Sprintf("ready in %.0f ms; heap +%.0f MiB once ready, +%.0f MiB after the 10 000; the test process (the fake provider in it) resident %.0f MiB",
 				p.b("BenchmarkManyTenants", "ready-ms"), p.b("BenchmarkManyTenants", "heap-ready-MiB"),
 				p.b("BenchmarkManyTenants", "heap-driven-MiB"), p.b("BenchmarkManyTenants", "rss-driven-MiB"))},
-		{"three ringgate processes with Redis snapshots, each configured with 100 000 tenants; 10 000 driven through all three; a fourth joins, then the second drains (`TestManyTenantsClusterReport`)",
+		{fmt.Sprintf("three ringgate processes with Redis snapshots, each configured with %.0f tenants; %.0f driven through all three; a fourth joins, then the second drains (`TestManyTenantsClusterReport`)",
+			p.t(many, "configured"), p.t(many, "driven")),
 			fmt.Sprintf("start to ready %.1f–%.1f s; resident **%.0f–%.0f MiB** once ready and **%.0f–%.0f MiB** after the load (≤ 200 MiB asked). "+
 				"Scale-up: %.0f tenants moved, %.0f of the %.0f gained taken from their previous owner, each decidable on its new owner %.0f–%.0f ms after its ring changed. "+
 				"Drain: %.0f moved, %.0f of %.0f from their previous owner, %.0f–%.0f ms; the drained node out (exit 0) in %.2f s",
 				p.t(many, "ready_ms_min")/1e3, p.t(many, "ready_ms_max")/1e3,
 				p.t(many, "rss_ready_mib_min"), p.t(many, "rss_ready_mib_max"), p.t(many, "rss_load_mib_min"), p.t(many, "rss_load_mib_max"),
-				p.t(many, "up_moved_min"), p.t(many, "up_peer"), p.t(many, "up_taken"), p.t(many, "up_handoff_ms_min"), p.t(many, "up_handoff_ms_max"),
-				p.t(many, "down_moved_min"), p.t(many, "down_peer"), p.t(many, "down_taken"), p.t(many, "down_handoff_ms_min"), p.t(many, "down_handoff_ms_max"),
+				p.t(many, "up_moved"), p.t(many, "up_peer"), p.t(many, "up_taken"), p.t(many, "up_handoff_ms_min"), p.t(many, "up_handoff_ms_max"),
+				p.t(many, "down_moved"), p.t(many, "down_peer"), p.t(many, "down_taken"), p.t(many, "down_handoff_ms_min"), p.t(many, "down_handoff_ms_max"),
 				p.t(many, "drain_exit_ms")/1e3)},
 		{"prompt tokens of a short message counted again: a system prompt, a chat's history (`BenchmarkCount`)",
 			fmt.Sprintf("%.0f ns from the tokenizer's table of recent counts vs %.1f µs counted",
@@ -98,7 +103,7 @@ func figureRows(f *figures) ([][2]string, error) {
 		{"a chat request's body parsed: model, limits, texts (`BenchmarkParseRequest`)",
 			fmt.Sprintf("%.2f µs, %.0f allocs", p.b("BenchmarkParseRequest", "ns/op")/1e3, p.b("BenchmarkParseRequest", "allocs/op"))},
 		{"ringgate against a bare fasthttp reverse proxy (the floor, `bench/floor`) and direct to the fake provider, in one process, interleaved, JSON chat (`TestAddedLatencyReport`)", e2e("json")},
-		{"same, an SSE stream of 23 events (the floor relays it read by read, flushing each)", e2e("stream")},
+		{"same, an SSE stream (the floor relays it read by read, flushing each)", e2e("stream")},
 		{"a forwarded request (edge → owner hop) vs the same request sent to its owner, JSON, p50 (`TestHopLatencyReport`)", hopRow("json")},
 		{"same, SSE stream, p50", hopRow("stream")},
 		{"snapshot encode / decode, one tenant (`BenchmarkEncode`, `BenchmarkDecode`)",
@@ -118,6 +123,7 @@ func readmeBlock(head, latency, acc string, rows [][2]string) string {
 	b.WriteString(readmeBegin + "\n\n")
 	b.WriteString(head)
 	b.WriteString("\n" + latency + "\n" + acc)
+	fmt.Fprintf(&b, "\nAfter the kill -9, ringgate admits less for the tenants the dead node owned, never more: their new owner counts the time until it took over at the peak rate, so with this %v window, shorter than failure detection, such a tenant can get nothing for a while (the emptiest window shows it when one falls there). The answers 0 and 502 are the calls in flight on the killed node, cut with it. The report explains both.\n", window)
 	b.WriteString("\n![admitted per window against the limit](docs/bench/accuracy.png)\n![latency against load](docs/bench/latency.png)\n\n")
 	b.WriteString("| measured | figure |\n| --- | --- |\n")
 	for _, r := range rows {
