@@ -836,27 +836,38 @@ func errString(err error) string {
 // connection, for ever (and past slot_ttl, uncounted).
 const clientWriteIdle = 30 * time.Second
 
-// setStream makes fn's writes the answer's body, sent as fn flushes them.
-// An HTTP/1.1 client gets them chunked. An HTTP/1.0 client cannot read
-// chunks (RFC 9112 forbids sending it any), and fasthttp frames every body
-// stream in chunks, so its connection is taken over once the handler
-// returns: the headers, then the body unframed, ended by closing the
-// connection. fn always runs, whatever the client, so a call it settles is
-// settled.
+// setStream makes fn's writes the answer's body. An HTTP/1.1 client gets
+// them chunked, as fn flushes them. An HTTP/1.0 client cannot read chunks
+// (RFC 9112 forbids sending it any), and fasthttp frames every body stream
+// in chunks, so it gets the whole stream once it has ended, with its
+// length: fn runs here, into a buffer (at most maxAnswerBytes; past that
+// its writes fail, as to a client gone, and the call is cut and settled).
 func setStream(ctx *fasthttp.RequestCtx, fn func(w *bufio.Writer)) {
 	if ctx.Request.Header.IsHTTP11() {
 		ctx.SetBodyStreamWriter(fn)
 		return
 	}
-	ctx.Response.Header.SetContentLength(-2) // neither a length nor chunks; Connection: close
-	head := append([]byte(nil), ctx.Response.Header.Header()...)
-	ctx.HijackSetNoResponse(true)
-	ctx.Hijack(func(c net.Conn) {
-		w := bufio.NewWriterSize(c, 4<<10)
-		_, _ = w.Write(head) // an error shows again in fn's writes
-		fn(w)
-		_ = w.Flush()
-	})
+	body := &cappedBuffer{max: maxAnswerBytes}
+	w := bufio.NewWriterSize(body, 4<<10)
+	fn(w)
+	_ = w.Flush()
+	ctx.Response.SetBodyRaw(body.b)
+}
+
+// cappedBuffer gathers at most max bytes; a write past them fails.
+type cappedBuffer struct {
+	b   []byte
+	max int
+}
+
+var errAnswerTooLarge = errors.New("answer over the buffer's size")
+
+func (c *cappedBuffer) Write(p []byte) (int, error) {
+	if len(c.b)+len(p) > c.max {
+		return 0, errAnswerTooLarge
+	}
+	c.b = append(c.b, p...)
+	return len(p), nil
 }
 
 // streamDeadline moves a connection's write deadline on as a stream makes

@@ -33,13 +33,6 @@ type Provider struct {
 	buffered *fasthttp.HostClient
 }
 
-// staleCheckIdle: a pooled connection idle at least this long is checked
-// for a provider that closed it before a call is written on it. One reused
-// at once, under load, is not: that saves a syscall per call, and a
-// provider closing a connection within a millisecond of answering on it is
-// a restart in that very moment.
-const staleCheckIdle = time.Millisecond
-
 // DefaultMaxAnswerBytes bounds a JSON answer read whole.
 const DefaultMaxAnswerBytes = 64 << 20
 
@@ -107,7 +100,7 @@ func NewProvider(c ProviderConfig) (*Provider, error) {
 	// (vLLM's uvicorn after 5 s), or restarts, leaves closed ones in the
 	// pool: each is found before a call is written on it, and the call
 	// goes on another (package keepalive).
-	check := keepalive.Options{MinIdle: staleCheckIdle, TLS: u.Scheme == "https"}
+	check := keepalive.Options{TLS: u.Scheme == "https"}
 	dial := IdleDialer(first, idle, func(addr string) (net.Conn, error) {
 		c, err := dialer.Dial("tcp", addr)
 		if err != nil {
