@@ -454,11 +454,21 @@ func (r *Router) admitQueued(ctx *fasthttp.RequestCtx, ep upstream.Endpoint, st 
 func (r *Router) redecideReloaded(ctx *fasthttp.RequestCtx, ep upstream.Endpoint, t *tenant, owned bool, hops int) bool {
 	st := r.state.Load()
 	nt := st.byName[t.name]
+	if nt == nil {
+		// Its name is gone; its key may belong to another tenant now (a
+		// rename): the request goes on as that one's, routed afresh.
+		// (Answered 401 before, a valid key; found by a reviewer.)
+		if nt = st.authenticate(&ctx.Request.Header); nt == nil {
+			fail(ctx, fasthttp.StatusUnauthorized, "invalid_request_error", "invalid_api_key",
+				"The tenant of this API key was removed by a config reload while the request waited.")
+			return false
+		}
+		if hops == 0 {
+			return r.serveAPI(ctx, ep)
+		}
+		owned = false // on the hop's limiter: the owner's, if this node owns the new name
+	}
 	switch {
-	case nt == nil:
-		fail(ctx, fasthttp.StatusUnauthorized, "invalid_request_error", "invalid_api_key",
-			"The tenant of this API key was removed by a config reload while the request waited.")
-		return false
 	case owned:
 		return r.serveLocalOnce(ctx, ep, st, nt, nt.c().lim, hops, retrySpill)
 	case hops == 0:

@@ -223,10 +223,18 @@ func (r *Router) Reload(cfg *config.Config) error {
 	r.cores.install(st, r.clock())
 	for name, t := range prev.byName {
 		if st.byName[name] == nil {
-			// Gone from the config: its spill (if any) ends with it,
-			// and no longer counts for the spillover loop.
+			// Gone from the config: its spill (if any) ends with it. One
+			// this node owns ends as any owner's spill does (its limiter
+			// unsealed, the members told, the budget retired): the core
+			// is kept, and put back if a later reload restores the tenant,
+			// where a limiter left sealed answered 503 tenant_moving to
+			// every request (found by a reviewer).
 			if sp := t.spilled(); sp != nil {
-				t.peek().spill.CompareAndSwap(sp, nil)
+				if sp.owner == r.node {
+					go r.endSpill(t, name, sp, "removed")
+				} else {
+					t.peek().spill.CompareAndSwap(sp, nil)
+				}
 			}
 		}
 	}

@@ -675,6 +675,14 @@ func (r *Router) announceSpill(t *tenant, sp *spill, on bool, timeout time.Durat
 // the owner's limiter counts at least that, and, for the member's calls in
 // flight, every slot it does not know of until the lapse.
 func (r *Router) spillOff(name string, sp *spill, reason string) {
+	r.endSpill(r.state.Load().byName[name], name, sp, reason)
+}
+
+// endSpill is spillOff for tenant t, which may be one a reload has just
+// removed: its core is kept a while (and put back if a later reload
+// restores the tenant), so its limiter must not stay sealed with no spill
+// behind it.
+func (r *Router) endSpill(t *tenant, name string, sp *spill, reason string) {
 	if !sp.ending.CompareAndSwap(false, true) {
 		// Ending already (cooled, drained): at most an announcement, a
 		// fence and a report away.
@@ -682,10 +690,9 @@ func (r *Router) spillOff(name string, sp *spill, reason string) {
 		return
 	}
 	defer close(sp.done)
-	t := r.state.Load().byName[name]
 	if t == nil {
 		r.ownerSpills.Add(-1)
-		return // removed by a reload, with its limiter
+		return
 	}
 	timeout := spillCallTimeout
 	if reason == "handover" {
