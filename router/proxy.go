@@ -260,6 +260,15 @@ func (r *Router) serveLocalOnce(ctx *fasthttp.RequestCtx, ep upstream.Endpoint, 
 		c.res.Completion *= req.Choices
 		c.res.Total = c.res.Prompt + c.res.Completion
 	}
+	if l := lim.Limits(); req.MaxTokens <= 0 && l.Tokens > 0 && int64(c.res.Total) > l.Tokens && int64(c.res.Prompt) < l.Tokens {
+		// No max_tokens: the completion's reservation is a guess from the
+		// tenant's recent answers, and a guess past the limit would
+		// refuse the request as too large for ever (a refusal teaches no
+		// shorter average). It reserves the whole limit instead and
+		// settles on what the provider reports.
+		c.res.Completion = int(l.Tokens) - c.res.Prompt
+		c.res.Total = int(l.Tokens)
+	}
 	if sp == nil && !r.setLevels(c) {
 		return r.refuseZeroShare(ctx)
 	}
@@ -687,10 +696,15 @@ func (r *Router) stream(ctx *fasthttp.RequestCtx, c *call, resp *fasthttp.Respon
 		}
 		fasthttp.ReleaseResponse(resp) // closes the upstream connection if unread
 		u := f.Usage()
-		complete := clientGone == nil && upstreamErr == nil
+		complete := clientGone == nil && upstreamErr == nil && !f.Partial()
 		completion := 0
 		if !u.Reported || !complete {
 			completion = r.tok.CountBytes(c.req.Model, f.Text())
+			if kept := len(f.Text()); kept > 0 && f.TextBytes() > kept {
+				// Past MaxStreamText only the length was kept: the rest
+				// is counted at the kept text's tokens per byte.
+				completion = int(float64(completion) * float64(f.TextBytes()) / float64(kept))
+			}
 			if u.Reported && u.Completion > completion {
 				completion = u.Completion
 			}
@@ -733,8 +747,11 @@ func (r *Router) finish(c *call, u upstream.Usage, ok bool, countedCompletion in
 			r.learn(c, u.Prompt, u.Completion)
 		}
 	case ok:
-		actual = c.res.Prompt + countedCompletion
-		r.learn(c, c.res.Prompt, countedCompletion)
+		// No usage reported: the prompt counted, not estimated (a large
+		// one's estimate rests on a learned ratio).
+		prompt := r.exactPrompt(c)
+		actual = prompt + countedCompletion
+		r.learn(c, prompt, countedCompletion)
 	}
 	// The provider's budgets settle on what it reported or what a
 	// successful call counted; a call that failed on the way may still

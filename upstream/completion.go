@@ -5,23 +5,40 @@ import "github.com/tidwall/gjson"
 // CompletionText calls fn with each piece of generated text in a JSON answer,
 // for counting tokens when the provider reported no usage.
 func CompletionText(ep Endpoint, answer []byte, fn func(text []byte)) {
-	var path string
+	var paths []string
 	switch ep {
 	case Chat:
-		path = "choices.#.message.content"
+		paths = []string{"choices.#.message.content", "choices.#.message.refusal", "choices.#.message.reasoning_content",
+			"choices.#.message.tool_calls.#.function.arguments", "choices.#.message.function_call.arguments"}
 	case Completions:
-		path = "choices.#.text"
+		paths = []string{"choices.#.text"}
 	case Messages:
-		path = "content.#.text"
+		// tool_use input is an object: its JSON is what was generated.
+		paths = []string{"content.#.text", "content.#.thinking", "content.#.input"}
 	case Responses:
-		path = "output.#.content.#.text|@flatten"
+		paths = []string{"output.#.content.#.text", "output.#.arguments", "output.#.summary.#.text"}
 	default:
 		return
 	}
-	gjson.GetBytes(answer, path).ForEach(func(_, v gjson.Result) bool {
-		if v.Type == gjson.String && v.Str != "" {
+	for _, r := range gjson.GetManyBytes(answer, paths...) {
+		eachText(r, fn)
+	}
+}
+
+// eachText calls fn with every string in v (arrays walked, as a path
+// through several arrays nests them) and the JSON of every object.
+func eachText(v gjson.Result, fn func(text []byte)) {
+	switch {
+	case v.IsArray():
+		v.ForEach(func(_, e gjson.Result) bool {
+			eachText(e, fn)
+			return true
+		})
+	case v.Type == gjson.String:
+		if v.Str != "" {
 			fn([]byte(v.Str))
 		}
-		return true
-	})
+	case v.IsObject():
+		fn([]byte(v.Raw))
+	}
 }

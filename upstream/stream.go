@@ -45,6 +45,9 @@ type StreamFilter struct {
 	textBytes int
 	usage     Usage
 	anth      anthropicUsage
+	// partial: the usage so far is an Anthropic message_start's, which
+	// the message_delta at a complete message's end follows.
+	partial bool
 }
 
 // NewStreamFilter returns a filter for a stream in dialect kind.
@@ -87,6 +90,12 @@ func reuse(b []byte) []byte {
 
 // Usage is the usage the provider reported so far (Reported false if none).
 func (f *StreamFilter) Usage() Usage { return f.usage }
+
+// Partial reports an Anthropic stream whose message began (message_start,
+// with its input and an output of 1) and never ended (no message_delta): an
+// error event, or a provider that stopped. Its usage is not the answer's:
+// the caller counts the text, as for a cut stream.
+func (f *StreamFilter) Partial() bool { return f.partial }
 
 // Text is the completion text seen so far (chat delta content, refusals,
 // reasoning and tool-call arguments; completions text; Anthropic text,
@@ -514,12 +523,14 @@ func (f *StreamFilter) anthropicEvent(ev []byte) {
 				if f.anth.read(v) {
 					f.usage = f.anth.usage()
 				}
+				f.partial = true
 			}
 		}
 	case "message_delta":
 		if f.anth.read(usage) {
 			f.usage = f.anth.usage()
 		}
+		f.partial = false
 	case "content_block_delta":
 		d, ok := iterValue(delta)
 		if !ok || !d.obj {

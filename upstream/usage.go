@@ -68,8 +68,10 @@ func openAIUsage(v []byte) (u Usage, ok bool) {
 }
 
 // anthropicUsage accumulates Anthropic usage fields. Streams report them in
-// message_start and again (cumulatively) in message_delta: a field present in
-// a later object replaces the earlier value.
+// message_start and again (cumulatively) in message_delta: the counts only
+// grow, so each field keeps the largest value reported (a message_delta
+// with "input_tokens":0, as some compatible servers send, does not wipe the
+// prompt message_start reported).
 type anthropicUsage struct {
 	input, cacheCreation, cacheRead, output int
 	seen                                    bool
@@ -101,7 +103,7 @@ func (a *anthropicUsage) read(v []byte) (ok bool) {
 			continue
 		}
 		if n, isNum := tokenCount(v); isNum {
-			*dst = n
+			*dst = max(*dst, n)
 			ok = true
 		}
 	}
