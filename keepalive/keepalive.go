@@ -35,6 +35,7 @@ import (
 	"fmt"
 	"net"
 	"syscall"
+	"time"
 
 	"github.com/valyala/fasthttp"
 )
@@ -49,24 +50,29 @@ var ErrStale = errors.New("pooled connection already closed by the peer; nothing
 // request to the next through its pool), so its fields need no lock.
 type checkedConn struct {
 	net.Conn
-	raw    syscall.RawConn // nil: no check
-	gone   func(syscall.RawConn) error
-	reused bool // a response was read: the next write starts a request
+	raw     syscall.RawConn // nil: no check
+	gone    func(syscall.RawConn) error
+	minIdle time.Duration
+	reused  bool      // a response was read: the next write starts a request
+	readAt  time.Time // the last read that returned bytes, when minIdle > 0
 }
 
 // Options say how a connection is checked.
 type Options struct {
 	// TLS: the connection carries TLS, checked by its TCP state.
 	TLS bool
+	// MinIdle > 0 checks only a connection idle that long since its last
+	// read. A connection reused sooner, as a busy client reuses them, is
+	// written on unchecked: a peer that closed it right after its answer
+	// (a restart, a per-connection request budget) then fails that
+	// request. 0 checks every reuse.
+	MinIdle time.Duration
 }
 
 // Checked wraps a client connection so that a request written on it after
-// a response was read is first checked for a peer that closed it. Every
-// reuse is checked, however soon: a peer that closes a connection right
-// after its answer (a restart, a per-connection request budget) has its
-// FIN queued before a busy client writes the next request.
+// a response was read is first checked for a peer that closed it.
 func Checked(c net.Conn, o Options) net.Conn {
-	cc := &checkedConn{Conn: c, gone: PeerGone}
+	cc := &checkedConn{Conn: c, gone: PeerGone, minIdle: o.MinIdle}
 	can := CanPeek
 	if o.TLS {
 		cc.gone, can = PeerClosed, CanSeeClose
@@ -83,6 +89,9 @@ func (c *checkedConn) Read(p []byte) (int, error) {
 	n, err := c.Conn.Read(p)
 	if n > 0 {
 		c.reused = true
+		if c.minIdle > 0 {
+			c.readAt = time.Now()
+		}
 	}
 	return n, err
 }
@@ -90,7 +99,7 @@ func (c *checkedConn) Read(p []byte) (int, error) {
 func (c *checkedConn) Write(p []byte) (int, error) {
 	if c.reused {
 		c.reused = false
-		if c.raw != nil {
+		if c.raw != nil && (c.minIdle <= 0 || time.Since(c.readAt) >= c.minIdle) {
 			if err := c.gone(c.raw); err != nil {
 				return 0, fmt.Errorf("%w (%v)", ErrStale, err)
 			}

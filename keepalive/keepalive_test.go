@@ -94,3 +94,39 @@ func TestCheckedStale(t *testing.T) {
 		})
 	}
 }
+
+// Under MinIdle a connection reused at once is not checked: the write goes
+// out (and the caller's read will find the peer gone).
+func TestCheckedSkipsBusyConnection(t *testing.T) {
+	if !CanPeek {
+		t.Skip("no peek on this platform")
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		s, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		_, _ = s.Read(make([]byte, 64))
+		_, _ = s.Write([]byte("answer"))
+		_ = s.Close()
+	}()
+	raw, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn := Checked(raw, Options{MinIdle: time.Hour})
+	defer conn.Close()
+	_, _ = conn.Write([]byte("first"))
+	if _, err := io.ReadFull(conn, make([]byte, 6)); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(50 * time.Millisecond)
+	if _, err := conn.Write([]byte("second")); errors.Is(err, ErrStale) {
+		t.Fatal("a connection idle under MinIdle was checked")
+	}
+}
