@@ -553,6 +553,7 @@ func (n *Node) stop(leave bool) {
 		}
 		n.closeLeases(leave)
 		n.shutdown()
+		n.router.Close()
 	})
 }
 

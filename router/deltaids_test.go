@@ -48,6 +48,9 @@ func newDeltaPair(t *testing.T) *deltaPair {
 		if err != nil {
 			t.Fatal(err)
 		}
+		// Reports retried to an owner the test made unreachable end
+		// with the test, not up to a window into the next ones.
+		t.Cleanup(r.Close)
 		return r
 	}
 	p.edge, p.owner = build("edge"), build("owner")
@@ -200,5 +203,13 @@ func TestDeltaRetriesBounded(t *testing.T) {
 	}
 	if n := p.edge.deltaRetries.Load(); n > maxDeltaRetries {
 		t.Errorf("%d reports retrying at once, want at most %d", n, maxDeltaRetries)
+	}
+	// Closed, the router stops retrying at once; before, the retries ran
+	// on for up to a window (10 s here), a thousand goroutines dialing a
+	// closed port into the tests after this one (two timing tests of the
+	// hang-up watch failed in CI under them).
+	p.edge.Close()
+	if !poll(time.Second, func() bool { return p.edge.deltaRetries.Load() == 0 }) {
+		t.Fatalf("%d reports still retried 1s after Close", p.edge.deltaRetries.Load())
 	}
 }

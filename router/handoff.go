@@ -409,8 +409,15 @@ func (r *Router) deliverDeltasRetrying(t *tenant, from string, ds []limiter.Delt
 	}
 	defer r.deltaRetries.Add(-1)
 	deadline := time.Now().Add(min(t.c().lim.Window(), deltaRetryFor))
+	timer := time.NewTimer(deltaRetryFirst)
+	defer timer.Stop()
 	for wait := deltaRetryFirst; time.Now().Add(wait).Before(deadline); wait = min(2*wait, time.Second) {
-		time.Sleep(wait)
+		timer.Reset(wait)
+		select {
+		case <-timer.C:
+		case <-r.quit:
+			return // the node is going
+		}
 		err := r.deliverDeltas(t, from, ds, forwarded)
 		if err == nil || errors.Is(err, errNoDeltaPath) {
 			return

@@ -43,6 +43,10 @@ type Options struct {
 type Router struct {
 	node  string
 	clock func() int64
+	// quit is closed by Close: background work that outlives requests
+	// (reports retried to an owner out of reach) ends with it.
+	quit      chan struct{}
+	closeOnce sync.Once
 	// clientWriteIdle: clientWriteIdle, shorter in tests.
 	clientWriteIdle time.Duration
 	log             *slog.Logger
@@ -134,6 +138,7 @@ func New(o Options) (*Router, error) {
 		o.Tokenizer = tok
 	}
 	r := &Router{
+		quit:            make(chan struct{}),
 		clientWriteIdle: clientWriteIdle,
 		node:            o.Config.Node.Name,
 		clock:           o.Clock,
@@ -197,6 +202,13 @@ func peerTimeouts(cfg *config.Config) (first, idle time.Duration) {
 		wait = max(wait, cfg.Tenants[i].InteractiveWait, cfg.Tenants[i].BatchWait)
 	}
 	return first + wait + 5*time.Second, idle + 5*time.Second
+}
+
+// Close ends the router's background work: reports being retried to an
+// owner out of reach are dropped (the node is going). Requests still in
+// flight finish as they would.
+func (r *Router) Close() {
+	r.closeOnce.Do(func() { close(r.quit) })
 }
 
 // Reload swaps in a new configuration's tenants, limits and upstreams. Usage
