@@ -137,7 +137,7 @@ func runFigures() (*figures, error) {
 	if err != nil {
 		return nil, err
 	}
-	defer os.RemoveAll(dir)
+	defer func() { _ = os.RemoveAll(dir) }()
 	for _, t := range reportTests {
 		fmt.Fprintf(os.Stderr, "report: go test %s\n", strings.Join(t.args, " "))
 		if _, err := goTest(t.args, []string{"RINGGATE_BENCH_REPORT=1", benchout.EnvDir + "=" + dir}); err != nil {
