@@ -1,14 +1,13 @@
 package keepalive
 
 import (
-	"bufio"
-	"io"
 	"net"
-	"net/http"
 	"testing"
 	"time"
 
 	"github.com/valyala/fasthttp"
+
+	"github.com/ringgate/ringgate/internal/closingpeer"
 )
 
 // TestClosedRightAfterAnswer: a peer that closes each connection right
@@ -31,34 +30,8 @@ func TestClosedRightAfterAnswer(t *testing.T) {
 			if (c.opts.TLS && !CanSeeClose) || (!c.opts.TLS && !CanPeek) {
 				t.Skip("no check on this platform")
 			}
-			ln, err := net.Listen("tcp", "127.0.0.1:0")
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer ln.Close()
-			// Each close is told, and the next request sent after it,
-			// within microseconds: one written before the close cannot be
-			// told from one the peer read and dropped, and fails.
-			closed := make(chan struct{}, 64)
-			go func() {
-				for {
-					s, err := ln.Accept()
-					if err != nil {
-						return
-					}
-					go func() {
-						defer func() { _ = s.Close(); closed <- struct{}{} }()
-						_ = s.SetDeadline(time.Now().Add(5 * time.Second))
-						req, err := http.ReadRequest(bufio.NewReader(s))
-						if err != nil {
-							return
-						}
-						_, _ = io.Copy(io.Discard, req.Body)
-						_, _ = io.WriteString(s, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
-					}()
-				}
-			}()
-			hc := &fasthttp.HostClient{Addr: ln.Addr().String(), Dial: func(addr string) (net.Conn, error) {
+			addr, closed := closingpeer.Start(t)
+			hc := &fasthttp.HostClient{Addr: addr, Dial: func(addr string) (net.Conn, error) {
 				raw, err := net.Dial("tcp", addr)
 				if err != nil {
 					return nil, err
