@@ -260,14 +260,15 @@ func (r *Router) serveLocalOnce(ctx *fasthttp.RequestCtx, ep upstream.Endpoint, 
 		c.res.Completion *= req.Choices
 		c.res.Total = c.res.Prompt + c.res.Completion
 	}
-	if l := lim.Limits(); req.MaxTokens <= 0 && l.Tokens > 0 && int64(c.res.Total) > l.Tokens && int64(c.res.Prompt) < l.Tokens {
+	if l := t.limits.Tokens; req.MaxTokens <= 0 && l > 0 && int64(c.res.Total) > l && int64(c.res.Prompt) < l {
 		// No max_tokens: the completion's reservation is a guess from the
 		// tenant's recent answers, and a guess past the limit would
 		// refuse the request as too large for ever (a refusal teaches no
 		// shorter average). It reserves the whole limit instead and
-		// settles on what the provider reports.
-		c.res.Completion = int(l.Tokens) - c.res.Prompt
-		c.res.Total = int(l.Tokens)
+		// settles on what the provider reports. (The tenant's configured
+		// limit, read without the limiter's lock: this runs per request.)
+		c.res.Completion = int(l) - c.res.Prompt
+		c.res.Total = int(l)
 	}
 	if sp == nil && !r.setLevels(c) {
 		return r.refuseZeroShare(ctx)
