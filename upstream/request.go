@@ -1,6 +1,7 @@
 package upstream
 
 import (
+	"bytes"
 	"fmt"
 	"strconv"
 	"unicode/utf8"
@@ -40,6 +41,9 @@ type Request struct {
 	Messages int
 	// Generates is false for embeddings, which produce no completion tokens.
 	Generates bool
+	// streamOptions: the body has a top-level stream_options (PrepareBody
+	// merges into it; without one it appends its own).
+	streamOptions bool
 }
 
 const (
@@ -240,6 +244,7 @@ func ParseRequest(ep Endpoint, body []byte) (Request, error) {
 			}
 			r.Choices = max(r.Choices, bo)
 		}
+		r.streamOptions = f[fStreamOptions].Exists() // null included
 		if so := f[fStreamOptions]; present(so) {
 			if !so.IsObject() {
 				return r, badRequest("invalid_type", "stream_options", "stream_options must be an object")
@@ -551,6 +556,10 @@ func contentTexts(texts []string, c gjson.Result, depth int) []string {
 	return texts
 }
 
+// includeUsageField is what PrepareBody appends to a body without
+// stream_options.
+const includeUsageField = `,"stream_options":{"include_usage":true}`
+
 // PrepareBody returns the body to send to the provider. For a streamed
 // OpenAI chat or completions request it turns stream_options.include_usage
 // on (merged into any stream_options the client sent, everything else left
@@ -560,6 +569,17 @@ func contentTexts(texts []string, c gjson.Result, depth int) []string {
 func PrepareBody(r Request, body []byte) ([]byte, error) {
 	if !r.Stream || r.ClientWantsUsage || (r.Endpoint != Chat && r.Endpoint != Completions) {
 		return body, nil
+	}
+	if !r.streamOptions {
+		// The common case, no stream_options: the field goes in before
+		// the object's closing brace (the body is a valid JSON object
+		// with a model, so one field at least precedes it), without
+		// sjson's parse of the whole body.
+		if end := bytes.LastIndexByte(body, '}'); end > 0 {
+			out := make([]byte, 0, len(body)+len(includeUsageField))
+			out = append(append(append(out, body[:end]...), includeUsageField...), body[end:]...)
+			return out, nil
+		}
 	}
 	out, err := sjson.SetBytes(body, "stream_options.include_usage", true)
 	if err != nil {
