@@ -177,6 +177,9 @@ func TestParseRequestValid(t *testing.T) {
 			if len(got.Texts) == 0 && len(tc.want.Texts) == 0 {
 				got.Texts, tc.want.Texts = nil, nil
 			}
+			// Whether stream_options is there only tells PrepareBody how
+			// to merge (TestPrepareBody).
+			got.streamOptions = false
 			if !reflect.DeepEqual(got, tc.want) {
 				t.Errorf("got  %+v\nwant %+v", got, tc.want)
 			}
