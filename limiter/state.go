@@ -309,6 +309,15 @@ func FinishDelta(tk *Ticket, actual int64) Delta {
 	return d
 }
 
+// SettleDelta is FinishDelta for a ticket no local tenant settles (its
+// charge was reported elsewhere): tk is marked settled at actual with its
+// slot released, so that a second settlement reports only the change.
+func SettleDelta(tk *Ticket, actual int64) Delta {
+	d := FinishDelta(tk, actual)
+	tk.tokens, tk.released = actual, true
+	return d
+}
+
 // Window is the length of the tenant's request and token windows.
 func (t *Tenant) Window() time.Duration {
 	t.mu.Lock() // Rebucket changes it

@@ -2,7 +2,7 @@ package router_test
 
 // Token accounting under attack (found by a reviewer): each test is a
 // sequence in which the tenant's window held fewer tokens than the
-// provider billed, or the tenant was locked out. Three reproduce known
+// provider billed, or the tenant was locked out. Two reproduce known
 // limits (docs/limits.md) and run only with RINGGATE_KNOWN_LIMITS=1.
 
 import (
@@ -72,35 +72,72 @@ func TestAnthropicStreamWithoutMessageDeltaCountsItsText(t *testing.T) {
 }
 
 // A client that hangs up while a JSON (non-streamed) call waits for the
-// provider is settled at its reservation (prompt + min(max_tokens, the
-// default/average completion)); the provider still generates the whole
-// answer, and its usage, in the answer Do returns, is dropped.
-func TestKnownLimitClientHangupJSONSettlesAtReservation(t *testing.T) {
-	if os.Getenv("RINGGATE_KNOWN_LIMITS") != "1" {
-		t.Skip("reproduces a known limit (docs/limits.md); set RINGGATE_KNOWN_LIMITS=1 to run it")
+// provider has its slot freed at once and its call settled at its
+// reservation; the provider still generates the whole answer, and bills it.
+// When that answer comes, the call is settled again on its usage, up or
+// down. It was left at the reservation (a known limit): 3 023 tokens
+// generated, 288 charged, for a call without max_tokens whose client timed
+// out.
+func TestClientHangupJSONSettledOnLateUsage(t *testing.T) {
+	cases := []struct {
+		name       string
+		maxTokens  int // 0: none (the reservation is a learned guess)
+		completion int
+
+		budget bool // the provider's limits too (a lease budget)
+	}{
+		{"answer longer than the reservation", 0, 3000, false},
+		{"answer shorter than the reservation", 4000, 10, false},
+		{"provider budget settled too", 0, 3000, true},
 	}
-	e := newEnv(t, envConfig{
-		tenants: []config.Tenant{tenantCfg("gone", 1000, 1_000_000, 10)},
-		fake:    fakeupstream.Options{Latency: 400 * time.Millisecond, CompletionMin: 3000, CompletionMax: 3000},
-	})
-	body := chatBody(openAIModel, 4000, false, false)
-	conn, err := net.Dial("tcp", strings.TrimPrefix(e.base, "http://"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	fmt.Fprintf(conn, "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s",
-		keyOf("gone"), len(body), body)
-	// Let the request reach the provider, then hang up (an SDK timeout).
-	if !poll(settleWait, func() bool { return len(e.fake.Records()) == 1 }) {
-		t.Fatal("request never reached the provider")
-	}
-	conn.Close()
-	recs := e.waitRecords(1)
-	billed := int64(recs[0].PromptTokens + recs[0].CompletionTokens)
-	v := e.waitTenant("gone", "in_flight 0", func(v tenantView) bool { return v.InFlight.Used == 0 })
-	if v.Tokens.Used < billed {
-		t.Fatalf("provider generated %d tokens (prompt %d + completion %d, status %d); tenant charged %d",
-			billed, recs[0].PromptTokens, recs[0].CompletionTokens, recs[0].Status, v.Tokens.Used)
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newEnv(t, envConfig{
+				tenants: []config.Tenant{tenantCfg("gone", 1000, 1_000_000, 10)},
+				fake:    fakeupstream.Options{Latency: 600 * time.Millisecond, CompletionMin: tc.completion, CompletionMax: tc.completion},
+				openAI: func(u *config.Upstream) {
+					if tc.budget {
+						u.TPM, u.Concurrency = 1_000_000, 50
+					}
+				},
+			})
+			body := chatBody(openAIModel, tc.maxTokens, false, false)
+			conn, err := net.Dial("tcp", strings.TrimPrefix(e.base, "http://"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			fmt.Fprintf(conn, "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s",
+				keyOf("gone"), len(body), body)
+			// Let the request reach the provider, then hang up (an SDK timeout).
+			if !poll(settleWait, func() bool { return len(e.fake.Records()) == 1 }) {
+				t.Fatal("request never reached the provider")
+			}
+			conn.Close()
+			hungUp := time.Now()
+			reserved := e.waitTenant("gone", "in_flight 0", func(v tenantView) bool { return v.InFlight.Used == 0 })
+			if d := time.Since(hungUp); d > 400*time.Millisecond {
+				t.Errorf("slot freed %v after the hang-up, not before the answer", d)
+			}
+			recs := e.waitRecords(1)
+			billed := int64(recs[0].PromptTokens + recs[0].CompletionTokens)
+			var v tenantView
+			if !poll(settleWait, func() bool {
+				v, _ = e.tenant("gone")
+				return v.Tokens.Used == billed
+			}) {
+				t.Fatalf("provider billed %d tokens (prompt %d + completion %d); tenant charged %d (%d at the hang-up)",
+					billed, recs[0].PromptTokens, recs[0].CompletionTokens, v.Tokens.Used, reserved.Tokens.Used)
+			}
+			t.Logf("charged %d at the hang-up, %d once the answer came (billed %d)", reserved.Tokens.Used, v.Tokens.Used, billed)
+			if tc.budget {
+				// The provider's slot went with the hang-up, once (the
+				// budget's tokens, settled again the same way, are
+				// lease.TestFinishTwiceLastTokensWin's).
+				if n := e.upstreamSlotsInFlight(); n != 0 {
+					t.Errorf("provider slots in flight %d after the call ended", n)
+				}
+			}
+		})
 	}
 }
 
@@ -341,4 +378,24 @@ func TestNoUsageStreamPastMaxStreamTextExtrapolated(t *testing.T) {
 	if v.Tokens.Used < words {
 		t.Fatalf("stream carried %d tokens of text; tenant charged %d", words, v.Tokens.Used)
 	}
+}
+
+// upstreamSlotsInFlight is this node's calls in flight on the first
+// upstream's budget.
+func (e *env) upstreamSlotsInFlight() int64 {
+	e.t.Helper()
+	var v struct {
+		Upstreams []struct {
+			Budget struct {
+				Lease struct {
+					SlotsInFlight int64 `json:"slots_in_flight"`
+				} `json:"lease"`
+			} `json:"budget"`
+		} `json:"upstreams"`
+	}
+	r := e.get("/upstreams", "")
+	if err := json.Unmarshal(r.body, &v); err != nil || len(v.Upstreams) == 0 {
+		e.t.Fatalf("GET /upstreams: %v in %s", err, r.body)
+	}
+	return v.Upstreams[0].Budget.Lease.SlotsInFlight
 }

@@ -304,15 +304,15 @@ func (r *Router) finishBudgets(c *call, actual int64, settle bool) {
 		}
 		c.budgets[i].b.Finish(now, tk, actual)
 	}
-	c.nBudgets = 0
 	if c.spill.b != nil {
 		// The tenant's own tokens settle on the usage, as its limiter does.
 		if !settle {
 			actual = c.spill.tk.Tokens()
 		}
 		c.spill.b.Finish(now, &c.spill.tk, actual)
-		c.spill.b = nil
 	}
+	// The budgets stay listed: a call settled again (settleLate) moves
+	// its tokens on them (Finish frees a slot once; the last tokens win).
 }
 
 // refuseBudget answers a request the provider's limit has no room for.

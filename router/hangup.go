@@ -1,6 +1,7 @@
 package router
 
 import (
+	"bytes"
 	"math/rand/v2"
 	"slices"
 	"sync"
@@ -28,9 +29,11 @@ import (
 // between two ticks costs two short lock holds and no syscall. End of
 // stream, a reset or a connection closed here mean the client is gone: the
 // call is finished at once (slot freed, tokens settled at the reservation:
-// the provider may bill the prompt, and we cannot know), and when Do returns
-// its answer is dropped unwritten (an unread stream closes the upstream
-// connection, which cuts the generation). Bytes queued are the client's
+// the provider may bill the prompt, and we cannot know yet), and when Do
+// returns its answer is dropped unwritten (an unread stream closes the
+// upstream connection, which cuts the generation). A JSON answer, read
+// whole, was generated all the same: the call is settled again on its
+// usage (settleLate). Bytes queued are the client's
 // next, pipelined, request: it is there.
 //
 // Like nginx (proxy_ignore_client_abort off), a client that half-closes its
@@ -64,6 +67,10 @@ type clientWatch struct {
 	raw     syscall.RawConn // from conn at the first tick
 	stopped bool
 	gone    time.Duration // > 0: the client was found gone this long after start
+	// fired is closed once what the watch does for a gone client is done
+	// (made, under mu, when gone is set): the handler settles the call
+	// again on the answer that came after only then (settleLate).
+	fired chan struct{}
 }
 
 // watchClient starts watching ctx's connection for c; nil (no watch) on a
@@ -112,17 +119,30 @@ func (w *clientWatch) cancel() {
 	}
 	w.gone = max(time.Since(w.start), 1)
 	w.stopped = true
+	w.fired = make(chan struct{})
 	w.mu.Unlock()
 	w.fire()
 }
 
 // fire runs what the watch does once its client is gone.
 func (w *clientWatch) fire() {
+	defer close(w.fired)
 	if w.onGone == nil {
 		w.r.callGone(w.call)
 		return
 	}
 	w.onGone()
+}
+
+// waitFired waits until what the watch did for its gone client is done;
+// only after stop reported the client gone.
+func (w *clientWatch) waitFired() {
+	w.mu.Lock()
+	fired := w.fired
+	w.mu.Unlock()
+	if fired != nil {
+		<-fired
+	}
 }
 
 // check is one tick: peek, and finish the call if the client is gone.
@@ -147,6 +167,7 @@ func (w *clientWatch) check() {
 	}
 	w.gone = max(time.Since(w.start), 1)
 	w.stopped = true
+	w.fired = make(chan struct{})
 	w.mu.Unlock()
 	// Not on the ticking goroutine: finishing a call can take long (its
 	// prompt counted exactly, a report to a new owner), and every other
@@ -288,6 +309,13 @@ func (r *Router) clientGone(ctx *fasthttp.RequestCtx, c *call, w *clientWatch, r
 	if err == nil {
 		status = resp.StatusCode()
 		r.metrics.answered(c.prov.Name, status)
+		if resp.BodyStream() == nil && !bytes.HasPrefix(resp.Header.ContentType(), []byte("text/event-stream")) {
+			// A JSON answer, read whole: the provider generated (and
+			// bills) it for the client that left, and says how much.
+			w.waitFired()
+			u, ok, completion := r.answerUsage(c, status, resp.Body())
+			r.settleLate(c, u, ok, completion)
+		}
 	}
 	fasthttp.ReleaseResponse(resp) // an unread stream: closes the upstream connection
 	ctx.SetConnectionClose()

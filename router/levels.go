@@ -196,7 +196,7 @@ func (r *Router) finishLevels(c *call, actual int64) {
 		}
 		if l.away {
 			if l.fb != nil {
-				r.fallbackFinished(l.e, l.fb, limiter.FinishDelta(&l.tk, actual))
+				r.fallbackFinished(l.e, l.fb, limiter.SettleDelta(&l.tk, actual))
 			}
 			continue
 		}

@@ -605,15 +605,20 @@ func (r *Router) forward(ctx *fasthttp.RequestCtx, c *call) bool {
 		r.upstreamFailed(ctx, c.prov, err)
 		return false
 	}
-	answer := ctx.Response.Body()
-	ok := status >= 200 && status < 300
-	u := upstream.UsageFromJSON(c.prov.Kind, answer)
-	completion := 0
+	u, ok, completion := r.answerUsage(c, status, ctx.Response.Body())
+	r.finish(c, u, ok, completion)
+	return false
+}
+
+// answerUsage reads a JSON answer's usage; without one, a successful
+// answer's completion is counted.
+func (r *Router) answerUsage(c *call, status int, answer []byte) (u upstream.Usage, ok bool, completion int) {
+	ok = status >= 200 && status < 300
+	u = upstream.UsageFromJSON(c.prov.Kind, answer)
 	if ok && !u.Reported {
 		completion = r.countCompletion(c, answer)
 	}
-	r.finish(c, u, ok, completion)
-	return false
+	return u, ok, completion
 }
 
 // readAnswer moves an answer into the client's response, failing past
@@ -735,6 +740,30 @@ func (r *Router) finish(c *call, u upstream.Usage, ok bool, countedCompletion in
 	if c.finished.Swap(true) {
 		return
 	}
+	// The provider's budgets settle on what it reported or what a
+	// successful call counted; a call that failed on the way may still
+	// have been billed (its prompt read): its charge stands.
+	r.settle(c, r.actualUsage(c, u, ok, countedCompletion), u.Reported || ok, false)
+}
+
+// settleLate settles again, on the usage of the answer that came after, a
+// call finished at its reservation when its client hung up (callGone): the
+// provider generated and billed that answer all the same (a tenant whose
+// clients time out before long answers was charged its reservations, a
+// fraction of what it spent). Its slot was freed at the hang-up; only its
+// tokens move now, to what the provider reports, up or down. A failed
+// answer that reports nothing leaves the reservation standing. The handler
+// calls it once, after the hang-up's finish is done (waitFired).
+func (r *Router) settleLate(c *call, u upstream.Usage, ok bool, countedCompletion int) {
+	if !u.Reported && !ok {
+		return
+	}
+	r.settle(c, r.actualUsage(c, u, ok, countedCompletion), true, true)
+}
+
+// actualUsage is what a call is charged for the answer it got (see
+// finish); a successful one teaches the estimator.
+func (r *Router) actualUsage(c *call, u upstream.Usage, ok bool, countedCompletion int) int {
 	var actual int
 	switch {
 	case u.Reported:
@@ -754,10 +783,17 @@ func (r *Router) finish(c *call, u upstream.Usage, ok bool, countedCompletion in
 		actual = prompt + countedCompletion
 		r.learn(c, prompt, countedCompletion)
 	}
-	// The provider's budgets settle on what it reported or what a
-	// successful call counted; a call that failed on the way may still
-	// have been billed (its prompt read): its charge stands.
-	r.finishBudgets(c, int64(actual), u.Reported || ok)
+	return actual
+}
+
+// settle charges a call actual tokens wherever it was admitted (its
+// budgets when known, its tenant's limiter or share, a spill, its levels)
+// and frees its slots. late: a second settlement (settleLate), which moves
+// tokens only: the slots, the spill's carried one included, went with the
+// first.
+func (r *Router) settle(c *call, actual int, known, late bool) {
+	before := c.tk.Tokens()
+	r.finishBudgets(c, int64(actual), known)
 	if c.lim == c.t.c().lim {
 		// If the tenant was handed over since this call was admitted, its
 		// owner holds the slot and the reservation now.
@@ -773,7 +809,9 @@ func (r *Router) finish(c *call, u upstream.Usage, ok bool, countedCompletion in
 		if sp != nil && sp.owner == r.node {
 			// Admitted before the tenant spilled: its slot was carried
 			// into the budget, its tokens seeded at its reservation.
-			sp.budget.ReleaseCarried()
+			if !late {
+				sp.budget.ReleaseCarried()
+			}
 			if fd.Tokens > 0 {
 				sp.budget.Charge(r.clock(), lease.Use{Bucket: fd.Bucket, Amount: lease.Amount{Tokens: fd.Tokens}}, false)
 			}
@@ -795,6 +833,12 @@ func (r *Router) finish(c *call, u upstream.Usage, ok bool, countedCompletion in
 		}
 	}
 	r.finishLevels(c, int64(actual))
+	if late {
+		// A counter: what the first settlement counted stays, the
+		// excess is added.
+		c.t.counters().settled.Add(float64(max(int64(actual)-before, 0)))
+		return
+	}
 	c.t.counters().settled.Add(float64(actual))
 }
 
