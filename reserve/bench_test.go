@@ -26,7 +26,7 @@ func BenchmarkEstimate(b *testing.B) {
 			b.ReportAllocs()
 			var res Reservation
 			for b.Loop() {
-				n := r.Estimate(tok, RatioKey{"acme", "gpt-4o", ScriptOf(prompt)}, len(prompt), prompt)
+				n := r.Estimate(tok, RatioKey{"acme", "gpt-4o", ScriptOf(prompt)}, []string{prompt}, len(prompt), prompt)
 				res = e.Estimate(k, n, 2000, true)
 			}
 			b.ReportMetric(float64(res.Prompt), "tokens")

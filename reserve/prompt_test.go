@@ -64,7 +64,7 @@ func TestRatioEstimateAccuracy(t *testing.T) {
 				k := RatioKey{Tenant: "acme", Model: model, Script: ScriptOf(prompts[0])}
 				worstFirst, worst := 0.0, 0.0
 				for i, p := range prompts {
-					est := r.Estimate(tok, k, len(p), p)
+					est := r.Estimate(tok, k, []string{p}, len(p), p)
 					exact := tok.Count(model, p)
 					err := math.Abs(float64(est-exact)) / float64(exact)
 					if i == 0 {
@@ -96,7 +96,7 @@ func TestRatioPerScript(t *testing.T) {
 	for i := range 10 {
 		for _, p := range []string{en[i], cjk[i]} {
 			k := RatioKey{Tenant: "acme", Model: "gpt-4", Script: ScriptOf(p)}
-			est, exact := r.Estimate(tok, k, len(p), p), tok.Count("gpt-4", p)
+			est, exact := r.Estimate(tok, k, []string{p}, len(p), p), tok.Count("gpt-4", p)
 			if i >= 3 {
 				worst = max(worst, math.Abs(float64(est-exact))/float64(exact))
 			}
@@ -111,17 +111,22 @@ func TestRatioPerScript(t *testing.T) {
 	}
 }
 
-// A bogus report (more tokens than bytes times 4, or none) teaches nothing.
-func TestRatioIgnoresBogusReports(t *testing.T) {
+// A report of more than a token a byte (images, audio, history the
+// provider holds, or a bogus count) is learned as a token a byte, the most
+// any text makes; none teaches nothing. Such reports were dropped: a ratio
+// taught low then never rose for prompts that carry an image.
+func TestRatioClampsReports(t *testing.T) {
 	r := NewRatios()
 	k := RatioKey{"acme", "m", Latin}
 	r.Learn(k, 1000, 250)
-	r.Learn(k, 1000, 1_000_000)
-	r.Learn(k, 1000, 1001) // more than a token a byte
 	r.Learn(k, 1000, 0)
 	r.Learn(k, 0, 10)
 	if got, _ := r.Ratio(k); got != 0.25 {
-		t.Errorf("ratio %v, want 0.25", got)
+		t.Fatalf("ratio %v after reports of nothing, want 0.25", got)
+	}
+	r.Learn(k, 1000, 1_000_000) // learned as 1.0: 0.25 + 0.3 × 0.75
+	if got, _ := r.Ratio(k); math.Abs(got-0.475) > 1e-9 {
+		t.Errorf("ratio %v, want 0.475", got)
 	}
 }
 
@@ -149,12 +154,69 @@ func TestRatioFloor(t *testing.T) {
 	k := RatioKey{"acme", "gpt-4o", Latin}
 	spaces := strings.Repeat(" ", 20000)
 	for range 5 {
-		r.Estimate(tok, k, len(spaces), spaces)
+		r.Estimate(tok, k, []string{spaces}, len(spaces), spaces)
 		r.Learn(k, len(spaces), tok.Count("gpt-4o", spaces))
 	}
 	dense := strings.Repeat("The quick brown fox jumps over the lazy dog. ", 2000)
-	est, exact := r.Estimate(tok, k, len(dense), dense), tok.Count("gpt-4o", dense)
+	est, exact := r.Estimate(tok, k, []string{dense}, len(dense), dense), tok.Count("gpt-4o", dense)
 	if float64(est) < 0.85*float64(exact) {
 		t.Errorf("after prompts of spaces an English prompt is estimated at %d, exact %d", est, exact)
+	}
+}
+
+// A prompt much denser than its key's learned ratio is estimated near its
+// own density: the probe looks at it, at random places. Found by a
+// reviewer: a ratio taught low with one sparse prompt, then dense prompts
+// estimated at the floor (a fifth of their tokens); and a fresh key whose
+// first sample (head, middle, tail) was sparse in a prompt dense
+// everywhere else.
+func TestEstimateProbesDensePrompts(t *testing.T) {
+	tok := newTokenizer(t)
+	dense := func(n int) string { // a token a byte with both encodings
+		b := make([]byte, n)
+		for i := range b {
+			b[i] = byte(1 + i*7%8)
+		}
+		return string(b)
+	}
+	sparse := strings.Repeat("internationalization ", 100)
+	steered := sparse[:400] + dense(121_000) + sparse[:800] + dense(121_000) + sparse[:400]
+	cases := []struct {
+		name   string
+		teach  string // a prompt settled first, its report learned
+		prompt string
+	}{
+		{"ratio taught low", sparse, dense(245_000)},
+		{"fresh key, sparse where the sample looks", "", steered},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			r := NewRatios()
+			k := RatioKey{Tenant: "acme", Model: "gpt-4o", Script: Latin}
+			if tc.teach != "" {
+				r.Learn(k, len(tc.teach), tok.Count("gpt-4o", tc.teach))
+			}
+			est, exact := r.Estimate(tok, k, []string{tc.prompt}, len(tc.prompt), tc.prompt), tok.Count("gpt-4o", tc.prompt)
+			t.Logf("estimate %d, exact %d", est, exact)
+			// A window may land on the sparse part (two windows: half
+			// the probe's ratio at worst); the floor alone is a fifth.
+			if est < exact/2 {
+				t.Errorf("estimate %d for a prompt of %d tokens", est, exact)
+			}
+		})
+	}
+}
+
+// Sample and the probe's windows stay inside a text that does not start
+// on a rune (a reviewer's: Sample indexed text[-1]).
+func TestSampleInvalidUTF8(t *testing.T) {
+	text := strings.Repeat("\x80", SampleBytes*2)
+	if s := Sample(text); len(s) == 0 || len(s) > SampleBytes {
+		t.Errorf("sample of %d bytes", len(s))
+	}
+	for _, at := range []int{0, 1, len(text) / 2, len(text) - 1} {
+		if w := window(text, at, probeBytes); len(w) == 0 || len(w) > probeBytes {
+			t.Errorf("window at %d: %d bytes", at, len(w))
+		}
 	}
 }

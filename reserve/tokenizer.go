@@ -74,6 +74,22 @@ func (t *Tokenizer) Count(model, text string) int {
 	if cached >= 0 {
 		return cached
 	}
+	n := count(text, wide)
+	t.counts.store(h, len(text), n)
+	return n
+}
+
+// countUncached is Count without the cache of recent counts, for a text
+// that will not come again (a probe's random window): it would only evict
+// one that may.
+func (t *Tokenizer) countUncached(model, text string) int {
+	if text == "" {
+		return 0
+	}
+	return count(text, usesO200k(model))
+}
+
+func count(text string, wide bool) int {
 	get := cl100k
 	if wide {
 		get = o200k
@@ -81,7 +97,6 @@ func (t *Tokenizer) Count(model, text string) int {
 	codec, err := get()
 	if err == nil {
 		if n, err := codec.Count(text); err == nil {
-			t.counts.store(h, len(text), n)
 			return n
 		}
 	}

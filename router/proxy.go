@@ -248,9 +248,12 @@ func (r *Router) serveLocalOnce(ctx *fasthttp.RequestCtx, ep upstream.Endpoint, 
 	c := &call{t: t, lim: lim, prov: prov, req: req, hops: hops, again: again, sp: sp}
 	c.res = r.est.Estimate(reserve.Key{Tenant: t.name, Model: req.Model}, r.promptTokens(c), req.MaxTokens, req.Generates)
 	if c.prompt.bytes > 0 {
-		if l := lim.Limits(); l.Tokens > 0 && int64(c.res.Prompt) > l.Tokens/2 {
+		if l := lim.Limits(); l.Tokens > 0 && (int64(c.res.Prompt) > l.Tokens/2 || int64(c.res.Total) > l.Tokens) {
 			// Near the limit on an estimate alone: counted, so that
 			// neither a 429 "too large" nor an admission rests on it.
+			// (Only a prompt over half the limit was: a ratio learned
+			// from denser text made an English prompt "too large" with
+			// its completion in every window, found by a reviewer.)
 			c.res = r.est.Estimate(reserve.Key{Tenant: t.name, Model: req.Model}, r.exactPrompt(c), req.MaxTokens, req.Generates)
 			c.prompt.bytes = 0
 		}
@@ -260,13 +263,15 @@ func (r *Router) serveLocalOnce(ctx *fasthttp.RequestCtx, ep upstream.Endpoint, 
 		c.res.Completion *= req.Choices
 		c.res.Total = c.res.Prompt + c.res.Completion
 	}
-	if l := t.limits.Tokens; req.MaxTokens <= 0 && l > 0 && int64(c.res.Total) > l && int64(c.res.Prompt) < l {
-		// No max_tokens: the completion's reservation is a guess from the
-		// tenant's recent answers, and a guess past the limit would
-		// refuse the request as too large for ever (a refusal teaches no
-		// shorter average). It reserves the whole limit instead and
-		// settles on what the provider reports. (The tenant's configured
-		// limit, read without the limiter's lock: this runs per request.)
+	if l := t.limits.Tokens; l > 0 && int64(c.res.Total) > l && int64(c.res.Prompt) < l {
+		// The completion's reservation is a guess from the tenant's
+		// recent answers (max_tokens only caps it), and a guess past the
+		// limit would refuse the request as too large for ever (a
+		// refusal teaches no shorter average; with max_tokens above the
+		// guess too, found by a reviewer). It reserves the whole limit
+		// instead and settles on what the provider reports. (The
+		// tenant's configured limit, read without the limiter's lock:
+		// this runs per request.)
 		c.res.Completion = int(l) - c.res.Prompt
 		c.res.Total = int(l)
 	}
@@ -474,7 +479,7 @@ func (r *Router) admitted(c *call) {
 // framing every chat message costs.
 func (r *Router) promptTokens(c *call) int {
 	req := &c.req
-	fixed := req.TokenInputs
+	fixed := req.TokenInputs + req.Media*reserve.MediaTokens
 	if req.Messages > 0 {
 		fixed += 3*req.Messages + 3
 	}
@@ -494,7 +499,7 @@ func (r *Router) promptTokens(c *call) int {
 	}
 	k := reserve.RatioKey{Tenant: c.t.name, Model: req.Model, Script: reserve.ScriptOf(largest)}
 	c.prompt = promptEstimate{key: k, bytes: size, fixed: fixed}
-	return fixed + r.ratios.Estimate(r.tok, k, size, largest)
+	return fixed + r.ratios.Estimate(r.tok, k, req.Texts, size, largest)
 }
 
 // exactPrompt is c's prompt as the tokenizer counts it: its estimate when

@@ -34,6 +34,9 @@ type Request struct {
 	// definitions (which providers also bill as prompt tokens). Images and
 	// audio are not counted. The strings share one copy of the body.
 	Texts []string
+	// Media is the number of image, audio and file parts: billed as
+	// prompt tokens, hundreds or thousands each, that no text shows.
+	Media int
 	// TokenInputs counts the tokens given directly as integer arrays in
 	// prompt (completions) or input (embeddings).
 	TokenInputs int
@@ -290,7 +293,7 @@ func ParseRequest(ep Endpoint, body []byte) (Request, error) {
 				return false
 			}
 			r.Messages++
-			r.Texts = messageTexts(r.Texts, m)
+			r.Texts = messageTexts(r.Texts, &r.Media, m)
 			return true
 		})
 		switch {
@@ -305,7 +308,7 @@ func ParseRequest(ep Endpoint, body []byte) (Request, error) {
 			case s.Type == gjson.String:
 				r.Texts = appendText(r.Texts, s.Str)
 			case s.IsArray():
-				r.Texts = contentTexts(r.Texts, s, 0)
+				r.Texts = contentTexts(r.Texts, &r.Media, s, 0)
 			default:
 				return r, badRequest("invalid_type", "system", "system must be a string or an array of content blocks")
 			}
@@ -373,7 +376,7 @@ func (r *Request) responsesInput(input, instructions gjson.Result) error {
 		r.Messages++
 		switch c := item.Get("content"); {
 		case c.Exists():
-			r.Texts = messageTexts(r.Texts, item)
+			r.Texts = messageTexts(r.Texts, &r.Media, item)
 		case item.Get("output").Type == gjson.String:
 			r.Texts = appendText(r.Texts, item.Get("output").Str)
 		case item.Get("arguments").Type == gjson.String:
@@ -489,12 +492,13 @@ func appendText(texts []string, s string) []string {
 	return append(texts, s)
 }
 
-// messageTexts appends the text of one chat message (either dialect).
-func messageTexts(texts []string, m gjson.Result) []string {
+// messageTexts appends the text of one chat message (either dialect) and
+// counts its media parts in media.
+func messageTexts(texts []string, media *int, m gjson.Result) []string {
 	m.ForEach(func(k, v gjson.Result) bool {
 		switch k.Str {
 		case "content":
-			texts = contentTexts(texts, v, 0)
+			texts = contentTexts(texts, media, v, 0)
 		case "tool_calls": // OpenAI assistant message
 			v.ForEach(func(_, call gjson.Result) bool {
 				fn := call.Get("function")
@@ -518,8 +522,9 @@ func messageTexts(texts []string, m gjson.Result) []string {
 
 // contentTexts appends the text of a message content or system prompt: a
 // string, or an array of parts/blocks. Anthropic tool_result blocks nest a
-// content of their own (one level is followed).
-func contentTexts(texts []string, c gjson.Result, depth int) []string {
+// content of their own (one level is followed). Media parts (images, audio,
+// files) are counted in media.
+func contentTexts(texts []string, media *int, c gjson.Result, depth int) []string {
 	switch {
 	case c.Type == gjson.String:
 		return appendText(texts, c.Str)
@@ -536,6 +541,10 @@ func contentTexts(texts []string, c gjson.Result, depth int) []string {
 		}
 		part.ForEach(func(k, v gjson.Result) bool {
 			switch k.Str {
+			case "type":
+				if isMedia(v.Str) {
+					*media++
+				}
 			case "text", "thinking":
 				if v.Type == gjson.String {
 					texts = appendText(texts, v.Str)
@@ -546,7 +555,7 @@ func contentTexts(texts []string, c gjson.Result, depth int) []string {
 				}
 			case "content": // Anthropic tool_result
 				if depth == 0 {
-					texts = contentTexts(texts, v, depth+1)
+					texts = contentTexts(texts, media, v, depth+1)
 				}
 			}
 			return true
@@ -554,6 +563,19 @@ func contentTexts(texts []string, c gjson.Result, depth int) []string {
 		return true
 	})
 	return texts
+}
+
+// isMedia reports whether a content part of this type is an image, audio
+// or a file (OpenAI chat and Responses, Anthropic): not text, and billed
+// as prompt tokens of its own.
+func isMedia(typ string) bool {
+	switch typ {
+	case "image_url", "input_audio", "file", // OpenAI chat
+		"input_image", "input_file", // Responses
+		"image", "document": // Anthropic
+		return true
+	}
+	return false
 }
 
 // includeUsageField is what PrepareBody appends to a body without

@@ -79,7 +79,7 @@ func TestParseRequestValid(t *testing.T) {
 				{"type":"function_call","call_id":"c1","name":"look","arguments":"{\"q\":1}"}],
 				"tools":[{"type":"function","name":"look"}]}`,
 			want: Request{Model: "gpt-4o", Texts: []string{"what is", "this?", "a cat", `{"q":1}`, `[{"type":"function","name":"look"}]`},
-				Messages: 4, Choices: 1, Generates: true},
+				Messages: 4, Media: 1, Choices: 1, Generates: true},
 		},
 		{
 			name: "chat minimal",
@@ -98,7 +98,7 @@ func TestParseRequestValid(t *testing.T) {
 				"tools":[{"type":"function","function":{"name":"look"}}]}`,
 			want: Request{Model: "gpt-4o-mini", Stream: true, MaxTokens: 100, Choices: 3, ClientWantsUsage: true,
 				Texts:    []string{"be brief", "what is", "this?", "look", `{"q":1}`, "a cat", `[{"type":"function","function":{"name":"look"}}]`},
-				Messages: 4, Generates: true},
+				Messages: 4, Media: 1, Generates: true},
 		},
 		{
 			name: "chat max_tokens only, nulls ignored, escapes decoded",
