@@ -34,14 +34,20 @@ func (t *Tenant) slotsFit() bool {
 	return t.slots.limit <= 0 || t.slotsUsed()+1 <= t.slots.limit
 }
 
+// emptySlotWindow is an empty window with the slots window's width, limit
+// and head.
+func (t *Tenant) emptySlotWindow() *Window {
+	w := t.slots
+	w.reset()
+	w.newest = 0
+	return &w
+}
+
 // awayWindow is the window of node's calls, made on first use.
 func (t *Tenant) awayWindow(node string) *Window {
 	w := t.away[node]
 	if w == nil {
-		nw := t.slots // same width, limit and head
-		nw.reset()
-		nw.newest = 0
-		w = &nw
+		w = t.emptySlotWindow()
 		if t.away == nil {
 			t.away = make(map[string]*Window)
 		}
@@ -78,7 +84,7 @@ func (t *Tenant) DropNode(now int64, node string) int64 {
 	defer t.mu.Unlock()
 	t.advance(now)
 	t.changed()
-	if now < t.awayLogUntil {
+	if now < t.logUntil {
 		if t.awayDropped == nil {
 			t.awayDropped = make(map[string]bool)
 		}
@@ -114,18 +120,21 @@ func (t *Tenant) ApplyFrom(now int64, from string, d Delta) {
 	defer t.mu.Unlock()
 	t.advance(now)
 	t.changed()
+	d.Bucket = t.history.inWindows(d.Bucket, &t.requests, false)
+	d.SlotBucket = t.history.inWindows(d.SlotBucket, &t.slots, true)
+	t.catchUpDelta(d)
 	t.requests.adjust(d.Bucket, d.Requests)
 	t.tokens.adjust(d.Bucket, d.Tokens)
 	if from == "" {
-		t.slots.adjust(d.SlotBucket, d.Slots)
+		t.adjustOwnSlots(d.SlotBucket, d.Slots)
 	} else {
 		switch {
-		case d.Slots != 0 && now < t.awayLogUntil:
+		case d.Slots != 0 && now < t.logUntil:
 			if t.awayLog == nil {
 				t.awayLog = make(map[string][]Bucket)
 			}
 			t.awayLog[from] = append(t.awayLog[from], Bucket{Index: d.SlotBucket, Value: d.Slots})
-		case now >= t.awayLogUntil:
+		case now >= t.logUntil:
 			t.awayLog, t.awayDropped = nil, nil // a window past the Import: not read again
 		}
 		if w := t.away[from]; w != nil || d.Slots > 0 {

@@ -81,3 +81,88 @@ func TestLateFinalKeepsGoneNodeDropped(t *testing.T) {
 		t.Errorf("%d slots of a node that is gone counted again after its late final", u.InFlight)
 	}
 }
+
+// The same for the new owner's own calls listed in the previous owner's
+// accounts (Away[self], brought home by As): its calls on its fallback
+// share that it reported to the previous owner, ended by delta, and calls
+// it admitted as the owner before that one, ended by ticket. Found by a
+// reviewer: Replace swapped the own slots bucket by bucket, so a release
+// applied between the Import and the late final was undone (the emptied
+// bucket cannot lose the stale account's slot again, and gains the
+// final's): a minute after the final the new owner counted the call that
+// had ended, until slot_ttl (the reviewer's case: 1 in flight with none
+// running, concurrency 1 refused; here 2 with one running, concurrency 2
+// refused, in each case). A call admitted since the Import, still
+// running, keeps its slot.
+func TestOwnReleaseBeforeLateFinalFreesSlot(t *testing.T) {
+	const window, ttl = time.Minute, 10 * time.Minute
+	l := Limits{Concurrency: 2}
+	cases := []struct {
+		name string
+		// byTicket: b admitted the call as the owner before a took the
+		// tenant over, and ends it by its ticket; otherwise b admitted it
+		// on its fallback share, reported it to a and ends it by delta.
+		byTicket   bool
+		afterStale bool // reported to a after a's stale account
+	}{
+		{"fallback call in the stale and the final", false, false},
+		{"fallback call reported after the stale", false, true},
+		{"call admitted as the owner before the handoff", true, false},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			a := NewTenant(l, window, ttl)
+			b := NewTenant(l, window, ttl)
+			share := NewTenant(Limits{Concurrency: 1}, window, ttl) // b's fallback share
+			var call Ticket
+			var stale State
+			if tc.byTicket {
+				call, _ = b.Admit(t0, 0)
+				st := b.Freeze(t0, "a")
+				st.Holder = "b"
+				a.Import(t0, st.As("a"))
+				stale = a.Export(t0 + 1)
+			} else {
+				b.Freeze(t0, "a")
+				if tc.afterStale {
+					stale = a.Export(t0)
+				}
+				call, _ = share.Admit(t0, 0)
+				a.ApplyFrom(t0, "b", DeltaOf(&call))
+				if !tc.afterStale {
+					stale = a.Export(t0 + 1)
+				}
+			}
+			stale.Holder = "a"
+			final := a.Freeze(t0+2, "b")
+			final.Holder = "a"
+
+			now := t0 + int64(time.Second)
+			b.Import(now, stale.As("b"))
+			base := b.Export(now)
+			// A call b admits a slot bucket later (not in the bucket the
+			// release lands in) runs throughout.
+			now += int64(ttl) / Buckets
+			if _, d := b.Admit(now, 0); !d.Allowed {
+				t.Fatalf("b refused its own call: %+v", d)
+			}
+			// The call ends; b (the owner) applies its end.
+			now += int64(time.Second)
+			if tc.byTicket {
+				b.Finish(now, &call, 0)
+			} else {
+				fd := FinishDelta(&call, 0)
+				share.Finish(now, &call, 0)
+				b.Apply(now, fd)
+			}
+			// The late final arrives.
+			now += int64(time.Second)
+			b.Replace(now, base, final.As("b"))
+			later := now + int64(time.Minute)
+			if u, d := b.Usage(later), b.Check(later, 0); u.InFlight != 1 || !d.Allowed {
+				t.Fatalf("one call runs, yet a minute after the late final b counts %d in flight and decides %v (%v)",
+					u.InFlight, d.Allowed, d.Limited)
+			}
+		})
+	}
+}

@@ -127,7 +127,7 @@ func (w *Window) rebucket(m remap) {
 		return
 	}
 	old := Window{few: w.few, buckets: w.buckets} // the content, to read from
-	lo, hi := max(w.head-ring+1, 0), w.head
+	lo, hi := w.oldest(), w.head
 	w.width, w.head, w.newest, w.total = m.to, m.top, 0, 0
 	w.drop()
 	if !old.held() {
@@ -139,7 +139,7 @@ func (w *Window) rebucket(m remap) {
 			continue
 		}
 		n := m.index(b)
-		if n <= w.head-ring {
+		if n < w.oldest() {
 			continue // out of the new window already
 		}
 		w.add(n%ring, v)
@@ -186,6 +186,53 @@ func (r *rebuckets) buckets(tk *Ticket) (bucket, slot int64) {
 	return bucket, slot
 }
 
+// Deltas. A delta names its call's buckets by indexes of the width the
+// call was admitted under, unless the node that made it took them through
+// its history (FinishOrHand and CancelOrHand do). FinishDelta, DeltaOf and
+// SettleDelta see no tenant: for a ticket of a fallback share, or a Tally,
+// admitted before a reload and reported after it, they name buckets of the
+// old width, where the receiver's windows have moved on (the release of a
+// call that ended held its slot until the slot TTL, the credit was lost).
+// So the receiver takes each index a delta names to where that bucket's
+// content is now (inWindows): an index that is not of its current windows
+// (neither live nor just ahead, clock.go) but lies in the window a recent
+// Rebucket moved is of that rebucket's old width, the sender's too when the
+// reload gave both nodes the same settings, and goes through the maps of
+// that rebucket and those after it. The windows of two widths hold indexes
+// apart: at Unix time t they overlap only if the widths differ by less than
+// about ring·w²/t (16 ns for a minute's window). What stays ambiguous: a
+// reload back to a width used less than a window before (an index of the
+// earlier spell is taken as current, where its content may have moved up
+// to a bucket later, or to the head), clocks near 0 (tests), and a delta
+// made under a width the receiver has not rebucketed to yet (a reload
+// reaching the sender first), which no history here can map. A delta that
+// carried the widths of its indexes would need no inference (a wire
+// change).
+
+// inWindows is where the content of bucket b, named by a delta, is in w
+// (the request and token windows, or with slots the slots windows).
+func (r *rebuckets) inWindows(b int64, w *Window, slots bool) int64 {
+	if len(r.steps) == 0 || (b >= w.oldest() && b <= w.head+maxAhead) {
+		return b
+	}
+	mapOf := func(s rebucketStep) remap {
+		if slots {
+			return s.slots
+		}
+		return s.window
+	}
+	for k := len(r.steps) - 1; k >= 0; k-- {
+		if m := mapOf(r.steps[k]); m.identity() || b <= m.head-ring || b > m.head {
+			continue
+		}
+		for _, s := range r.steps[k:] {
+			b = mapOf(s).index(b)
+		}
+		return b
+	}
+	return b
+}
+
 // bucket is tk's request and token bucket in the current windows.
 func (r *rebuckets) bucket(tk *Ticket) int64 {
 	b, _ := r.buckets(tk)
@@ -218,6 +265,9 @@ func (t *Tenant) Rebucket(now int64, window, slotTTL time.Duration) {
 	t.slots.rebucket(s.slots)
 	for _, w := range t.away { // advanced with slots: same head, same map
 		w.rebucket(s.slots)
+	}
+	if t.ownChanges != nil {
+		t.ownChanges.rebucket(s.slots)
 	}
 	t.history.push(s)
 }

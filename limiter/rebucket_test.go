@@ -498,3 +498,59 @@ func TestRebucketSameWidthsIsNoOp(t *testing.T) {
 		t.Fatalf("slot not freed: %+v", u)
 	}
 }
+
+// A call admitted on an edge's fallback share (its ticket a share's, so
+// FinishDelta and DeltaOf name its buckets in the width it was admitted
+// under) spans a reload that changes the window and the slot TTL; the owner
+// applies its deltas in the buckets their content was moved to. Found by a
+// reviewer: the owner applied the old width's indexes as they were, and
+// after the edge's only call ended, settled at 100 tokens, it counted 1 in
+// flight and 4000 tokens, and refused a minute later at concurrency 1 (the
+// slot freed only at slot_ttl, the credit lost).
+func TestRebucketFallbackDeltaLandsOnItsCall(t *testing.T) {
+	cases := []struct {
+		name        string
+		w1, w2      time.Duration
+		ttl1, ttl2  time.Duration
+		edgeReloads bool // the reload reaches the edge too before the call ends (else only the owner, yet)
+		reportLate  bool // the admission reaches the owner after the reload
+	}{
+		{"longer window, shorter slot TTL", time.Minute, 2 * time.Minute, 10 * time.Minute, 5 * time.Minute, true, false},
+		{"shorter window, longer slot TTL", 2 * time.Minute, time.Minute, 5 * time.Minute, 10 * time.Minute, true, false},
+		{"the reload reaches the owner only", time.Minute, 2 * time.Minute, 10 * time.Minute, 5 * time.Minute, false, false},
+		{"admission reported after the reload", time.Minute, 2 * time.Minute, 10 * time.Minute, 5 * time.Minute, true, true},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			l := Limits{Tokens: 10000, Concurrency: 1}
+			owner := NewTenant(l, tc.w1, tc.ttl1)
+			share := NewTenant(Limits{Tokens: 5000, Concurrency: 1}, tc.w1, tc.ttl1)
+			tk, d := share.Admit(t0, 4000)
+			if !d.Allowed {
+				t.Fatal("share refused")
+			}
+			admission := DeltaOf(&tk)
+			if !tc.reportLate {
+				owner.ApplyFrom(t0, "edge", admission)
+			}
+			reload := t0 + int64(time.Second)
+			owner.Rebucket(reload, tc.w2, tc.ttl2)
+			if tc.edgeReloads {
+				share.Rebucket(reload, tc.w2, tc.ttl2)
+			}
+			if tc.reportLate {
+				owner.ApplyFrom(reload, "edge", admission)
+			}
+			end := t0 + int64(2*time.Second)
+			fd := FinishDelta(&tk, 100)
+			share.Finish(end, &tk, 100)
+			owner.ApplyFrom(end, "edge", fd)
+			u := owner.Usage(end)
+			_, dec := owner.Admit(end+int64(time.Minute), 1)
+			if u.InFlight != 0 || u.Tokens != 100 || !dec.Allowed {
+				t.Fatalf("after the edge's only call ended, settled at 100 tokens: owner counts %d in flight, %d tokens; a minute later it decides %v (%v)",
+					u.InFlight, u.Tokens, dec.Allowed, dec.Limited)
+			}
+		})
+	}
+}

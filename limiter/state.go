@@ -43,7 +43,7 @@ func (s State) Empty() bool {
 
 func (w *Window) export() WindowState {
 	ws := WindowState{Width: w.width, Head: w.head}
-	for b := w.head - ring + 1; b <= w.head; b++ {
+	for b := w.oldest(); b <= w.head; b++ {
 		if v := w.at(b % ring); v != 0 {
 			ws.Buckets = append(ws.Buckets, Bucket{Index: b, Value: v})
 		}
@@ -54,7 +54,8 @@ func (w *Window) export() WindowState {
 // merge adds a handed-over window to this one. Buckets already out of the
 // window are dropped. With another bucket width (the settings changed
 // between the nodes) the total is charged to the newest bucket: later than
-// true, so conservative.
+// true, so conservative. The tenant has rolled the window to the buckets
+// ahead of its head that it takes as the writer's clock (clock.go) first.
 func (w *Window) merge(ws WindowState) {
 	if ws.Width != w.width {
 		var sum int64
@@ -67,12 +68,12 @@ func (w *Window) merge(ws WindowState) {
 		return
 	}
 	for _, b := range ws.Buckets {
-		if b.Value <= 0 || b.Index <= w.head-ring {
+		if b.Value <= 0 || b.Index < w.oldest() {
 			continue
 		}
 		if b.Index > w.head {
-			// The writer's clock runs ahead of this node's: count the
-			// charge now rather than drop it.
+			// Further ahead than a clock is trusted (maxAhead): count
+			// the charge now rather than drop it.
 			b.Index = w.head
 		}
 		w.add(b.Index%ring, b.Value)
@@ -129,12 +130,14 @@ func (t *Tenant) Import(now int64, s State) {
 	t.requests.reset()
 	t.tokens.reset()
 	t.slots.reset()
+	t.catchUpState(s)
 	t.requests.merge(s.Requests)
 	t.tokens.merge(s.Tokens)
 	t.slots.merge(s.Slots)
 	t.importAway(s.Away)
 	t.awayLog, t.awayDropped = nil, nil
-	t.awayLogUntil = now + t.requests.width*Buckets
+	t.ownChanges = t.emptySlotWindow()
+	t.logUntil = now + t.requests.width*Buckets
 }
 
 // Freeze marks the tenant's state as handed over to the node named to and
@@ -245,7 +248,7 @@ func (w *Window) chargeGap(ws WindowState) int64 {
 		return 0
 	}
 	var charged int64
-	for b := w.head; b >= max(ws.Head+1, w.head-ring+1); b-- {
+	for b := w.head; b >= max(ws.Head+1, w.oldest()); b-- {
 		n := peak
 		if w.limit > 0 {
 			n = min(n, w.limit-w.total)
@@ -338,10 +341,62 @@ func (t *Tenant) Replace(now int64, old, new State) {
 	defer t.mu.Unlock()
 	t.advance(now)
 	t.changed()
+	t.catchUpState(new)
 	t.requests.replace(old.Requests, new.Requests)
 	t.tokens.replace(old.Tokens, new.Tokens)
-	t.slots.replace(old.Slots, new.Slots)
+	t.replaceOwnSlots(now, old.Slots, new.Slots)
 	t.replaceAway(now, old.Away, new.Away)
+}
+
+// replaceOwnSlots is Replace for the slots of this node's calls. Within a
+// window of the Import they are the better account's, plus every change
+// made to them since the Import (ownChanges): admissions here, releases by
+// ticket, this node's calls reported by delta (a fallback share's), as
+// replaceAway does for the other nodes' deltas and for the same reason.
+// Replacing bucket by bucket instead (lose what old held, gain what new
+// holds) loses a release applied in between: the bucket the release had
+// emptied cannot lose the old account's charge again (never below 0), and
+// gains the new account's back, which held the slot of a call that had
+// ended until the slot TTL. Later, or across a Rebucket (the accounts'
+// buckets no longer line up), the bucket by bucket replace it is.
+func (t *Tenant) replaceOwnSlots(now int64, old, new WindowState) {
+	changes := t.ownChanges
+	if changes == nil || now >= t.logUntil || new.Width != t.slots.width {
+		t.slots.replace(old, new)
+		return
+	}
+	t.slots.reset()
+	t.slots.merge(new)
+	for b := changes.oldest(); b <= changes.head; b++ {
+		if v := changes.at(b % ring); v != 0 {
+			t.slots.adjust(b, v)
+		}
+	}
+}
+
+// adjustOwnSlots changes the slots of this node's calls in bucket b by
+// delta, and keeps the change for a late account (ownChanges).
+func (t *Tenant) adjustOwnSlots(b, delta int64) {
+	t.slots.adjust(b, delta)
+	if t.ownChanges != nil {
+		t.ownChanges.record(b, delta)
+	}
+}
+
+// record adds delta, whatever its sign, to bucket b if it is live: w is a
+// sum of changes (ownChanges), not a count, and its buckets and total can
+// be negative. roll still drops the buckets only when they hold nothing:
+// when the total is 0 and the newest positive change has left, what is
+// left is negative changes summing to 0, so none.
+func (w *Window) record(b, delta int64) {
+	if delta == 0 || !w.live(b) {
+		return
+	}
+	w.add(b%ring, delta)
+	w.total += delta
+	if delta > 0 && b > w.newest {
+		w.newest = b
+	}
 }
 
 // replaceAway is Replace for the slots of calls on other nodes. Within a
@@ -362,7 +417,7 @@ func (t *Tenant) replaceAway(now int64, old, new []NodeSlots) {
 		}
 		return WindowState{Width: t.slots.width}
 	}
-	logged := now < t.awayLogUntil
+	logged := now < t.logUntil
 	nodes := make([]string, 0, len(old)+len(new))
 	for _, ns := range old {
 		nodes = append(nodes, ns.Node)
@@ -384,8 +439,8 @@ func (t *Tenant) replaceAway(now int64, old, new []NodeSlots) {
 			delete(t.away, node)
 			w := t.awayWindow(node)
 			w.merge(is)
-			for _, d := range t.awayLog[node] {
-				w.adjust(d.Index, d.Value)
+			for _, d := range t.awayLog[node] { // logged before a Rebucket: moved since
+				w.adjust(t.history.inWindows(d.Index, &t.slots, true), d.Value)
 			}
 		} else {
 			t.awayWindow(node).replace(was, is)

@@ -88,14 +88,17 @@ type Tenant struct {
 	// (away.go): they count against the limit, and go when their node is
 	// gone. nil while there are none.
 	away map[string]*Window
-	// awayLog is every other node's slot deltas applied since the last
-	// Import, for a window (awayLogUntil), and awayDropped the nodes
-	// dropped since: a late account of the state imported (Replace)
-	// starts from it again (away.go).
-	awayLog      map[string][]Bucket
-	awayDropped  map[string]bool
-	awayLogUntil int64
-	history      rebuckets // for tickets admitted before a Rebucket (rebucket.go)
+	// For a window after the last Import (until logUntil), a late account
+	// of the state imported (Replace) starts from what was applied since:
+	// awayLog is every other node's slot deltas, awayDropped the nodes
+	// dropped (away.go), and ownChanges the changes to this node's own
+	// slots, per bucket: admissions, releases and deltas (nil when not
+	// kept; state.go, replaceOwnSlots).
+	awayLog     map[string][]Bucket
+	awayDropped map[string]bool
+	ownChanges  *Window
+	logUntil    int64
+	history     rebuckets // for tickets admitted before a Rebucket (rebucket.go)
 
 	// onChange, if set, is called once at the first change after the
 	// tenant was made or found empty by ExportOrArm (armed): whoever saves
@@ -164,6 +167,9 @@ func (t *Tenant) Admit(now, tokens int64) (Ticket, Decision) {
 			gen:        t.history.gen,
 		}
 		t.tokens.charge(tokens)
+		if t.ownChanges != nil {
+			t.ownChanges.record(tk.slotBucket, 1)
+		}
 		t.changed()
 	}
 	t.fill(now, &d)
@@ -180,6 +186,9 @@ func (t *Tenant) chargeAdmitted(tokens int64) Ticket {
 		gen:        t.history.gen,
 	}
 	t.tokens.charge(tokens)
+	if t.ownChanges != nil {
+		t.ownChanges.record(tk.slotBucket, 1)
+	}
 	t.changed()
 	return tk
 }
@@ -294,7 +303,7 @@ func (t *Tenant) Release(now int64, tk *Ticket) {
 	t.mu.Lock()
 	t.advance(now)
 	t.changed()
-	t.slots.adjust(t.history.slot(tk), -1)
+	t.adjustOwnSlots(t.history.slot(tk), -1)
 	t.mu.Unlock()
 	tk.released = true
 }
@@ -317,7 +326,7 @@ func (t *Tenant) finishLocked(now int64, tk *Ticket, actual int64) {
 		tk.tokens = actual
 	}
 	if !tk.released {
-		t.slots.adjust(t.history.slot(tk), -1)
+		t.adjustOwnSlots(t.history.slot(tk), -1)
 		tk.released = true
 	}
 }
@@ -351,7 +360,7 @@ func (t *Tenant) CancelOrHand(now int64, tk *Ticket) (d Delta, handed bool) {
 		t.requests.adjust(b, -1)
 		t.tokens.adjust(b, -tk.tokens)
 		if !tk.released {
-			t.slots.adjust(slot, -1)
+			t.adjustOwnSlots(slot, -1)
 		}
 	}
 	t.mu.Unlock()
@@ -402,6 +411,13 @@ func (t *Tenant) advance(now int64) {
 	if len(t.away) > 0 { // ranging over an empty map is not free
 		for _, w := range t.away {
 			w.advance(now)
+		}
+	}
+	if t.ownChanges != nil {
+		if now >= t.logUntil {
+			t.ownChanges = nil // a window past the Import: not read again
+		} else {
+			t.ownChanges.advance(now)
 		}
 	}
 }

@@ -195,9 +195,17 @@ func (w *Window) charge(n int64) int64 {
 	return w.head
 }
 
+// oldest is the oldest bucket that still counts. Bucket indexes start at 0
+// (time is Unix nanoseconds, never negative): in the first window after 0
+// the ring is not yet full, and an index below 0 would be a negative ring
+// slot.
+func (w *Window) oldest() int64 {
+	return max(w.head-ring+1, 0)
+}
+
 // live reports whether the bucket at absolute index b still counts.
 func (w *Window) live(b int64) bool {
-	return b <= w.head && b > w.head-ring
+	return b <= w.head && b >= w.oldest()
 }
 
 // adjust changes the charge made in bucket b by delta. A credit for a bucket
@@ -251,7 +259,7 @@ func (w *Window) untilFits(now, n int64) int64 {
 		return w.width * Buckets
 	}
 	excess := w.total + n - w.limit
-	for b := w.head - ring + 1; b <= w.head; b++ {
+	for b := w.oldest(); b <= w.head; b++ {
 		excess -= w.at(b % ring)
 		if excess <= 0 {
 			return w.expiry(b) - now
