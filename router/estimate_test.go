@@ -341,3 +341,44 @@ func TestLongAnswerDoesNotLockOutRequestsWithMaxTokens(t *testing.T) {
 		t.Fatalf("empty window, tpm 3000, the same request the provider answered in ~2540 tokens: %s", r)
 	}
 }
+
+// n completions asked for are all generated, whatever each one's length:
+// the cap of a completion's reservation at the limit (for a guess past it)
+// took n = 128 and max_tokens 256 (32 768 completion tokens) as a guess,
+// reserved 10 000, and admitted it in every empty window: 3.3 times the
+// tpm billed each time (found by a reviewer). It is too large again.
+func TestManyChoicesNotCappedAtLimit(t *testing.T) {
+	e := newEnv(t, envConfig{
+		tenants: []config.Tenant{tenantCfg("many", 1000, 10_000, 10)},
+		fake:    fakeupstream.Options{CompletionMin: 256, CompletionMax: 256},
+	})
+	b, _ := json.Marshal(map[string]any{"model": openAIModel, "n": 128, "max_tokens": 256,
+		"messages": []msg{{Role: "user", Content: "Tell me a story."}}})
+	r := e.post("/v1/chat/completions", keyOf("many"), b, nil)
+	if r.status != http.StatusTooManyRequests || len(e.fake.Records()) != 0 {
+		t.Fatalf("128 completions of up to 256 tokens on tpm 10 000: %s, %d at the provider", r, len(e.fake.Records()))
+	}
+}
+
+// A prompt whose bytes exceed the limit could be over it on its own (a
+// text makes at most a token a byte): it is counted, not estimated. A
+// prompt half sparse and half dense (0.55 tokens a byte in all), probed
+// where it is sparse (both windows there, one time in four) after the
+// tenant taught a low ratio, was estimated at the floor, under half the
+// limit: admitted at 1.3 times the tpm on its own (found by a reviewer).
+func TestPromptThatCouldExceedLimitCounted(t *testing.T) {
+	const tpm = 100_000
+	e := newEnv(t, envConfig{
+		tenants: []config.Tenant{tenantCfg("half", 1000, tpm, 10)},
+		fake:    fakeupstream.Options{CompletionMin: 10, CompletionMax: 10},
+	})
+	half := estSparse(120_000)[:120_000] + estDense(120_000)
+	for round := range 8 {
+		if r := e.post("/v1/chat/completions", keyOf("half"), estChat(openAIModel, 10, estSparse(2100)), nil); r.status != 200 {
+			t.Fatalf("round %d, sparse: %s", round, r)
+		}
+		if r := e.post("/v1/chat/completions", keyOf("half"), estChat(openAIModel, 10, half), nil); r.status == http.StatusOK {
+			t.Fatalf("round %d: a prompt of %d bytes, over the tpm of %d once counted, was admitted: %s", round, len(half), tpm, truncate(string(r.body), 200))
+		}
+	}
+}

@@ -87,6 +87,11 @@ func (r *Router) watchClient(ctx *fasthttp.RequestCtx, c *call) *clientWatch {
 // reservation, the prompt counted exactly.
 func (r *Router) callGone(c *call) {
 	r.metrics.clientGone.Inc()
+	// The provider runs the call on until it answers: its budgets keep
+	// the slot (a concurrency of 1 ran 2 calls at once, found by a
+	// reviewer) until the handler hears the answer (clientGone). A
+	// hop's cancel runs this too, while its handler waits in Do.
+	c.providerHeld = c.nBudgets > 0 || c.spill.b != nil
 	r.finish(c, upstream.Usage{Prompt: r.exactPrompt(c), Completion: c.res.Total - c.res.Prompt, Reported: true}, false, 0)
 }
 
@@ -306,17 +311,18 @@ func (l *watchList) empty() bool {
 // whatever fasthttp still tries to write on it.
 func (r *Router) clientGone(ctx *fasthttp.RequestCtx, c *call, w *clientWatch, resp *fasthttp.Response, err error) {
 	status := 0
+	w.waitFired()
 	if err == nil {
 		status = resp.StatusCode()
 		r.metrics.answered(c.prov.Name, status)
-		if resp.BodyStream() == nil && !bytes.HasPrefix(resp.Header.ContentType(), []byte("text/event-stream")) {
-			// A JSON answer, read whole: the provider generated (and
-			// bills) it for the client that left, and says how much.
-			w.waitFired()
-			u, ok, completion := r.answerUsage(c, status, resp.Body())
+		r.learnProvider(c, &resp.Header, status)
+		if u, ok, completion, whole := r.lateUsage(c, status, resp); whole {
+			// An answer read whole: the provider generated (and bills)
+			// it for the client that left, and says how much.
 			r.settleLate(c, u, ok, completion)
 		}
 	}
+	r.releaseHeld(c)
 	fasthttp.ReleaseResponse(resp) // an unread stream: closes the upstream connection
 	ctx.SetConnectionClose()
 	fail(ctx, statusClientClosed, "invalid_request_error", "client_closed_request",
@@ -324,6 +330,41 @@ func (r *Router) clientGone(ctx *fasthttp.RequestCtx, c *call, w *clientWatch, r
 	r.log.Info("client_gone", "tenant", c.t.name, "upstream", c.prov.Name,
 		"gone_ms", w.gone.Milliseconds(), "waited_ms", time.Since(w.start).Milliseconds(),
 		"upstream_status", status, "upstream_error", errString(err))
+}
+
+// lateUsage reads the usage of the answer to a call whose client is gone,
+// as forward and stream would have: a JSON answer, or an SSE one, read
+// whole (a JSON request), or a JSON answer to a stream request, read now
+// (bounded by maxAnswerBytes). whole is false for a stream left unread:
+// dropping it closes the connection and cuts the generation, whose length
+// is unknown (the reservation stands).
+func (r *Router) lateUsage(c *call, status int, resp *fasthttp.Response) (u upstream.Usage, ok bool, completion int, whole bool) {
+	sse := bytes.HasPrefix(resp.Header.ContentType(), []byte("text/event-stream"))
+	if resp.BodyStream() != nil {
+		if sse {
+			return u, false, 0, false
+		}
+		var body fasthttp.Response
+		if err := readAnswer(&body, resp); err != nil {
+			return u, false, 0, false
+		}
+		u, ok, completion = r.answerUsage(c, status, body.Body())
+		return u, ok, completion, true
+	}
+	if !sse || status != fasthttp.StatusOK {
+		u, ok, completion = r.answerUsage(c, status, resp.Body())
+		return u, ok, completion, true
+	}
+	f := upstream.NewStreamFilter(c.prov.Kind, c.req.ClientWantsUsage)
+	if c.req.Endpoint == upstream.Responses {
+		f = upstream.NewResponsesFilter()
+	}
+	drop := func([]byte) error { return nil }
+	if f.Write(resp.Body(), drop) != nil || f.Close(drop) != nil {
+		return u, false, 0, false
+	}
+	u, ok, completion = r.streamUsage(c, f, !f.Partial())
+	return u, ok, completion, true
 }
 
 // statusClientClosed is nginx's 499, "client closed request": written to a

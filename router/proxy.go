@@ -64,6 +64,12 @@ type call struct {
 	// watch: the hang-up watch of its client while it waits for the
 	// upstream (hangup.go), part of the call to save an allocation.
 	watch clientWatch
+	// settled: the tokens its first settlement charged, which a second
+	// (settleLate) corrects. providerHeld: finished while the provider
+	// still runs it (its client gone): its provider budgets keep their
+	// slot and charge until the answer (or the error) comes.
+	settled      int64
+	providerHeld bool
 }
 
 // serveAPI handles a client API request: a hop from a peer is checked and
@@ -248,12 +254,18 @@ func (r *Router) serveLocalOnce(ctx *fasthttp.RequestCtx, ep upstream.Endpoint, 
 	c := &call{t: t, lim: lim, prov: prov, req: req, hops: hops, again: again, sp: sp}
 	c.res = r.est.Estimate(reserve.Key{Tenant: t.name, Model: req.Model}, r.promptTokens(c), req.MaxTokens, req.Generates)
 	if c.prompt.bytes > 0 {
-		if l := lim.Limits(); l.Tokens > 0 && (int64(c.res.Prompt) > l.Tokens/2 || int64(c.res.Total) > l.Tokens) {
+		if l := lim.Limits(); l.Tokens > 0 && (int64(c.res.Prompt) > l.Tokens/2 || int64(c.res.Total) > l.Tokens ||
+			int64(c.prompt.bytes+c.prompt.fixed) > l.Tokens) {
 			// Near the limit on an estimate alone: counted, so that
-			// neither a 429 "too large" nor an admission rests on it.
-			// (Only a prompt over half the limit was: a ratio learned
-			// from denser text made an English prompt "too large" with
-			// its completion in every window, found by a reviewer.)
+			// neither a 429 "too large" nor an admission rests on it;
+			// so is a prompt that could be over the limit alone (a text
+			// makes at most a token a byte), so that one the probe
+			// misjudged is never admitted whole. (Only a prompt
+			// estimated over half the limit was: a ratio learned from
+			// denser text made an English prompt "too large" with its
+			// completion in every window, and a prompt half dense,
+			// probed where it was sparse, was admitted at 1.3 times the
+			// limit on its own; both found by reviewers.)
 			c.res = r.est.Estimate(reserve.Key{Tenant: t.name, Model: req.Model}, r.exactPrompt(c), req.MaxTokens, req.Generates)
 			c.prompt.bytes = 0
 		}
@@ -263,15 +275,17 @@ func (r *Router) serveLocalOnce(ctx *fasthttp.RequestCtx, ep upstream.Endpoint, 
 		c.res.Completion *= req.Choices
 		c.res.Total = c.res.Prompt + c.res.Completion
 	}
-	if l := t.limits.Tokens; l > 0 && int64(c.res.Total) > l && int64(c.res.Prompt) < l {
+	if l := t.limits.Tokens; req.Choices <= 1 && l > 0 && int64(c.res.Total) > l && int64(c.res.Prompt) < l {
 		// The completion's reservation is a guess from the tenant's
 		// recent answers (max_tokens only caps it), and a guess past the
 		// limit would refuse the request as too large for ever (a
 		// refusal teaches no shorter average; with max_tokens above the
 		// guess too, found by a reviewer). It reserves the whole limit
-		// instead and settles on what the provider reports. (The
-		// tenant's configured limit, read without the limiter's lock:
-		// this runs per request.)
+		// instead and settles on what the provider reports. Not with n
+		// completions asked for: n of them are generated whatever each
+		// one's length (capped, n = 128 reached 3.3 times the limit).
+		// (The tenant's configured limit, read without the limiter's
+		// lock: this runs per request.)
 		c.res.Completion = int(l) - c.res.Prompt
 		c.res.Total = int(l)
 	}
@@ -706,33 +720,40 @@ func (r *Router) stream(ctx *fasthttp.RequestCtx, c *call, resp *fasthttp.Respon
 			clientGone = flushed(f.Close(emit))
 		}
 		fasthttp.ReleaseResponse(resp) // closes the upstream connection if unread
-		u := f.Usage()
 		complete := clientGone == nil && upstreamErr == nil && !f.Partial()
-		completion := 0
-		if !u.Reported || !complete {
-			completion = r.tok.CountBytes(c.req.Model, f.Text())
-			if kept := len(f.Text()); kept > 0 && f.TextBytes() > kept {
-				// Past MaxStreamText only the length was kept: the rest
-				// is counted at the kept text's tokens per byte.
-				completion = int(float64(completion) * float64(f.TextBytes()) / float64(kept))
-			}
-			if u.Reported && u.Completion > completion {
-				completion = u.Completion
-			}
-		}
+		u, ok, completion := r.streamUsage(c, f, complete)
+		r.finish(c, u, ok, completion)
 		if !complete {
-			// A cut stream is billed for what was generated, and kept out
-			// of the completion-length history it would bias low.
-			prompt := u.Prompt
-			if !u.Reported || u.Prompt <= 0 {
-				prompt = r.exactPrompt(c)
-			}
-			r.finish(c, upstream.Usage{Prompt: prompt, Completion: completion, Reported: true}, false, 0)
 			r.log.Info("stream_cut", "tenant", c.t.name, "client_gone", clientGone != nil, "upstream_error", errString(upstreamErr))
-			return
 		}
-		r.finish(c, u, true, completion)
 	})
+}
+
+// streamUsage is what a stream that ended, its events through f, is
+// charged: complete, its reported usage, or its counted text without one;
+// cut, what was generated (its text counted), and it teaches nothing (ok
+// false: it would bias the completion-length history low).
+func (r *Router) streamUsage(c *call, f *upstream.StreamFilter, complete bool) (u upstream.Usage, ok bool, completion int) {
+	u = f.Usage()
+	if !u.Reported || !complete {
+		completion = r.tok.CountBytes(c.req.Model, f.Text())
+		if kept := len(f.Text()); kept > 0 && f.TextBytes() > kept {
+			// Past MaxStreamText only the length was kept: the rest
+			// is counted at the kept text's tokens per byte.
+			completion = int(float64(completion) * float64(f.TextBytes()) / float64(kept))
+		}
+		if u.Reported && u.Completion > completion {
+			completion = u.Completion
+		}
+	}
+	if !complete {
+		prompt := u.Prompt
+		if !u.Reported || u.Prompt <= 0 {
+			prompt = r.exactPrompt(c)
+		}
+		return upstream.Usage{Prompt: prompt, Completion: completion, Reported: true}, false, 0
+	}
+	return u, true, completion
 }
 
 // finish settles a call's tokens and frees its slot. With usage reported, that
@@ -755,15 +776,26 @@ func (r *Router) finish(c *call, u upstream.Usage, ok bool, countedCompletion in
 // call finished at its reservation when its client hung up (callGone): the
 // provider generated and billed that answer all the same (a tenant whose
 // clients time out before long answers was charged its reservations, a
-// fraction of what it spent). Its slot was freed at the hang-up; only its
-// tokens move now, to what the provider reports, up or down. A failed
-// answer that reports nothing leaves the reservation standing. The handler
-// calls it once, after the hang-up's finish is done (waitFired).
+// fraction of what it spent). Its tenant's slot was freed at the hang-up;
+// its tokens move now, to what the provider reports, up or down, or as a
+// call refused with its client there (a failed answer without usage: 0),
+// and its provider budgets, held while the provider ran it, are finished.
+// The handler calls it once, after the hang-up's finish is done
+// (waitFired), or releaseHeld when the answer says nothing.
 func (r *Router) settleLate(c *call, u upstream.Usage, ok bool, countedCompletion int) {
-	if !u.Reported && !ok {
-		return
+	c.providerHeld = false
+	r.settle(c, r.actualUsage(c, u, ok, countedCompletion), u.Reported || ok, true)
+}
+
+// releaseHeld finishes the provider budgets of a call finished when its
+// client hung up (callGone), once the provider is done with it and its
+// answer says nothing usable (a stream cut unread, an error): slots freed,
+// charges standing.
+func (r *Router) releaseHeld(c *call) {
+	if c.providerHeld {
+		c.providerHeld = false
+		r.finishBudgets(c, 0, false)
 	}
-	r.settle(c, r.actualUsage(c, u, ok, countedCompletion), true, true)
 }
 
 // actualUsage is what a call is charged for the answer it got (see
@@ -797,8 +829,9 @@ func (r *Router) actualUsage(c *call, u upstream.Usage, ok bool, countedCompleti
 // tokens only: the slots, the spill's carried one included, went with the
 // first.
 func (r *Router) settle(c *call, actual int, known, late bool) {
-	before := c.tk.Tokens()
-	r.finishBudgets(c, int64(actual), known)
+	if !c.providerHeld {
+		r.finishBudgets(c, int64(actual), known)
+	}
 	if c.lim == c.t.c().lim {
 		// If the tenant was handed over since this call was admitted, its
 		// owner holds the slot and the reservation now.
@@ -838,13 +871,11 @@ func (r *Router) settle(c *call, actual int, known, late bool) {
 		}
 	}
 	r.finishLevels(c, int64(actual))
-	if late {
-		// A counter: what the first settlement counted stays, the
-		// excess is added.
-		c.t.counters().settled.Add(float64(max(int64(actual)-before, 0)))
-		return
-	}
-	c.t.counters().settled.Add(float64(actual))
+	// A counter: a second settlement adds only what exceeds the first
+	// (a call served uncharged in shadow mode has no ticket to read it
+	// from: counted twice, found by a reviewer).
+	c.t.counters().settled.Add(float64(max(int64(actual)-c.settled, 0)))
+	c.settled = max(c.settled, int64(actual))
 }
 
 // learn feeds a finished call's completion length to the estimator, per

@@ -379,6 +379,11 @@ func (r *Request) responsesInput(input, instructions gjson.Result) error {
 			r.Texts = messageTexts(r.Texts, &r.Media, item)
 		case item.Get("output").Type == gjson.String:
 			r.Texts = appendText(r.Texts, item.Get("output").Str)
+		case item.Get("output").IsArray():
+			// A function call's output as content parts (text, images,
+			// files): taken as raw JSON, its images were reserved
+			// nothing (found by a reviewer).
+			r.Texts = contentTexts(r.Texts, &r.Media, item.Get("output"), 0)
 		case item.Get("arguments").Type == gjson.String:
 			r.Texts = appendText(r.Texts, item.Get("arguments").Str)
 		default:
@@ -539,12 +544,11 @@ func contentTexts(texts []string, media *int, c gjson.Result, depth int) []strin
 		case !part.IsObject():
 			return true
 		}
+		typ, textSource := "", false
 		part.ForEach(func(k, v gjson.Result) bool {
 			switch k.Str {
 			case "type":
-				if isMedia(v.Str) {
-					*media++
-				}
+				typ = v.Str
 			case "text", "thinking":
 				if v.Type == gjson.String {
 					texts = appendText(texts, v.Str)
@@ -553,17 +557,34 @@ func contentTexts(texts []string, media *int, c gjson.Result, depth int) []strin
 				if v.IsObject() {
 					texts = appendText(texts, v.Raw)
 				}
-			case "content": // Anthropic tool_result
-				if depth == 0 {
+			case "content": // Anthropic tool_result, search_result
+				if depth < maxContentDepth {
 					texts = contentTexts(texts, media, v, depth+1)
+				}
+			case "source": // Anthropic document: text, or content blocks
+				switch v.Get("type").Str {
+				case "text":
+					texts, textSource = appendText(texts, v.Get("data").Str), true
+				case "content":
+					if depth < maxContentDepth {
+						texts, textSource = contentTexts(texts, media, v.Get("content"), depth+1), true
+					}
 				}
 			}
 			return true
 		})
+		if isMedia(typ) && !textSource {
+			*media++
+		}
 		return true
 	})
 	return texts
 }
+
+// maxContentDepth is how deep contentTexts follows content nested in
+// content: an Anthropic search_result in a tool_result is two levels down
+// (one was followed: its text was not counted, found by a reviewer).
+const maxContentDepth = 3
 
 // isMedia reports whether a content part of this type is an image, audio
 // or a file (OpenAI chat and Responses, Anthropic): not text, and billed

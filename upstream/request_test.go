@@ -423,3 +423,48 @@ func TestErrorBody(t *testing.T) {
 		t.Error("empty Error()")
 	}
 }
+
+// Text the parser once missed (found by a reviewer), and media it did not
+// count: an Anthropic document whose source is plain text or content
+// blocks (its text read, not a media part), a search_result's content in a
+// tool_result (two levels down), and a Responses function call's output
+// given as content parts (its images are media).
+func TestParseRequestNestedTextAndMedia(t *testing.T) {
+	cases := []struct {
+		name  string
+		ep    Endpoint
+		body  string
+		texts []string
+		media int
+	}{
+		{"anthropic text document", Messages,
+			`{"model":"c","max_tokens":5,"messages":[{"role":"user","content":[{"type":"document","source":{"type":"text","media_type":"text/plain","data":"the doc"}},{"type":"text","text":"sum up"}]}]}`,
+			[]string{"the doc", "sum up"}, 0},
+		{"anthropic content document", Messages,
+			`{"model":"c","max_tokens":5,"messages":[{"role":"user","content":[{"type":"document","source":{"type":"content","content":[{"type":"text","text":"part one"}]}}]}]}`,
+			[]string{"part one"}, 0},
+		{"anthropic pdf document", Messages,
+			`{"model":"c","max_tokens":5,"messages":[{"role":"user","content":[{"type":"document","source":{"type":"base64","media_type":"application/pdf","data":"JVBERi0="}}]}]}`,
+			nil, 1},
+		{"search_result in a tool_result", Messages,
+			`{"model":"c","max_tokens":5,"messages":[{"role":"user","content":[{"type":"tool_result","tool_use_id":"t","content":[{"type":"search_result","source":"https://x","title":"T","content":[{"type":"text","text":"found it"}]}]}]}]}`,
+			[]string{"found it"}, 0},
+		{"responses output parts", Responses,
+			`{"model":"gpt-4o","input":[{"type":"function_call_output","call_id":"c1","output":[{"type":"input_text","text":"a screenshot"},{"type":"input_image","image_url":"data:x"}]}]}`,
+			[]string{"a screenshot"}, 1},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			r, err := ParseRequest(tc.ep, []byte(tc.body))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(r.Texts) == 0 {
+				r.Texts = nil
+			}
+			if !reflect.DeepEqual(r.Texts, tc.texts) || r.Media != tc.media {
+				t.Errorf("texts %q, media %d; want %q, %d", r.Texts, r.Media, tc.texts, tc.media)
+			}
+		})
+	}
+}
