@@ -38,8 +38,14 @@ import (
 // A Tokenizer is safe for concurrent use. The zero Tokenizer counts every
 // text afresh.
 type Tokenizer struct {
-	counts *countCache // nil: nothing remembered
+	counts  *countCache  // nil: nothing remembered
+	counted atomic.Int64 // bytes the tokenizer ran over (CountedBytes)
 }
+
+// CountedBytes is how many bytes of text the tokenizer has run over, the
+// counts remembered not included: the CPU it spent, for tests to see
+// where it is not spent.
+func (t *Tokenizer) CountedBytes() int64 { return t.counted.Load() }
 
 var (
 	cl100k = sync.OnceValues(func() (tokenizer.Codec, error) { return tokenizer.Get(tokenizer.Cl100kBase) })
@@ -74,6 +80,7 @@ func (t *Tokenizer) Count(model, text string) int {
 	if cached >= 0 {
 		return cached
 	}
+	t.counted.Add(int64(len(text)))
 	n := count(text, wide)
 	t.counts.store(h, len(text), n)
 	return n
@@ -86,6 +93,7 @@ func (t *Tokenizer) countUncached(model, text string) int {
 	if text == "" {
 		return 0
 	}
+	t.counted.Add(int64(len(text)))
 	return count(text, usesO200k(model))
 }
 

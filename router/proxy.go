@@ -266,8 +266,14 @@ func (r *Router) serveLocalOnce(ctx *fasthttp.RequestCtx, ep upstream.Endpoint, 
 			// completion in every window, and a prompt half dense,
 			// probed where it was sparse, was admitted at 1.3 times the
 			// limit on its own; both found by reviewers.)
-			c.res = r.est.Estimate(reserve.Key{Tenant: t.name, Model: req.Model}, r.exactPrompt(c), req.MaxTokens, req.Generates)
-			c.prompt.bytes = 0
+			// Not for a request its requests or concurrency refuse, that
+			// will not wait for them: a refusal charges nothing, and
+			// counting a large prompt costs up to a second of CPU (a
+			// tenant over its rpm could spend it again and again).
+			if d := lim.Check(r.clock(), 0); d.Allowed || d.Limited == limiter.Tokens || mayQueue(ctx, t, lim, hops, &d) {
+				c.res = r.est.Estimate(reserve.Key{Tenant: t.name, Model: req.Model}, r.exactPrompt(c), req.MaxTokens, req.Generates)
+				c.prompt.bytes = 0
+			}
 		}
 	}
 	if req.Choices > 1 {
@@ -368,12 +374,9 @@ func (r *Router) serveLocalOnce(ctx *fasthttp.RequestCtx, ep upstream.Endpoint, 
 		r.levelsAdmitted(c)
 		return r.forward(ctx, c)
 	}
-	if !d.Allowed && !d.TooLarge && t.lineFor(lim, hops) != nil {
-		if class := classOf(t, &ctx.Request.Header); t.queueWait(class) > 0 &&
-			mayWait(d.Limited == limiter.Concurrency, d.RetryAfter, time.Now().Add(t.queueWait(class))) {
-			// Room within the wait budget: the request waits for it.
-			return r.admitQueued(ctx, ep, st, c, hops, class, &d, nil)
-		}
+	if !d.Allowed && !d.TooLarge && mayQueue(ctx, t, lim, hops, &d) {
+		// Room within the wait budget: the request waits for it.
+		return r.admitQueued(ctx, ep, st, c, hops, classOf(t, &ctx.Request.Header), &d, nil)
 	}
 	setRateHeaders(&ctx.Response.Header, &d)
 	if !d.Allowed {
@@ -392,6 +395,17 @@ func (r *Router) serveLocalOnce(ctx *fasthttp.RequestCtx, ep upstream.Endpoint, 
 		setLevelsUsed(&ctx.Response.Header, c, own)
 	}
 	return r.forward(ctx, c)
+}
+
+// mayQueue reports whether a request d refuses waits in its tenant's line
+// for room: the line exists, its class may wait, and the room is due
+// within the wait.
+func mayQueue(ctx *fasthttp.RequestCtx, t *tenant, lim *limiter.Tenant, hops int, d *limiter.Decision) bool {
+	if t.lineFor(lim, hops) == nil {
+		return false
+	}
+	class := classOf(t, &ctx.Request.Header)
+	return t.queueWait(class) > 0 && mayWait(d.Limited == limiter.Concurrency, d.RetryAfter, time.Now().Add(t.queueWait(class)))
 }
 
 // redecideSpill decides a request whose tenant's spill ended meanwhile, or
