@@ -322,8 +322,10 @@ func (r *Router) clientGone(ctx *fasthttp.RequestCtx, c *call, w *clientWatch, r
 			r.settleLate(c, u, ok, completion)
 		}
 	}
-	r.releaseHeld(c)
 	fasthttp.ReleaseResponse(resp) // an unread stream: closes the upstream connection
+	// Then the provider's slot: the provider stops at its next write
+	// (docs/limits.md).
+	r.releaseHeld(c)
 	ctx.SetConnectionClose()
 	fail(ctx, statusClientClosed, "invalid_request_error", "client_closed_request",
 		"The client closed the connection before the upstream answered; the call was dropped.")
