@@ -717,3 +717,13 @@ func TestTakeBackOnlyTheOthersHandOver(t *testing.T) {
 		t.Fatalf("c admitted %d after taking the tenant back, want the 70 left", got)
 	}
 }
+
+// A late final snapshot is taken for lateFor after a takeover; the
+// limiter replays what it applied since an Import for at least
+// limiter.LateAccountHorizon, so that a late final never undoes a release
+// made in between, whatever the window (with a 2 s window it did).
+func TestLateFinalsWithinLimiterHorizon(t *testing.T) {
+	if lateFor+time.Second > limiter.LateAccountHorizon {
+		t.Fatalf("late finals are taken for %v, the limiter replays for %v", lateFor, limiter.LateAccountHorizon)
+	}
+}

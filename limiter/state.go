@@ -137,8 +137,15 @@ func (t *Tenant) Import(now int64, s State) {
 	t.importAway(s.Away)
 	t.awayLog, t.awayDropped = nil, nil
 	t.ownChanges = t.emptySlotWindow()
-	t.logUntil = now + t.requests.width*Buckets
+	t.logUntil = now + max(t.requests.width*Buckets, int64(LateAccountHorizon))
 }
+
+// LateAccountHorizon is the least time after an Import that a late account
+// of the state imported (Replace) still finds what was applied since: the
+// handoff takes late final snapshots for a few seconds whatever the window,
+// and with a window of 2 s a final that came 2.1 s after the Import undid a
+// release of this node's own call made in between (found by a reviewer).
+const LateAccountHorizon = 10 * time.Second
 
 // Freeze marks the tenant's state as handed over to the node named to and
 // returns it: from now on that node counts this tenant. Admit refuses to
