@@ -4,11 +4,11 @@ import (
 	"context"
 	"errors"
 	"math/rand/v2"
-	"os"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/ringgate/ringgate/internal/knownlimit"
 	"github.com/ringgate/ringgate/internal/redistest"
 	"github.com/ringgate/ringgate/limiter"
 	"github.com/ringgate/ringgate/redisconn"
@@ -115,7 +115,7 @@ func TestLostHistoryAfterOneFailedReport(t *testing.T) {
 // generation to compare, leases at once, before the busy node has told
 // the new window what it used.
 func TestKnownLimitNewNodeLeasesBeforeHistoryIsTold(t *testing.T) {
-	knownLimit(t)
+	knownlimit.Only(t)
 	const window = 3 * time.Second
 	for name, mk := range reviewStores(t) {
 		t.Run(name, func(t *testing.T) {
@@ -161,7 +161,7 @@ func TestKnownLimitNewNodeLeasesBeforeHistoryIsTold(t *testing.T) {
 // is known only to it until its next renewal (up to a third of the slot
 // TTL later); another node asking meanwhile is granted the whole limit.
 func TestKnownLimitSlotsAfterLoss(t *testing.T) {
-	knownLimit(t)
+	knownlimit.Only(t)
 	const window = 3 * time.Second
 	for name, mk := range reviewStores(t) {
 		t.Run(name, func(t *testing.T) {
@@ -190,13 +190,5 @@ func TestKnownLimitSlotsAfterLoss(t *testing.T) {
 				t.Errorf("%d calls in flight, limit %d", a+c, lim.Concurrency)
 			}
 		})
-	}
-}
-
-// knownLimit skips a test that reproduces a known limit unless asked.
-func knownLimit(t *testing.T) {
-	t.Helper()
-	if os.Getenv("RINGGATE_KNOWN_LIMITS") != "1" {
-		t.Skip("reproduces a known limit (docs/limits.md); set RINGGATE_KNOWN_LIMITS=1 to run it")
 	}
 }

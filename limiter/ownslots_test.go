@@ -1,9 +1,10 @@
 package limiter
 
 import (
-	"os"
 	"testing"
 	"time"
+
+	"github.com/ringgate/ringgate/internal/knownlimit"
 )
 
 // A known limit (docs/limits.md), found by a reviewer: the new owner's own slots window (t.slots) mixes the calls it
@@ -18,9 +19,7 @@ import (
 // concurrency limit (3 calls at once for 2). Run with
 // RINGGATE_KNOWN_LIMITS=1.
 func TestKnownLimitOwnReleaseErasesAnotherCallsSlot(t *testing.T) {
-	if os.Getenv("RINGGATE_KNOWN_LIMITS") != "1" {
-		t.Skip("reproduces a known limit (docs/limits.md); set RINGGATE_KNOWN_LIMITS=1 to run it")
-	}
+	knownlimit.Only(t)
 	const window, ttl = time.Minute, 10 * time.Minute
 	l := Limits{Concurrency: 2}
 	a := NewTenant(l, window, ttl)

@@ -1,9 +1,10 @@
 package limiter
 
 import (
-	"os"
 	"testing"
 	"time"
+
+	"github.com/ringgate/ringgate/internal/knownlimit"
 )
 
 // A known limit (docs/limits.md), found by a reviewer; run with
@@ -17,9 +18,7 @@ import (
 // by B's clock, which a 45 s window must still count. All counted on B's
 // clock (the peer's request at B-time tb).
 func TestKnownLimitRebucketRightAfterCatchUpDropsLiveCharges(t *testing.T) {
-	if os.Getenv("RINGGATE_KNOWN_LIMITS") != "1" {
-		t.Skip("reproduces a known limit (docs/limits.md); set RINGGATE_KNOWN_LIMITS=1 to run it")
-	}
+	knownlimit.Only(t)
 	const oldWindow, newWindow, ttl = time.Hour, 45 * time.Second, 10 * time.Minute
 	l := Limits{Requests: 10}
 	w1 := int64(oldWindow) / Buckets

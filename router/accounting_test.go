@@ -12,13 +12,13 @@ import (
 	"math/rand/v2"
 	"net"
 	"net/http"
-	"os"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/ringgate/ringgate/config"
 	"github.com/ringgate/ringgate/fakeupstream"
+	"github.com/ringgate/ringgate/internal/knownlimit"
 	"github.com/ringgate/ringgate/reserve"
 )
 
@@ -229,9 +229,7 @@ func TestNoUsageToolCallJSONCharged(t *testing.T) {
 // read: the call is settled to the prompt estimate plus the visible text,
 // so the reasoning tokens the usage reports are never charged.
 func TestKnownLimitResponsesLargeCompletedEventUsageMissed(t *testing.T) {
-	if os.Getenv("RINGGATE_KNOWN_LIMITS") != "1" {
-		t.Skip("reproduces a known limit (docs/limits.md); set RINGGATE_KNOWN_LIMITS=1 to run it")
-	}
+	knownlimit.Only(t)
 	tok, err := reserve.NewTokenizer()
 	if err != nil {
 		t.Fatal(err)
@@ -293,9 +291,7 @@ func TestLongAnswerDoesNotLockOutRequestsWithoutMaxTokens(t *testing.T) {
 // counts nothing either (choices.#.message.content of SSE bytes): the call
 // is charged its prompt alone.
 func TestKnownLimitStreamWithoutEventStreamContentType(t *testing.T) {
-	if os.Getenv("RINGGATE_KNOWN_LIMITS") != "1" {
-		t.Skip("reproduces a known limit (docs/limits.md); set RINGGATE_KNOWN_LIMITS=1 to run it")
-	}
+	knownlimit.Only(t)
 	const completion = 1500
 	text := fakeupstream.GeneratedText(completion)
 	base := serveBytes(t, func(w http.ResponseWriter, r *http.Request) {

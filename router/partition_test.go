@@ -8,7 +8,6 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"os"
 	"slices"
 	"sync"
 	"testing"
@@ -16,6 +15,7 @@ import (
 
 	"github.com/ringgate/ringgate/config"
 	"github.com/ringgate/ringgate/fakeupstream"
+	"github.com/ringgate/ringgate/internal/knownlimit"
 	"github.com/ringgate/ringgate/reserve"
 	"github.com/ringgate/ringgate/ring"
 )
@@ -230,7 +230,7 @@ func TestAsymmetricPartitionOwnerKeepsToItsPart(t *testing.T) {
 // takeover without state gives). The views below are the ones gossip
 // produces in TestPartitionHeals.
 func TestKnownLimitSplitBrain(t *testing.T) {
-	knownLimit(t)
+	knownlimit.Only(t)
 	const rpm = 30
 	window := 2 * time.Second
 	c := newPartCluster(t, rpm, window)
@@ -258,12 +258,4 @@ func closedPort(t *testing.T) string {
 	addr := ln.Addr().String()
 	_ = ln.Close()
 	return addr
-}
-
-// knownLimit skips a test that reproduces a known limit unless asked.
-func knownLimit(t *testing.T) {
-	t.Helper()
-	if os.Getenv("RINGGATE_KNOWN_LIMITS") != "1" {
-		t.Skip("reproduces a known limit (docs/limits.md); set RINGGATE_KNOWN_LIMITS=1 to run it")
-	}
 }

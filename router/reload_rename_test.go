@@ -2,12 +2,12 @@ package router_test
 
 import (
 	"net/http"
-	"os"
 	"testing"
 	"time"
 
 	"github.com/ringgate/ringgate/config"
 	"github.com/ringgate/ringgate/fakeupstream"
+	"github.com/ringgate/ringgate/internal/knownlimit"
 )
 
 // TestReloadRenameKeepsWaitingRequests: a reload renames a tenant, its
@@ -54,7 +54,7 @@ func TestReloadRenameKeepsWaitingRequests(t *testing.T) {
 	<-third
 	st := e.fake.Stats()
 	t.Logf("provider: at most %d calls at once, concurrency limit 1", st.MaxConcurrent)
-	if st.MaxConcurrent > 1 && os.Getenv("RINGGATE_KNOWN_LIMITS") == "1" {
+	if st.MaxConcurrent > 1 && knownlimit.Asked() {
 		t.Errorf("%d calls of one key at once at the provider, its concurrency limit 1", st.MaxConcurrent)
 	}
 }

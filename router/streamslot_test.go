@@ -2,12 +2,12 @@ package router_test
 
 import (
 	"net/http"
-	"os"
 	"testing"
 	"time"
 
 	"github.com/ringgate/ringgate/config"
 	"github.com/ringgate/ringgate/fakeupstream"
+	"github.com/ringgate/ringgate/internal/knownlimit"
 )
 
 // Known limits (docs/limits.md), found by a reviewer; run with
@@ -21,7 +21,7 @@ import (
 // provider's slot is held (providerHeld) until the provider's answer
 // headers, then freed as the unread stream is dropped.
 func TestKnownLimitStreamCutFreesProviderSlotBeforeProviderStops(t *testing.T) {
-	knownLimit(t)
+	knownlimit.Only(t)
 	e := newEnv(t, envConfig{
 		tenants: []config.Tenant{tenantCfg("sgone", 1000, 1_000_000, 10)},
 		fake: fakeupstream.Options{Latency: 600 * time.Millisecond, ChunkInterval: 150 * time.Millisecond,
@@ -55,7 +55,7 @@ func TestKnownLimitStreamCutFreesProviderSlotBeforeProviderStops(t *testing.T) {
 // The same on the ordinary path (stream()): a stream its client cuts after
 // the first event.
 func TestKnownLimitStreamCutMidwayProviderSlot(t *testing.T) {
-	knownLimit(t)
+	knownlimit.Only(t)
 	e := newEnv(t, envConfig{
 		tenants: []config.Tenant{tenantCfg("scut", 1000, 1_000_000, 10)},
 		fake: fakeupstream.Options{ChunkInterval: 150 * time.Millisecond,
@@ -77,14 +77,5 @@ func TestKnownLimitStreamCutMidwayProviderSlot(t *testing.T) {
 	if st := e.fake.Stats(); st.ConcurrencyBreaches > 0 || r.status == http.StatusTooManyRequests {
 		t.Errorf("the provider refused %d call(s) for its concurrency (next request %d): the cut stream still ran there",
 			st.ConcurrencyBreaches, r.status)
-	}
-}
-
-// knownLimit skips a test that reproduces a known limit unless
-// RINGGATE_KNOWN_LIMITS=1.
-func knownLimit(t *testing.T) {
-	t.Helper()
-	if os.Getenv("RINGGATE_KNOWN_LIMITS") != "1" {
-		t.Skip("reproduces a known limit (docs/limits.md); set RINGGATE_KNOWN_LIMITS=1 to run it")
 	}
 }
