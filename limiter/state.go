@@ -355,8 +355,8 @@ func (t *Tenant) Replace(now int64, old, new State) {
 	t.replaceAway(now, old.Away, new.Away)
 }
 
-// replaceOwnSlots is Replace for the slots of this node's calls. Within a
-// window of the Import they are the better account's, plus every change
+// replaceOwnSlots is Replace for the slots of this node's calls. Until
+// logUntil they are the better account's, plus every change
 // made to them since the Import (ownChanges): admissions here, releases by
 // ticket, this node's calls reported by delta (a fallback share's), as
 // replaceAway does for the other nodes' deltas and for the same reason.

@@ -88,8 +88,9 @@ type Tenant struct {
 	// (away.go): they count against the limit, and go when their node is
 	// gone. nil while there are none.
 	away map[string]*Window
-	// For a window after the last Import (until logUntil), a late account
-	// of the state imported (Replace) starts from what was applied since:
+	// For a window after the last Import, LateAccountHorizon at least
+	// (until logUntil), a late account of the state imported (Replace)
+	// starts from what was applied since:
 	// awayLog is every other node's slot deltas, awayDropped the nodes
 	// dropped (away.go), and ownChanges the changes to this node's own
 	// slots, per bucket: admissions, releases and deltas (nil when not

@@ -266,11 +266,14 @@ func (r *Router) serveLocalOnce(ctx *fasthttp.RequestCtx, ep upstream.Endpoint, 
 			// completion in every window, and a prompt half dense,
 			// probed where it was sparse, was admitted at 1.3 times the
 			// limit on its own; both found by reviewers.)
-			// Not for a request its requests or concurrency refuse, that
-			// will not wait for them: a refusal charges nothing, and
-			// counting a large prompt costs up to a second of CPU (a
-			// tenant over its rpm could spend it again and again).
-			if d := lim.Check(r.clock(), 0); d.Allowed || d.Limited == limiter.Tokens || mayQueue(ctx, t, lim, hops, &d) {
+			// Not for a request its rpm refuses and that will not wait:
+			// a refusal charges nothing, and counting a large prompt
+			// costs up to a second of CPU (a tenant over its rpm could
+			// spend it again and again). Only the rpm: its room comes
+			// back with a bucket, not between this look and the
+			// decision, as a freed slot can (the request would then be
+			// admitted on the estimate this count is here to check).
+			if d := lim.Check(r.clock(), 0); d.Allowed || d.Limited != limiter.Requests || mayQueue(ctx, t, lim, hops, &d) {
 				c.res = r.est.Estimate(reserve.Key{Tenant: t.name, Model: req.Model}, r.exactPrompt(c), req.MaxTokens, req.Generates)
 				c.prompt.bytes = 0
 			}

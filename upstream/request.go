@@ -526,9 +526,9 @@ func messageTexts(texts []string, media *int, m gjson.Result) []string {
 }
 
 // contentTexts appends the text of a message content or system prompt: a
-// string, or an array of parts/blocks. Anthropic tool_result blocks nest a
-// content of their own (one level is followed). Media parts (images, audio,
-// files) are counted in media.
+// string, or an array of parts/blocks. Anthropic tool_result and
+// search_result blocks and documents nest content of their own, followed to
+// maxContentDepth. Media parts (images, audio, files) are counted in media.
 func contentTexts(texts []string, media *int, c gjson.Result, depth int) []string {
 	switch {
 	case c.Type == gjson.String:
