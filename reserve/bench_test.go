@@ -1,7 +1,9 @@
 package reserve
 
 import (
+	"encoding/base64"
 	"fmt"
+	"math/rand/v2"
 	"strings"
 	"testing"
 )
@@ -84,8 +86,11 @@ func BenchmarkSettle(b *testing.B) {
 	}
 }
 
-// BenchmarkCount is the tokenizer on a short chat message: counted, and
-// found among the counts it remembers.
+// BenchmarkCount is the tokenizer on a short chat message: counted (its
+// pieces, words, counted before: a prompt not seen before in a language
+// seen before), found among the counts it remembers, and counted by the
+// library alone (what the tokenizer did before it cut the pieces itself);
+// then 4 KiB of random base64 a time, whose pieces are mostly new.
 func BenchmarkCount(b *testing.B) {
 	const text = "You are a helpful assistant. Answer in one short paragraph."
 	b.Run("counted", func(b *testing.B) {
@@ -102,5 +107,34 @@ func BenchmarkCount(b *testing.B) {
 		for b.Loop() {
 			tok.Count("gpt-4o", text)
 		}
+	})
+	b.Run("library", func(b *testing.B) {
+		codec, err := codecFor(true)
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.ReportAllocs()
+		for b.Loop() {
+			codec.Count(text)
+		}
+	})
+	b.Run("base64-4KiB", func(b *testing.B) {
+		raw := make([]byte, 3<<20)
+		rng := rand.New(rand.NewPCG(5, 6))
+		for i := range raw {
+			raw[i] = byte(rng.Uint32())
+		}
+		pool := base64.StdEncoding.EncodeToString(raw)
+		fresh := &Tokenizer{}
+		at, tokens := 0, 0
+		b.ReportAllocs()
+		for b.Loop() {
+			if at+4096 > len(pool) {
+				at = 0
+			}
+			tokens = fresh.Count("gpt-4o", pool[at:at+4096])
+			at += 4096
+		}
+		b.ReportMetric(float64(tokens), "tokens")
 	})
 }

@@ -203,6 +203,10 @@ const (
 
 // probe is the tokens a byte of probeWindows windows of texts (size bytes
 // in all), each at a random byte of the whole; 0 when there is no text.
+// Each window is counted apart: joined, the pieces across the seam would
+// be new ones every time, for the library to count (a µs each), where a
+// window's own pieces are words, which the tokenizer has mostly counted
+// before.
 func probe(tok *Tokenizer, model string, texts []string, size int) float64 {
 	if size <= 0 {
 		return 0
@@ -215,7 +219,7 @@ func probe(tok *Tokenizer, model string, texts []string, size int) float64 {
 				at -= len(text)
 				continue
 			}
-			w := window(text, at, probeBytes)
+			w := wordWindow(text, at, probeBytes)
 			tokens += tok.countUncached(model, w)
 			bytes += len(w)
 			break
@@ -242,6 +246,24 @@ func window(text string, at, n int) string {
 		hi = min(len(text), lo+1)
 	}
 	return text[lo:hi]
+}
+
+// wordWindow is window from the last space at or up to n/2 bytes before
+// at, cut before the last space in its second half: in prose its pieces
+// are then whole words, not fragments the tokenizer has not counted before.
+// It always holds the byte at (a window moved forward to a space could be
+// kept off a dense run before each space).
+func wordWindow(text string, at, n int) string {
+	if i := strings.LastIndexByte(text[max(0, at-n/2):at+1], ' '); i >= 0 {
+		at = max(0, at-n/2) + i
+	}
+	w := window(text, at, n)
+	if half := len(w) / 2; half > 0 {
+		if i := strings.LastIndexByte(w[half:], ' '); i >= 0 {
+			w = w[:half+i]
+		}
+	}
+	return w
 }
 
 // Len is how many ratios are kept.

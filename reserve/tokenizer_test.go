@@ -10,7 +10,12 @@ import (
 
 func loadPrompt(tb testing.TB) string {
 	tb.Helper()
-	b, err := os.ReadFile("testdata/prompt_en.txt")
+	return readTestdata(tb, "prompt_en.txt")
+}
+
+func readTestdata(tb testing.TB, name string) string {
+	tb.Helper()
+	b, err := os.ReadFile("testdata/" + name)
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -176,7 +181,7 @@ func TestCountRemembered(t *testing.T) {
 		t.Errorf("a remembered count allocates %v times", allocs)
 	}
 	// Texts with the same slot and different tags never take each other's count.
-	var c countCache
+	c := newCountCache(countSlots)
 	h1, _ := c.lookup("a", false)
 	c.store(h1, 1, 7)
 	if _, n := c.lookup("a", true); n == 7 {
@@ -185,7 +190,7 @@ func TestCountRemembered(t *testing.T) {
 	if _, n := c.lookup("a", false); n != 7 {
 		t.Errorf("stored count not found: %d", n)
 	}
-	c.slots[h1%countSlots].Store((h1>>countBits+1)<<countBits | 7) // another tag in a's slot
+	c.slots[h1&(countSlots-1)].Store((h1>>countBits+1)<<countBits | 7) // another tag in a's slot
 	if _, n := c.lookup("a", false); n != -1 {
 		t.Errorf("another text's count taken: %d", n)
 	}
