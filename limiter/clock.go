@@ -27,7 +27,7 @@ package limiter
 const maxAhead = Buckets / 16
 
 // The request and token windows share a width and a head (rebucket.go), as
-// the slots window, the away windows and ownChanges do: each group rolls as
+// the slots window, the away windows, ownChanges and fresh do: each group rolls as
 // one.
 
 // newestIn is the newest bucket of ws holding a charge, if ws has w's width
@@ -65,6 +65,9 @@ func (t *Tenant) catchUp(window, slot int64) {
 	}
 	if t.ownChanges != nil {
 		t.ownChanges.catchUpTo(slot)
+	}
+	if t.fresh != nil {
+		t.fresh.catchUpTo(slot)
 	}
 }
 

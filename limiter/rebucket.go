@@ -269,5 +269,8 @@ func (t *Tenant) Rebucket(now int64, window, slotTTL time.Duration) {
 	if t.ownChanges != nil {
 		t.ownChanges.rebucket(s.slots)
 	}
+	if t.fresh != nil {
+		t.fresh.rebucket(s.slots)
+	}
 	t.history.push(s)
 }

@@ -138,6 +138,9 @@ func (t *Tenant) Import(now int64, s State) {
 	t.awayLog, t.awayDropped = nil, nil
 	t.ownChanges = t.emptySlotWindow()
 	t.logUntil = now + max(t.requests.width*Buckets, int64(LateAccountHorizon))
+	t.fresh = t.emptySlotWindow() // the calls admitted here so far are the state's now
+	t.freshUntil = now + t.slots.width*Buckets
+	t.imports++
 }
 
 // LateAccountHorizon is the least time after an Import that a late account

@@ -208,6 +208,14 @@ func (w *Window) live(b int64) bool {
 	return b <= w.head && b >= w.oldest()
 }
 
+// value is the charge in bucket b, 0 when b is not live.
+func (w *Window) value(b int64) int64 {
+	if !w.live(b) {
+		return 0
+	}
+	return w.at(b % ring)
+}
+
 // adjust changes the charge made in bucket b by delta. A credit for a bucket
 // that already left the window is dropped (it no longer counts anyway); a
 // debit for one is charged now, because the usage is real and must weigh on
