@@ -138,3 +138,15 @@ func BenchmarkCount(b *testing.B) {
 		b.ReportMetric(float64(tokens), "tokens")
 	})
 }
+
+// BenchmarkCountLineBreaks counts a run of white space broken by line
+// breaks, " \n" 16 384 times (32 KiB): each piece reads the run up to its
+// own line break only (a reviewer's: reading the whole run for each piece
+// took a second, quadratic; the library's own matcher is quadratic too).
+func BenchmarkCountLineBreaks(b *testing.B) {
+	text := strings.Repeat(" \n", 16<<10)
+	b.SetBytes(int64(len(text)))
+	for b.Loop() {
+		count(text, false)
+	}
+}

@@ -1,7 +1,6 @@
 package reserve
 
 import (
-	"strings"
 	"unicode"
 	"unicode/utf8"
 )
@@ -153,16 +152,25 @@ func punctuationOrSpace(s string, slash bool) int {
 		}
 		return i
 	}
-	w := runOf(s, unicode.IsSpace)
 	// \s*[\r\n]+: the library's generated matcher backs the \s* off to
 	// the run's first line break, not its last as a backtracking engine
 	// would (and tiktoken does): "\n \nx" is "\n", " \n", "x" to it, and
-	// so here, so that counts stay the library's.
-	if i := strings.IndexAny(s[:w], "\r\n"); i >= 0 {
-		for i < w && (s[i] == '\r' || s[i] == '\n') {
-			i++
+	// so here, so that counts stay the library's. The run is read only up
+	// to that line break: reading all of it for each piece made a run of
+	// " \n" quadratic (a reviewer's: 32 KiB of it took a second).
+	w := 0
+	for w < len(s) {
+		if s[w] == '\r' || s[w] == '\n' {
+			for w < len(s) && (s[w] == '\r' || s[w] == '\n') {
+				w++
+			}
+			return w
 		}
-		return i
+		r, n := decode(s[w:])
+		if !unicode.IsSpace(r) {
+			break
+		}
+		w += n
 	}
 	if w == len(s) {
 		return w // \s+(?!\S) at the end

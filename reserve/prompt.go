@@ -204,9 +204,11 @@ const (
 // probe is the tokens a byte of probeWindows windows of texts (size bytes
 // in all), each at a random byte of the whole; 0 when there is no text.
 // Each window is counted apart: joined, the pieces across the seam would
-// be new ones every time, for the library to count (a µs each), where a
-// window's own pieces are words, which the tokenizer has mostly counted
-// before.
+// be new ones every time, for the library to count (a µs each). A window
+// starts and ends where it falls, mid-word as a rule: moved to the words'
+// edges (whose pieces the tokenizer has counted before, where its cut ends
+// are new) it could be steered off dense words between short sparse ones
+// (a reviewer's: caught 60 % of the time instead of 99 %).
 func probe(tok *Tokenizer, model string, texts []string, size int) float64 {
 	if size <= 0 {
 		return 0
@@ -219,7 +221,7 @@ func probe(tok *Tokenizer, model string, texts []string, size int) float64 {
 				at -= len(text)
 				continue
 			}
-			w := wordWindow(text, at, probeBytes)
+			w := probeWindow(text, at)
 			tokens += tok.countUncached(model, w)
 			bytes += len(w)
 			break
@@ -230,6 +232,9 @@ func probe(tok *Tokenizer, model string, texts []string, size int) float64 {
 	}
 	return float64(tokens) / float64(bytes)
 }
+
+// probeWindow is the probe's window at byte at of text.
+func probeWindow(text string, at int) string { return window(text, at, probeBytes) }
 
 // window is about n bytes of text from at, moved back to a rune's start at
 // both ends; never empty when text is not.
@@ -246,24 +251,6 @@ func window(text string, at, n int) string {
 		hi = min(len(text), lo+1)
 	}
 	return text[lo:hi]
-}
-
-// wordWindow is window from the last space at or up to n/2 bytes before
-// at, cut before the last space in its second half: in prose its pieces
-// are then whole words, not fragments the tokenizer has not counted before.
-// It always holds the byte at (a window moved forward to a space could be
-// kept off a dense run before each space).
-func wordWindow(text string, at, n int) string {
-	if i := strings.LastIndexByte(text[max(0, at-n/2):at+1], ' '); i >= 0 {
-		at = max(0, at-n/2) + i
-	}
-	w := window(text, at, n)
-	if half := len(w) / 2; half > 0 {
-		if i := strings.LastIndexByte(w[half:], ' '); i >= 0 {
-			w = w[:half+i]
-		}
-	}
-	return w
 }
 
 // Len is how many ratios are kept.

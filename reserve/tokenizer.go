@@ -1,12 +1,12 @@
 package reserve
 
 import (
+	"hash/maphash"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"unicode/utf8"
 
-	"github.com/cespare/xxhash/v2"
 	"github.com/tiktoken-go/tokenizer"
 )
 
@@ -165,7 +165,7 @@ const pieceSlots = 1 << 16 // 512 KiB
 
 // count is piece's count, remembered or from codec.
 func (c *countCache) count(codec tokenizer.Codec, piece string, seed uint64) int {
-	h := xxhash.Sum64String(piece) ^ seed
+	h := maphash.String(hashSeed, piece) ^ seed
 	if n := c.load(h); n >= 0 {
 		return n
 	}
@@ -178,8 +178,8 @@ func (c *countCache) count(codec tokenizer.Codec, piece string, seed uint64) int
 // slot is one word holding the high bits of the text's hash (its tag) and
 // its count. A slot is overwritten by the next text that maps to it; a tag
 // that does not match is a miss, so a count comes back only for the text it
-// was stored for (unless two texts' 64-bit hashes agree in all 44 tag bits
-// and the 13 slot bits, which settlement would then correct).
+// was stored for (unless two texts' hashes agree in all 44 tag bits and the
+// slot bits below bit 20, by chance: the hash is keyed, hashSeed).
 type countCache struct {
 	slots []atomic.Uint64 // a power of two of them
 }
@@ -196,13 +196,20 @@ const (
 	o200kSeed = 0x9e3779b97f4a7c15
 )
 
+// hashSeed keys the tables' hashes, a random one per process: with a hash
+// anyone can compute (xxhash, unkeyed), a reviewer forged a piece of 1 040
+// letters that took the count of " the" (1 token for 566) in 16 million
+// tries, and with one more, sharing only its slot, put 566 in the table
+// for " the", for every tenant's prompts.
+var hashSeed = maphash.MakeSeed()
+
 // lookup returns text's hash for the encoding and its remembered count, or
 // -1 when there is none.
 func (c *countCache) lookup(text string, o200k bool) (uint64, int) {
 	if c == nil {
 		return 0, -1
 	}
-	h := xxhash.Sum64String(text)
+	h := maphash.String(hashSeed, text)
 	if o200k {
 		h ^= o200kSeed
 	}
