@@ -126,17 +126,7 @@ func (t *Tenant) ApplyFrom(now int64, from string, d Delta) {
 	t.requests.adjust(d.Bucket, d.Requests)
 	t.tokens.adjust(d.Bucket, d.Tokens)
 	if from == "" {
-		slots := d.Slots
-		if slots < 0 && t.fresh != nil {
-			// Never the slot of a call admitted here since the Import.
-			// A late account (ownChanges) still loses the whole release:
-			// it may count the call the imported state did not.
-			slots = max(slots, min(0, t.fresh.value(d.SlotBucket)-t.slots.value(d.SlotBucket)))
-		}
-		t.slots.adjust(d.SlotBucket, slots)
-		if t.ownChanges != nil {
-			t.ownChanges.record(d.SlotBucket, d.Slots)
-		}
+		t.applyOwn(d.SlotBucket, d.Slots)
 	} else {
 		switch {
 		case d.Slots != 0 && now < t.logUntil:

@@ -138,9 +138,7 @@ func (t *Tenant) Import(now int64, s State) {
 	t.awayLog, t.awayDropped = nil, nil
 	t.ownChanges = t.emptySlotWindow()
 	t.logUntil = now + max(t.requests.width*Buckets, int64(LateAccountHorizon))
-	t.fresh = t.emptySlotWindow() // the calls admitted here so far are the state's now
-	t.freshUntil = now + t.slots.width*Buckets
-	t.imports++
+	t.startFresh() // the calls admitted here so far are the state's now
 }
 
 // LateAccountHorizon is the least time after an Import that a late account
@@ -228,6 +226,9 @@ func (t *Tenant) FinishOrHand(now int64, tk *Ticket, actual int64) (d Delta, han
 	}
 	d = FinishDelta(tk, actual)
 	d.Bucket, d.SlotBucket = t.history.buckets(tk) // in the current windows (rebucket.go)
+	if !tk.released {
+		t.handOwn(tk, d.SlotBucket)
+	}
 	tk.tokens = actual
 	tk.released = true
 	return d, true
@@ -368,15 +369,24 @@ func (t *Tenant) Replace(now int64, old, new State) {
 // emptied cannot lose the old account's charge again (never below 0), and
 // gains the new account's back, which held the slot of a call that had
 // ended until the slot TTL. Later, or across a Rebucket (the accounts'
-// buckets no longer line up), the bucket by bucket replace it is.
+// buckets no longer line up), the bucket by bucket replace it is. Either
+// way no bucket is left below the calls admitted here since the Import
+// (ownslots.go).
 func (t *Tenant) replaceOwnSlots(now int64, old, new WindowState) {
 	changes := t.ownChanges
 	if changes == nil || now >= t.logUntil || new.Width != t.slots.width {
 		t.slots.replace(old, new)
+		if t.fresh != nil {
+			t.settleOwnSlots(nil)
+		}
 		return
 	}
 	t.slots.reset()
 	t.slots.merge(new)
+	if t.fresh != nil {
+		t.settleOwnSlots(changes)
+		return
+	}
 	for b := changes.oldest(); b <= changes.head; b++ {
 		if v := changes.at(b % ring); v != 0 {
 			t.slots.adjust(b, v)

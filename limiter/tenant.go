@@ -108,20 +108,17 @@ type Tenant struct {
 	onChange func()
 	armed    bool
 
-	// fresh counts, by slot bucket, the calls admitted here since the
-	// last Import that still run, for a slot TTL after it (until
-	// freshUntil; nil otherwise); imports counts the Imports, and a
-	// ticket keeps the count it was admitted under. A release this node
-	// reports by delta (ApplyFrom with from "": a call of its fallback
-	// share) is for a call its slots count by the state imported or by the
-	// admission's delta: when the state imported was stale and never
-	// counted the call, the release must not take the slot of a call
-	// admitted here since (found by a reviewer: 3 calls at once for a
-	// concurrency of 2 after a crash takeover). A slot TTL after the
-	// Import, such a release is for a bucket no longer counted.
-	fresh      *Window
-	freshUntil int64
-	imports    uint16
+	// This node's calls admitted since the last Import, counted apart
+	// from its others for as long as a release of one of those could take
+	// their slots (ownslots.go): fresh by slot bucket, the releases
+	// waiting for the call they end to be counted (uncounted), the newest
+	// slot bucket at the Import (freshFrom); nil when not kept. imports
+	// counts the Imports, and a ticket keeps the count it was admitted
+	// under.
+	fresh     *Window
+	uncounted *Window
+	freshFrom int64
+	imports   uint16
 }
 
 // OnChange sets f to be called, under the tenant's lock (f must not call
@@ -216,17 +213,6 @@ func (t *Tenant) chargeAdmitted(tokens int64) Ticket {
 	}
 	t.changed()
 	return tk
-}
-
-// releaseOwn frees the slot of tk, a call admitted here, in slot bucket b.
-func (t *Tenant) releaseOwn(tk *Ticket, b int64) {
-	t.slots.adjust(b, -1) // adjustOwnSlots, written out: one call less
-	if t.ownChanges != nil {
-		t.ownChanges.record(b, -1)
-	}
-	if t.fresh != nil && tk.imports == t.imports {
-		t.fresh.adjust(b, -1)
-	}
 }
 
 // AdmitBeside is Admit for an owner that shares members of the cluster
@@ -390,6 +376,7 @@ func (t *Tenant) CancelOrHand(now int64, tk *Ticket) (d Delta, handed bool) {
 		d = Delta{Bucket: b, SlotBucket: slot, Requests: -1, Tokens: -tk.tokens}
 		if !tk.released {
 			d.Slots = -1
+			t.handOwn(tk, slot)
 		}
 		handed = true
 	} else {
@@ -450,11 +437,7 @@ func (t *Tenant) advance(now int64) {
 		}
 	}
 	if t.fresh != nil {
-		if now >= t.freshUntil {
-			t.fresh = nil
-		} else {
-			t.fresh.advance(now)
-		}
+		t.advanceFresh(now)
 	}
 	if t.ownChanges != nil {
 		if now >= t.logUntil {
