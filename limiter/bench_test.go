@@ -22,6 +22,24 @@ func BenchmarkDecision(b *testing.B) {
 	}
 }
 
+// BenchmarkDecisionAfterImport is BenchmarkDecision within a slot TTL of
+// an Import, while the calls admitted since are counted apart
+// (ownslots.go).
+func BenchmarkDecisionAfterImport(b *testing.B) {
+	tn := NewTenant(Limits{Requests: 1 << 40, Tokens: 1 << 50, Concurrency: 1 << 30}, time.Minute, 10*time.Minute)
+	now := t0
+	tn.Import(now, State{})
+	b.ReportAllocs()
+	for i := 0; i < b.N; i++ {
+		now += 1000
+		tk, d := tn.Admit(now, 500)
+		if !d.Allowed {
+			b.Fatal("refused")
+		}
+		tn.Finish(now, &tk, 420)
+	}
+}
+
 // BenchmarkDecisionParallel: every goroutine on its own tenant (the common
 // case: many tenants on one owner), each with its own clock so that
 // nothing is shared but the machine. ns/op is wall time over all the

@@ -27,8 +27,8 @@ package limiter
 const maxAhead = Buckets / 16
 
 // The request and token windows share a width and a head (rebucket.go), as
-// the slots window, the away windows, ownChanges, fresh and uncounted do:
-// each group rolls as one.
+// the slots window, the away windows, ownChanges and fresh do: each group
+// rolls as one.
 
 // newestIn is the newest bucket of ws holding a charge, if ws has w's width
 // (deadBucket otherwise, or if it holds none).
@@ -68,7 +68,6 @@ func (t *Tenant) catchUp(window, slot int64) {
 	}
 	if t.fresh != nil {
 		t.fresh.catchUpTo(slot)
-		t.uncounted.catchUpTo(slot)
 	}
 }
 

@@ -12,33 +12,37 @@ package limiter
 // concurrency until that call ended (found by a reviewer, 3 calls for 2).
 //
 // So a release of another call never takes a bucket below its fresh
-// calls, and what it could not take waits in uncounted: the call it was
-// for is counted nowhere yet, and may be by a late account (Replace) or by
-// its admission's delta arriving after its end, which then frees it at
-// once. Both are kept while the newest slot bucket at the Import
-// (freshFrom) still counts: the other calls' slots are no newer, so after
-// that their releases land on no bucket that counts.
+// calls; what it cannot take is dropped, as a release for an empty bucket
+// always was: the call it was for is counted nowhere here. A release
+// carries its call's bucket, not the call: keeping what it could not take
+// for an account of its call that might come later (a late final, its
+// admission's report arriving after its end) let it take, instead, the
+// slot of another call that account counted (a reviewer's, 3 calls for
+// 2). If that account does come and counts the ended call, its slot is
+// held until the slot TTL: the safe side (docs/limits.md). A late final
+// within logUntil replays every release whole (ownChanges), and each
+// bucket keeps at least its fresh calls.
+//
+// fresh is kept while the newest slot bucket at the Import (freshFrom)
+// still counts: the other calls' slots are no newer, so after that their
+// releases land on no bucket that counts.
 
 // startFresh begins counting the calls admitted here apart, at an Import,
 // after the state was merged. t.mu is held.
 func (t *Tenant) startFresh() {
 	t.imports++
-	t.fresh, t.uncounted = t.emptySlotWindow(), t.emptySlotWindow()
+	t.fresh = t.emptySlotWindow()
 	t.freshFrom = t.slots.head
 }
 
-// dropFresh stops counting them apart.
-func (t *Tenant) dropFresh() { t.fresh, t.uncounted = nil, nil }
-
-// advanceFresh rolls fresh and uncounted with the slots window (advanced
-// already), and drops them once freshFrom left it.
+// advanceFresh rolls fresh with the slots window (advanced already), and
+// drops it once freshFrom left that.
 func (t *Tenant) advanceFresh(now int64) {
 	if t.freshFrom < t.slots.oldest() {
-		t.dropFresh()
+		t.fresh = nil
 		return
 	}
 	t.fresh.advance(now)
-	t.uncounted.advance(now)
 }
 
 // isFresh reports whether tk was admitted here since the last Import.
@@ -66,60 +70,32 @@ func (t *Tenant) handOwn(tk *Ticket, b int64) {
 
 // applyOwn adds n slots (a delta of this node's, from "") in bucket b.
 func (t *Tenant) applyOwn(b, n int64) {
-	switch {
-	case t.fresh == nil:
-		t.adjustOwnSlots(b, n)
-	case n < 0:
+	if n < 0 && t.fresh != nil {
 		t.releaseOther(b, n)
-	case n > 0:
-		// An admission reported after its end: the end is waiting.
-		waiting := min(n, t.uncounted.value(b))
-		t.uncounted.adjust(b, -waiting)
-		t.slots.adjust(b, n-waiting)
-		if t.ownChanges != nil {
-			t.ownChanges.record(b, n)
-		}
+		return
 	}
+	t.adjustOwnSlots(b, n)
 }
 
 // releaseOther takes n (< 0) slots of calls that are not fresh from bucket
-// b, never its fresh calls' slots: what it cannot take waits in uncounted.
-// A late account (ownChanges) loses the whole release: it may count the
-// call.
+// b, never its fresh calls' slots. A late account (ownChanges) loses the
+// whole release: it may count the call.
 func (t *Tenant) releaseOther(b, n int64) {
 	if t.ownChanges != nil {
 		t.ownChanges.record(b, n)
 	}
-	if !t.slots.live(b) {
-		return // its slot already expired
-	}
-	taken := max(n, -max(0, t.slots.value(b)-t.fresh.value(b)))
-	t.slots.adjust(b, taken)
-	t.uncounted.adjust(b, taken-n)
+	t.slots.adjust(b, max(n, -max(0, t.slots.value(b)-t.fresh.value(b))))
 }
 
-// settleOwnSlots makes the own slots a Replace gives (t.slots holds the
-// late account's) at least the fresh calls', bucket by bucket. With
-// changes (ownChanges, every change since the Import), they are the
-// account's plus the changes, and a release that takes them below the
-// fresh calls waits (uncounted) instead; without, the releases waiting
-// take what the account counts. t.fresh is not nil.
-func (t *Tenant) settleOwnSlots(changes *Window) {
+// keepFresh raises each bucket of the own slots to its fresh calls, after
+// a Replace: a late account that does not count a call whose end was
+// replayed whole (ownChanges) would otherwise lose a fresh call's slot to
+// it. t.fresh is not nil.
+func (t *Tenant) keepFresh() {
 	w := &t.slots
 	for b := w.oldest(); b <= w.head; b++ {
-		fresh, waiting, slots := t.fresh.value(b), t.uncounted.value(b), w.value(b)
-		if changes != nil {
-			slots += changes.value(b) // every release taken whole: may be < 0
-			waiting = 0
+		if short := t.fresh.value(b) - w.value(b); short > 0 {
+			w.adjust(b, short)
 		}
-		take := min(waiting, max(0, slots-fresh))
-		waiting -= take
-		slots -= take
-		if slots < fresh {
-			waiting += fresh - slots
-			slots = fresh
-		}
-		w.adjust(b, slots-w.value(b))
-		t.uncounted.adjust(b, waiting-t.uncounted.value(b))
 	}
 }

@@ -271,9 +271,8 @@ func (t *Tenant) Rebucket(now int64, window, slotTTL time.Duration) {
 	}
 	if t.fresh != nil {
 		t.fresh.rebucket(s.slots)
-		t.uncounted.rebucket(s.slots)
 		if t.freshFrom = s.slots.index(t.freshFrom); t.freshFrom == deadBucket {
-			t.dropFresh()
+			t.fresh = nil
 		}
 	}
 	t.history.push(s)

@@ -376,21 +376,17 @@ func (t *Tenant) replaceOwnSlots(now int64, old, new WindowState) {
 	changes := t.ownChanges
 	if changes == nil || now >= t.logUntil || new.Width != t.slots.width {
 		t.slots.replace(old, new)
-		if t.fresh != nil {
-			t.settleOwnSlots(nil)
+	} else {
+		t.slots.reset()
+		t.slots.merge(new)
+		for b := changes.oldest(); b <= changes.head; b++ {
+			if v := changes.at(b % ring); v != 0 {
+				t.slots.adjust(b, v)
+			}
 		}
-		return
 	}
-	t.slots.reset()
-	t.slots.merge(new)
 	if t.fresh != nil {
-		t.settleOwnSlots(changes)
-		return
-	}
-	for b := changes.oldest(); b <= changes.head; b++ {
-		if v := changes.at(b % ring); v != 0 {
-			t.slots.adjust(b, v)
-		}
+		t.keepFresh()
 	}
 }
 

@@ -108,15 +108,12 @@ type Tenant struct {
 	onChange func()
 	armed    bool
 
-	// This node's calls admitted since the last Import, counted apart
-	// from its others for as long as a release of one of those could take
-	// their slots (ownslots.go): fresh by slot bucket, the releases
-	// waiting for the call they end to be counted (uncounted), the newest
-	// slot bucket at the Import (freshFrom); nil when not kept. imports
-	// counts the Imports, and a ticket keeps the count it was admitted
-	// under.
+	// This node's calls admitted since the last Import, by slot bucket,
+	// counted apart from its others for as long as a release of one of
+	// those could take their slots (ownslots.go; nil when not kept), and
+	// the newest slot bucket at the Import (freshFrom). imports counts the
+	// Imports, and a ticket keeps the count it was admitted under.
 	fresh     *Window
-	uncounted *Window
 	freshFrom int64
 	imports   uint16
 }
