@@ -19,9 +19,14 @@ package limiter
 // admission's report arriving after its end) let it take, instead, the
 // slot of another call that account counted (a reviewer's, 3 calls for
 // 2). If that account does come and counts the ended call, its slot is
-// held until the slot TTL: the safe side (docs/limits.md). A late final
-// within logUntil replays every release whole (ownChanges), and each
-// bucket keeps at least its fresh calls.
+// held until the slot TTL: the safe side. A late final within logUntil
+// replays every release whole (ownChanges), which frees the ended call's
+// slot when the final counts it, and takes another call's when it does
+// not; each bucket keeps at least its fresh calls. These, and the calls
+// admitted here losing that protection at the tenant's next Import (here
+// or on another node, which cannot tell them from the others), are known
+// limits (docs/limits.md) with one root: a release names a bucket, not a
+// call.
 //
 // fresh is kept while the newest slot bucket at the Import (freshFrom)
 // still counts: the other calls' slots are no newer, so after that their

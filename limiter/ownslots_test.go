@@ -530,6 +530,104 @@ func TestKnownLimitLateFinalByBucketHoldsEndedCallsSlot(t *testing.T) {
 	}
 }
 
+// A known limit (docs/limits.md), found by a reviewer:
+// TestLateFinalByBucketKeepsAnotherCallsSlot's sequence with the late final
+// replayed (within logUntil, no reload: the common case). c1, a fallback
+// call of B whose report was lost, ends and its end is dropped (recorded
+// whole in ownChanges); the final counts c2 (reported to A after its stale
+// snapshot), still running. The replay takes c1's whole release from c2's
+// bucket: c2 runs counted nowhere, 3 calls at once for 2. Recording only
+// what was applied would hold c1's slot instead when the final counts c1
+// (TestLateFinalAfterUncountedRelease). The same before 7d53439. Run with
+// RINGGATE_KNOWN_LIMITS=1.
+func TestKnownLimitLateFinalReplayedTakesAnotherCallsSlot(t *testing.T) {
+	knownlimit.Only(t)
+	l := Limits{Concurrency: 2}
+	T := alignedAfterT0(ownWidth, int64(100*time.Millisecond))
+	a := NewTenant(l, time.Minute, ownTTL)
+	share := NewTenant(Limits{Concurrency: 2}, time.Minute, ownTTL)
+	b := NewTenant(l, time.Minute, ownTTL)
+	b.Freeze(T, "A")
+	stale := a.Export(T)
+	stale.Holder = "A"
+	c1, _ := share.Admit(T+int64(200*time.Millisecond), 0) // report lost
+	c2, _ := share.Admit(T+int64(300*time.Millisecond), 0)
+	a.ApplyFrom(T+int64(300*time.Millisecond), "B", DeltaOf(&c2)) // after the snapshot
+	final := a.Freeze(T+int64(400*time.Millisecond), "B")
+	final.Holder = "A"
+	now := T + int64(time.Second)
+	b.Import(now, stale.As("B")) // the final missed the wait
+	base := b.Export(now)
+	fd := FinishDelta(&c1, 0)
+	share.Finish(now, &c1, 0)
+	b.Apply(now, fd) // c1 ends: counted nowhere
+	now += int64(500 * time.Millisecond)
+	b.Replace(now, base, final.As("B")) // replayed: within logUntil, same width
+	if u := b.Usage(now); u.InFlight != 1 {
+		t.Errorf("%d in flight while c2 runs", u.InFlight)
+	}
+	if running := 1 + admitUpTo(b, now); running > int(l.Concurrency) {
+		t.Fatalf("%d calls running (c2 and %d admitted), concurrency %d", running, running-1, l.Concurrency)
+	}
+}
+
+// A known limit (docs/limits.md), found by a reviewer: the owner's calls
+// are kept from an uncounted release only until the tenant's next
+// handoff. B takes the tenant over
+// from A's stale snapshot (A crashed); U, a fallback call of B reported to
+// A after that snapshot, is counted nowhere. B admits O as the owner, in
+// U's slot bucket. Then the tenant moves again while U runs (A restarts
+// and the ring gives the tenant back to it; or it comes back to B with
+// an exact account): the new account counts O as B's call, nothing tells
+// it O from U, and U's end takes O's slot: O runs counted nowhere, 3 calls
+// at once for a concurrency of 2. The same before 7d53439 (there at the
+// first owner already). Run with RINGGATE_KNOWN_LIMITS=1.
+func TestKnownLimitOwnersCallLosesItsSlotAfterTheNextHandoff(t *testing.T) {
+	knownlimit.Only(t)
+	for _, to := range []string{"another node", "back to B"} {
+		t.Run(to, func(t *testing.T) {
+			l := Limits{Concurrency: 2}
+			T := alignedAfterT0(ownWidth, int64(100*time.Millisecond))
+			a := NewTenant(l, time.Minute, ownTTL)
+			share := NewTenant(Limits{Concurrency: 1}, time.Minute, ownTTL) // B's fallback share
+			b := NewTenant(l, time.Minute, ownTTL)
+			b.Freeze(T, "A")
+			stale := a.Export(T)
+			stale.Holder = "A"
+			u, _ := share.Admit(T+int64(200*time.Millisecond), 0)
+			a.ApplyFrom(T+int64(200*time.Millisecond), "B", DeltaOf(&u)) // after the snapshot
+			now := T + int64(time.Second)
+			b.Import(now, stale.As("B")) // A crashed: its final never comes
+			_, d := b.Admit(now, 0)      // o: B's call as the owner, in u's bucket
+			if !d.Allowed {
+				t.Fatal("refused")
+			}
+			now += int64(time.Second)
+			st := b.Freeze(now, "A") // the ring moves the tenant on, u and o running
+			owner := b
+			from := ""
+			if to == "another node" {
+				owner = NewTenant(l, time.Minute, ownTTL) // A, restarted
+				st.Holder = "B"
+				owner.Import(now, st.As("A"))
+				from = "B"
+			} else {
+				owner.Import(now, st) // back to B, the account exact
+			}
+			now += int64(time.Second)
+			fd := FinishDelta(&u, 0)
+			share.Finish(now, &u, 0)
+			owner.ApplyFrom(now, from, fd) // u ends; o runs
+			if us := owner.Usage(now); us.InFlight != 1 {
+				t.Errorf("%d in flight while o runs", us.InFlight)
+			}
+			if running := 1 + admitUpTo(owner, now); running > int(l.Concurrency) {
+				t.Fatalf("%d calls running (o and %d admitted), concurrency %d", running, running-1, l.Concurrency)
+			}
+		})
+	}
+}
+
 // TestOwnSlotsRandomSequences: a takeover from a stale state, then random
 // interleavings of this node's fallback calls ending (each counted by the
 // state imported, by its admission's delta arriving late, never after its

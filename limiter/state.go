@@ -370,8 +370,8 @@ func (t *Tenant) Replace(now int64, old, new State) {
 // gains the new account's back, which held the slot of a call that had
 // ended until the slot TTL. Later, or across a Rebucket (the accounts'
 // buckets no longer line up), the bucket by bucket replace it is. Either
-// way no bucket is left below the calls admitted here since the Import
-// (ownslots.go).
+// way, while the calls admitted here since the Import are counted apart,
+// no bucket is left below theirs (ownslots.go).
 func (t *Tenant) replaceOwnSlots(now int64, old, new WindowState) {
 	changes := t.ownChanges
 	if changes == nil || now >= t.logUntil || new.Width != t.slots.width {
