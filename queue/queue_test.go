@@ -172,16 +172,24 @@ func TestKickWhileTrying(t *testing.T) {
 	s := &slots{}
 	inTry := make(chan struct{})
 	release := make(chan struct{})
+	var first atomic.Bool
 	slow := func() (bool, time.Duration) {
-		select {
-		case inTry <- struct{}{}:
+		// Its first try holds until the test has seen it and lets it go.
+		// (A send that gave up when the test was not receiving yet hung
+		// the test: the head, refused without a retry, waited for a Kick
+		// nobody sent; seen once in CI under -race.)
+		if first.CompareAndSwap(false, true) {
+			inTry <- struct{}{}
 			<-release
-		default:
 		}
 		return false, 0
 	}
 	go func() { _, _ = q.Wait(Batch, Flow{}, 10, time.Now().Add(3*time.Second), nil, slow) }()
-	<-inTry // the batch head is trying
+	select {
+	case <-inTry: // the batch head is trying
+	case <-time.After(5 * time.Second):
+		t.Fatal("the batch head never tried")
+	}
 	got := make(chan error, 1)
 	go func() {
 		_, err := q.Wait(Interactive, Flow{}, 10, time.Now().Add(time.Second), nil, s.try("i"))
