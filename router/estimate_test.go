@@ -290,6 +290,9 @@ func TestImagesReserved(t *testing.T) {
 // teaches nothing, so it was refused again in every later window. A
 // reservation over the limit is recounted now.
 func TestNotTooLargeOnPromptEstimate(t *testing.T) {
+	if testing.Short() {
+		t.Skip("windows of load: not in -short")
+	}
 	const tpm = 10_000
 	e := newEnv(t, envConfig{
 		window:  time.Second,

@@ -142,6 +142,9 @@ func (c *partCluster) flood(t *testing.T, nodes []string, d time.Duration) map[s
 // cluster admitted limit + 2 × limit/3 in every window, for as long as the
 // partition lasted (50 of 30).
 func TestAsymmetricPartitionOwnerKeepsToItsPart(t *testing.T) {
+	if testing.Short() {
+		t.Skip("windows of load on a partitioned cluster: not in -short")
+	}
 	const rpm = 30
 	window := 2 * time.Second
 	c := newPartCluster(t, rpm, window)

@@ -21,6 +21,9 @@ import (
 // its new owner may be another node), checked only with
 // RINGGATE_KNOWN_LIMITS=1.
 func TestReloadRenameKeepsWaitingRequests(t *testing.T) {
+	if testing.Short() {
+		t.Skip("seconds of waiting: not in -short")
+	}
 	acme := tenantCfg("acme", 1000, 1_000_000, 1)
 	e := newEnv(t, envConfig{
 		tenants: []config.Tenant{acme},
