@@ -13,8 +13,10 @@ package node
 //
 // Settings: window 2 s, rpm 50 (demand 100 per window, so 2 % over the
 // limit is 1 request), snapshot_interval 250 ms, handoff_wait 100 ms,
-// redis.timeout 15 ms (the default; no call timed out under -race on 2
-// shared cores). The change comes 2.5 s into the load, in the middle of a
+// redis.timeout 50 ms (the default is 15 ms: under -race on CI's 2 loaded
+// cores 2 calls of ~200 once took longer, the breaker skipped the rest,
+// and a tenant was taken over without an account, conservatively: right,
+// but not the takeover from Redis this test checks). The change comes 2.5 s into the load, in the middle of a
 // burst of admissions: the old owner is still admitting, so calls it admits
 // after its final snapshot (reported as deltas) matter.
 
@@ -48,7 +50,7 @@ const (
 	hoWindow         = 2 * time.Second
 	hoSnapInterval   = 250 * time.Millisecond
 	hoHandoffWait    = 100 * time.Millisecond
-	hoRedisTimeout   = 15 * time.Millisecond
+	hoRedisTimeout   = 50 * time.Millisecond
 	hoMoving         = 2                       // tenants that change owner in each scenario
 	hoStaying        = 2                       // tenants that keep theirs
 	hoPreChange      = 2500 * time.Millisecond // load before the change: mid-burst of the second window
