@@ -8,27 +8,19 @@ import (
 
 // BenchmarkDecision measures one admission on all three dimensions followed by
 // its settlement and slot release: the whole per-request cost in the limiter.
-func BenchmarkDecision(b *testing.B) {
-	tn := NewTenant(Limits{Requests: 1 << 40, Tokens: 1 << 50, Concurrency: 1 << 30}, time.Minute, 10*time.Minute)
-	now := t0
-	b.ReportAllocs()
-	for i := 0; i < b.N; i++ {
-		now += 1000
-		tk, d := tn.Admit(now, 500)
-		if !d.Allowed {
-			b.Fatal("refused")
-		}
-		tn.Finish(now, &tk, 420)
-	}
-}
+func BenchmarkDecision(b *testing.B) { benchDecision(b, false) }
 
 // BenchmarkDecisionAfterImport is BenchmarkDecision within a slot TTL of
 // an Import, while the calls admitted since are counted apart
 // (ownslots.go).
-func BenchmarkDecisionAfterImport(b *testing.B) {
+func BenchmarkDecisionAfterImport(b *testing.B) { benchDecision(b, true) }
+
+func benchDecision(b *testing.B, imported bool) {
 	tn := NewTenant(Limits{Requests: 1 << 40, Tokens: 1 << 50, Concurrency: 1 << 30}, time.Minute, 10*time.Minute)
 	now := t0
-	tn.Import(now, State{})
+	if imported {
+		tn.Import(now, State{})
+	}
 	b.ReportAllocs()
 	for i := 0; i < b.N; i++ {
 		now += 1000

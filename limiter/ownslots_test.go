@@ -194,6 +194,21 @@ func TestHandedReleaseOfOwnCallAfterThawFreesSlot(t *testing.T) {
 	}
 }
 
+// crashTakeover sets up a crash takeover: B handed the tenant to A at T
+// (b, frozen) and admits on its fallback share (share, of concurrency
+// shareSlots) while it cannot reach A; stale is A's (a) snapshot at T, the
+// last before A is killed, held by A.
+func crashTakeover(l Limits, shareSlots int64) (a, share, b *Tenant, stale State, T int64) {
+	T = alignedAfterT0(ownWidth, int64(100*time.Millisecond))
+	a = NewTenant(l, time.Minute, ownTTL)
+	share = NewTenant(Limits{Concurrency: shareSlots}, time.Minute, ownTTL)
+	b = NewTenant(l, time.Minute, ownTTL)
+	b.Freeze(T, "A")
+	stale = a.Export(T)
+	stale.Holder = "A"
+	return a, share, b, stale, T
+}
+
 // Found by a reviewer: fresh ended at Import + the slot TTL at the
 // Import, but a Rebucket to a longer slot TTL keeps the
 // buckets of calls admitted before the Import counted for the new TTL.
@@ -319,13 +334,7 @@ func TestLateFinalAfterUncountedRelease(t *testing.T) {
 			}
 			t.Run(name, func(t *testing.T) {
 				l := Limits{Concurrency: 2}
-				T := alignedAfterT0(ownWidth, int64(100*time.Millisecond))
-				a := NewTenant(l, time.Minute, ownTTL)
-				share := NewTenant(Limits{Concurrency: 1}, time.Minute, ownTTL)
-				b := NewTenant(l, time.Minute, ownTTL)
-				b.Freeze(T, "A")
-				stale := a.Export(T) // without c1
-				stale.Holder = "A"
+				a, share, b, stale, T := crashTakeover(l, 1)
 				c1, _ := share.Admit(T+int64(time.Second), 0)
 				if reported {
 					a.ApplyFrom(T+int64(time.Second), "B", DeltaOf(&c1))
@@ -421,13 +430,7 @@ func TestReleaseTheStateMissedLeavesAnotherCallsAdmission(t *testing.T) {
 // admission took c1's release: 3 calls for 2.
 func TestUncountedReleaseLeavesAnotherCallsAdmission(t *testing.T) {
 	l := Limits{Concurrency: 2}
-	T := alignedAfterT0(ownWidth, int64(100*time.Millisecond))
-	a := NewTenant(l, time.Minute, ownTTL)
-	share := NewTenant(Limits{Concurrency: 2}, time.Minute, ownTTL)
-	b := NewTenant(l, time.Minute, ownTTL)
-	b.Freeze(T, "A")
-	stale := a.Export(T)
-	stale.Holder = "A"
+	a, share, b, stale, T := crashTakeover(l, 2)
 	c1, _ := share.Admit(T+int64(200*time.Millisecond), 0)
 	a.ApplyFrom(T+int64(200*time.Millisecond), "B", DeltaOf(&c1)) // after the snapshot
 	c2, _ := share.Admit(T+int64(300*time.Millisecond), 0)        // its report dies with A
@@ -461,13 +464,7 @@ func TestLateFinalKeepsAnotherCallsSlot(t *testing.T) {
 				knownlimit.Only(t)
 			}
 			l := Limits{Concurrency: 2}
-			T := alignedAfterT0(ownWidth, int64(100*time.Millisecond))
-			a := NewTenant(l, time.Minute, ownTTL)
-			share := NewTenant(Limits{Concurrency: 2}, time.Minute, ownTTL)
-			b := NewTenant(l, time.Minute, ownTTL)
-			b.Freeze(T, "A")
-			stale := a.Export(T)
-			stale.Holder = "A"
+			a, share, b, stale, T := crashTakeover(l, 2)
 			c1, _ := share.Admit(T+int64(200*time.Millisecond), 0) // report lost
 			c2, _ := share.Admit(T+int64(300*time.Millisecond), 0)
 			a.ApplyFrom(T+int64(300*time.Millisecond), "B", DeltaOf(&c2)) // after the snapshot
@@ -557,13 +554,7 @@ func TestKnownLimitOwnersCallLosesItsSlotAfterTheNextHandoff(t *testing.T) {
 	for _, to := range []string{"another node", "back to B"} {
 		t.Run(to, func(t *testing.T) {
 			l := Limits{Concurrency: 2}
-			T := alignedAfterT0(ownWidth, int64(100*time.Millisecond))
-			a := NewTenant(l, time.Minute, ownTTL)
-			share := NewTenant(Limits{Concurrency: 1}, time.Minute, ownTTL) // B's fallback share
-			b := NewTenant(l, time.Minute, ownTTL)
-			b.Freeze(T, "A")
-			stale := a.Export(T)
-			stale.Holder = "A"
+			a, share, b, stale, T := crashTakeover(l, 1)
 			u, _ := share.Admit(T+int64(200*time.Millisecond), 0)
 			a.ApplyFrom(T+int64(200*time.Millisecond), "B", DeltaOf(&u)) // after the snapshot
 			now := T + int64(time.Second)
