@@ -37,6 +37,7 @@ fuzz:
 bench:
 	$(GO) test -run XXX -bench . -benchmem ./limiter/ ./reserve/ ./ring/ ./snapshot/
 	$(GO) test -run XXX -bench 'DecisionVsRedis|Proxy|Hop|HandoffTake' -benchmem -benchtime 2000x ./node/
+	$(GO) test -run XXX -bench Handler -benchtime 20000x ./router/
 	$(GO) test -run XXX -bench 'ManyTenants' -benchtime 1x ./node/
 
 # The end-to-end report tests alone, printed (make bench-report runs them

@@ -26,7 +26,6 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
@@ -36,6 +35,7 @@ import (
 	"github.com/ringgate/ringgate/config"
 	"github.com/ringgate/ringgate/fakeupstream"
 	"github.com/ringgate/ringgate/internal/benchout"
+	"github.com/ringgate/ringgate/internal/procstat"
 	"github.com/ringgate/ringgate/reserve"
 )
 
@@ -330,7 +330,7 @@ func BenchmarkProxyParallel(b *testing.B) {
 		b.SetParallelism(benchParallelism)
 		var failed atomic.Pointer[error]
 		deadline := time.Now().Add(benchMaxLoop)
-		cpu0 := processCPU()
+		cpu0 := procstat.CPU()
 		b.ResetTimer()
 		b.RunParallel(func(pb *testing.PB) {
 			c := newClient(t)
@@ -355,17 +355,8 @@ func BenchmarkProxyParallel(b *testing.B) {
 		// CPU per request, the client and the fake provider included (the
 		// same for every target): at saturation throughput follows it,
 		// and it swings less than throughput does from run to run.
-		b.ReportMetric(micros(processCPU()-cpu0)/float64(b.N), "cpu-µs/op")
+		b.ReportMetric(micros(procstat.CPU()-cpu0)/float64(b.N), "cpu-µs/op")
 	})
-}
-
-// processCPU is the CPU time (user and system) this process has used.
-func processCPU() time.Duration {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		return 0
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 func (c *client) warmAndRelease(tb testing.TB) {

@@ -197,7 +197,7 @@ func (r *Router) toOwner(ctx *fasthttp.RequestCtx, v *view, owner string, t *ten
 		r.metrics.hopEnded(hopFailed, took)
 		ctx.Response.ResetBody()
 		ctx.Response.Header.Reset()
-		ctx.Response.Header.Set("x-ringgate-node", r.node)
+		r.setNodeHeader(&ctx.Response.Header)
 		fail(ctx, fasthttp.StatusBadGateway, "server_error", "owner_failed",
 			fmt.Sprintf("The node enforcing this tenant's limits (%s) failed mid-answer; retry.", owner))
 	}

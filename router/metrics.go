@@ -17,7 +17,6 @@ type metrics struct {
 	decisions   *prometheus.CounterVec
 	tokens      *prometheus.CounterVec
 	upstream    *prometheus.CounterVec
-	inflight    prometheus.Gauge
 	hopsRefused prometheus.Counter
 	deltasSent  prometheus.Counter
 	// deltaRetriesDropped: reports not retried, too many being retried.
@@ -118,10 +117,6 @@ func newMetrics() *metrics {
 			Name: "ringgate_upstream_responses_total",
 			Help: "Upstream answers by provider and status class (or transport error).",
 		}, []string{"upstream", "class"}),
-		inflight: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "ringgate_inflight_requests",
-			Help: "Client requests being served by this node.",
-		}),
 		hopsRefused: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "ringgate_hops_refused_total",
 			Help: "Peer requests refused for a bad signature, stale time, replay or wrong target.",
@@ -189,7 +184,7 @@ func newMetrics() *metrics {
 	for o := range hopOutcomes {
 		m.hops[o] = hops.WithLabelValues(hopOutcome(o).String())
 	}
-	m.reg.MustRegister(m.decisions, m.tokens, m.upstream, m.inflight, m.hopsRefused, m.deltasSent, m.deltaRetriesDropped, m.deltasApplied, m.fallbackReported, m.clientGone, m.spillover, m.queueWaited, m.shadow,
+	m.reg.MustRegister(m.decisions, m.tokens, m.upstream, m.hopsRefused, m.deltasSent, m.deltaRetriesDropped, m.deltasApplied, m.fallbackReported, m.clientGone, m.spillover, m.queueWaited, m.shadow,
 		m.ringVersion, m.members, m.configsDiffer, hops, m.hopSeconds, m.fallbackEpisodes,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m

@@ -52,7 +52,7 @@ func isModelsPath(path string) bool {
 }
 
 func (r *Router) serveModels(ctx *fasthttp.RequestCtx) {
-	ctx.Response.Header.Set("x-ringgate-node", r.node)
+	r.setNodeHeader(&ctx.Response.Header)
 	if !ctx.IsGet() && !ctx.IsHead() {
 		ctx.Response.Header.Set("Allow", "GET")
 		fail(ctx, fasthttp.StatusMethodNotAllowed, "invalid_request_error", "method_not_allowed", "Use GET.")

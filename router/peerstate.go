@@ -261,7 +261,7 @@ func (r *Router) movedOn(ctx *fasthttp.RequestCtx, t *tenant, lim *limiter.Tenan
 			return streaming
 		}
 	}
-	ctx.Response.Header.Set("x-ringgate-node", r.node)
+	r.setNodeHeader(&ctx.Response.Header)
 	ctx.Response.Header.Set("Retry-After", "1")
 	fail(ctx, fasthttp.StatusServiceUnavailable, "server_error", "tenant_moving",
 		"This tenant's limits are moving between gateway nodes; retry in 1s.")

@@ -97,7 +97,7 @@ func (r *Router) serveAPI(ctx *fasthttp.RequestCtx, ep upstream.Endpoint) bool {
 	}
 	t := st.authenticate(&ctx.Request.Header)
 	if t == nil {
-		ctx.Response.Header.Set("x-ringgate-node", r.node)
+		r.setNodeHeader(&ctx.Response.Header)
 		fail(ctx, fasthttp.StatusUnauthorized, "invalid_request_error", "invalid_api_key",
 			"Missing or unknown API key. Send it as 'Authorization: Bearer <key>'.")
 		return false
@@ -143,7 +143,7 @@ func (r *Router) serveAPI(ctx *fasthttp.RequestCtx, ep upstream.Endpoint) bool {
 // it joined: it knows no owners yet, and enforcing on its own would admit
 // on top of whoever owns the tenant.
 func (r *Router) refuseNotJoined(ctx *fasthttp.RequestCtx) bool {
-	ctx.Response.Header.Set("x-ringgate-node", r.node)
+	r.setNodeHeader(&ctx.Response.Header)
 	ctx.Response.Header.Set("Retry-After", "1")
 	fail(ctx, fasthttp.StatusServiceUnavailable, "server_error", "not_ready",
 		"This gateway node has not joined its cluster yet; retry in 1s.")
@@ -151,7 +151,7 @@ func (r *Router) refuseNotJoined(ctx *fasthttp.RequestCtx) bool {
 }
 
 func (r *Router) refuseZeroShare(ctx *fasthttp.RequestCtx) bool {
-	ctx.Response.Header.Set("x-ringgate-node", r.node)
+	r.setNodeHeader(&ctx.Response.Header)
 	ctx.Response.Header.Set("Retry-After", "1")
 	fail(ctx, fasthttp.StatusTooManyRequests, "requests", "rate_limit_exceeded",
 		"The node enforcing this tenant's limits is unreachable and this node's share of them is zero. Please try again in 1s.")
@@ -205,7 +205,7 @@ const (
 
 // serveLocalOnce is serveLocal for a request tried again (retry).
 func (r *Router) serveLocalOnce(ctx *fasthttp.RequestCtx, ep upstream.Endpoint, st *state, t *tenant, lim *limiter.Tenant, hops int, again retry) bool {
-	ctx.Response.Header.Set("x-ringgate-node", r.node)
+	r.setNodeHeader(&ctx.Response.Header)
 	req, err := upstream.ParseRequest(ep, ctx.PostBody())
 	if err != nil {
 		d := lim.Peek(r.clock())
@@ -929,10 +929,13 @@ func (r *Router) upstreamFailed(ctx *fasthttp.RequestCtx, p *upstream.Provider, 
 		fmt.Sprintf("Upstream %q failed: %v", p.Name, err))
 }
 
+// copyHeaders copies an upstream answer's headers but for hop headers (and
+// the provider's own x-ratelimit-*). fasthttp gives them with their names
+// normalized already, as SetCanonical takes them.
 func copyHeaders(dst *fasthttp.ResponseHeader, src *fasthttp.ResponseHeader) {
 	for k, v := range src.All() {
 		if !upstream.IsHopHeader(k) {
-			dst.SetBytesKV(k, v)
+			dst.SetCanonical(k, v)
 		}
 	}
 }

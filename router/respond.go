@@ -45,6 +45,14 @@ func setRateHeaders(h *fasthttp.ResponseHeader, d *limiter.Decision) {
 	}
 }
 
+// setNodeHeader names this node in an answer (x-ringgate-node), set as
+// fasthttp writes the name, which skips its normalizing on every answer.
+func (r *Router) setNodeHeader(h *fasthttp.ResponseHeader) {
+	h.SetCanonical(hNode, r.nodeName)
+}
+
+var hNode = []byte("X-Ringgate-Node")
+
 // The x-ratelimit-* names as fasthttp writes them (it normalizes header
 // names): set as they are, they skip that pass on every answer. Names are
 // case-insensitive; clients read x-ratelimit-limit-requests.

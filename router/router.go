@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/valyala/fasthttp"
 
 	"github.com/ringgate/ringgate/config"
@@ -41,8 +42,10 @@ type Options struct {
 
 // Router serves one node's HTTP: the client API and the admin endpoints.
 type Router struct {
-	node  string
-	clock func() int64
+	node string
+	// nodeName is node, for the x-ringgate-node header.
+	nodeName []byte
+	clock    func() int64
 	// quit is closed by Close: background work that outlives requests
 	// (reports retried to an owner out of reach) ends with it.
 	quit      chan struct{}
@@ -141,6 +144,7 @@ func New(o Options) (*Router, error) {
 		quit:            make(chan struct{}),
 		clientWriteIdle: clientWriteIdle,
 		node:            o.Config.Node.Name,
+		nodeName:        []byte(o.Config.Node.Name),
 		clock:           o.Clock,
 		log:             o.Logger,
 		tok:             o.Tokenizer,
@@ -165,7 +169,10 @@ func New(o Options) (*Router, error) {
 	}
 	st.budgets = r.buildBudgets(o.Config, st.providers)
 	r.cores.install(st, 0)
-	r.metrics.reg.MustRegister(leaseCollector{r}, queueCollector{r})
+	r.metrics.reg.MustRegister(leaseCollector{r}, queueCollector{r}, prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "ringgate_inflight_requests",
+		Help: "Client requests and streams being served by this node.",
+	}, func() float64 { return float64(r.active.Load()) }))
 	r.ready.Store(true)
 	// One clock for the windows, the snapshots and the hop timestamps.
 	clock := o.Clock
@@ -369,7 +376,6 @@ func (r *Router) Handler(ctx *fasthttp.RequestCtx) {
 			return
 		}
 		r.active.Add(1)
-		r.metrics.inflight.Inc()
 		if r.draining.Load() {
 			// Clients must not reuse a connection to a node about to go.
 			ctx.SetConnectionClose()
@@ -402,7 +408,6 @@ func (r *Router) Handler(ctx *fasthttp.RequestCtx) {
 }
 
 func (r *Router) done() {
-	r.metrics.inflight.Dec()
 	r.active.Add(-1)
 }
 

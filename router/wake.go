@@ -72,7 +72,7 @@ func (r *Router) catchingUp() bool {
 // refuseCatchingUp answers a request that reached this node while it
 // catches up after a pause.
 func (r *Router) refuseCatchingUp(ctx *fasthttp.RequestCtx, hop bool) bool {
-	ctx.Response.Header.Set("x-ringgate-node", r.node)
+	r.setNodeHeader(&ctx.Response.Header)
 	ctx.Response.Header.Set("Retry-After", "1")
 	if hop {
 		ctx.Response.Header.Set(hopRefusedHeader, "not_ready")
@@ -122,7 +122,7 @@ func hopRefusal(resp *fasthttp.Response) string {
 // its full limit.
 func (r *Router) ownerRefused(ctx *fasthttp.RequestCtx, t *tenant, owner, reason string) {
 	r.log.Warn("hop_refused_by_owner", "tenant", t.name, "owner", owner, "reason", reason)
-	ctx.Response.Header.Set("x-ringgate-node", r.node)
+	r.setNodeHeader(&ctx.Response.Header)
 	ctx.Response.Header.Set("Retry-After", "1")
 	fail(ctx, fasthttp.StatusServiceUnavailable, "server_error", "owner_unavailable",
 		fmt.Sprintf("The node enforcing this tenant's limits (%s) did not take the request (%s); nothing was admitted; retry in 1s.", owner, reason))

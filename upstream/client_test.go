@@ -1,6 +1,7 @@
 package upstream
 
 import (
+	"bytes"
 	"errors"
 	"io"
 	"net"
@@ -135,5 +136,29 @@ func TestProviderIdleCloseNotAnError(t *testing.T) {
 	}
 	if n := calls.Load(); n != 6 {
 		t.Fatalf("the provider saw %d calls, want 6 (none sent twice)", n)
+	}
+}
+
+func TestIsHopHeader(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		hop  bool
+	}{
+		{"Connection", true}, {"keep-alive", true}, {"PROXY-CONNECTION", true}, {"Transfer-Encoding", true},
+		{"te", true}, {"Trailer", true}, {"Upgrade", true}, {"Content-Length", true}, {"Content-Encoding", true},
+		{"Date", true}, {"Server", true}, {"Set-Cookie", true}, {"Alt-Svc", true},
+		{"X-Ratelimit-Limit-Requests", true}, {"x-ratelimit-", true}, {"x-RateLimit-Reset-Tokens", true},
+		{"Content-Type", false}, {"X-Request-Id", false}, {"Openai-Processing-Ms", false}, {"Retry-After", false},
+		{"", false}, {"T", false}, {"Tee", false}, {"x-ratelimit", false}, {"Connections", false},
+		{"Transfer-Encodings", false}, {"Cache-Control", false},
+	} {
+		if got := IsHopHeader([]byte(tc.name)); got != tc.hop {
+			t.Errorf("IsHopHeader(%q) = %v, want %v", tc.name, got, tc.hop)
+		}
+	}
+	for _, h := range hopHeaders {
+		if !IsHopHeader(bytes.ToLower(h)) || !IsHopHeader(bytes.ToUpper(h)) {
+			t.Errorf("%s: not a hop header in another case", h)
+		}
 	}
 }

@@ -1,5 +1,6 @@
-// Package procstat reads what Linux's /proc says of a process, for the
-// benchmarks and reports that measure memory. It knows nothing of ringgate.
+// Package procstat reads what Linux's /proc and getrusage say of a process,
+// for the benchmarks and reports that measure memory and CPU. It knows
+// nothing of ringgate.
 package procstat
 
 import (
@@ -9,6 +10,8 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"syscall"
+	"time"
 )
 
 // ErrNoProc is returned where /proc is not there to read.
@@ -43,4 +46,14 @@ func Resident(pid int) (int64, error) {
 		return 0, fmt.Errorf("read %s: %w", path, err)
 	}
 	return 0, fmt.Errorf("%s: no VmRSS line", path)
+}
+
+// CPU is the CPU time (user and system) this process has used; 0 where
+// getrusage fails.
+func CPU() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }

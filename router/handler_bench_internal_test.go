@@ -1,0 +1,100 @@
+package router
+
+import (
+	"bytes"
+	"io"
+	"log/slog"
+	"net"
+	"testing"
+	"time"
+
+	"github.com/valyala/fasthttp"
+
+	"github.com/ringgate/ringgate/config"
+	"github.com/ringgate/ringgate/fakeupstream"
+	"github.com/ringgate/ringgate/internal/procstat"
+	"github.com/ringgate/ringgate/reserve"
+)
+
+// BenchmarkHandler is what one node's handler costs a JSON request, without
+// the client's side of the network or its wake-ups: the request is handed
+// to Handler as fasthttp's server would, one at a time, and the provider
+// is the project's fake on loopback. Its floor is bench/floor's handler
+// (the same request sent as it is to the same fake, the answer relayed), in
+// the same run; ringgate − floor is the CPU ringgate's own work takes.
+// cpu-µs/op is the whole process's CPU a request, the fake's included (the
+// same for both).
+//
+//	go test -run XXX -bench Handler -benchtime 20000x -count 6 ./router/
+func BenchmarkHandler(b *testing.B) {
+	tok, err := reserve.NewTokenizer()
+	if err != nil {
+		b.Fatal(err)
+	}
+	fake := fakeupstream.New(fakeupstream.Options{CompletionMin: 20, CompletionMax: 20, CountTokens: tok.Count, MaxRecords: 1000})
+	addr, err := fake.Start("127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = fake.Close() })
+
+	cfg := config.Default()
+	cfg.Node.Name = "bench"
+	cfg.Node.Gossip = "" // standalone
+	cfg.Upstreams = []config.Upstream{{
+		Name: "fake", Kind: config.KindOpenAI, BaseURL: "http://" + addr, Models: []string{"gpt-4o-mini"},
+		Timeout: 10 * time.Second, ConnectTimeout: time.Second, StreamIdleTimeout: 10 * time.Second,
+		AnthropicVersion: config.DefaultAnthropicVersion,
+	}}
+	cfg.Tenants = []config.Tenant{{Name: "t", Keys: []string{"key-t"}, RPM: 1 << 30, TPM: 1 << 30, Concurrency: 1 << 30,
+		Priority: config.PriorityInteractive}}
+	r, err := New(Options{Config: cfg, Tokenizer: tok, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(r.Close)
+
+	// The floor's handler, as bench/floor serves a JSON request.
+	floor := &fasthttp.HostClient{Addr: addr, MaxConns: 16, NoDefaultUserAgentHeader: true, DisablePathNormalizing: true}
+	b.Cleanup(floor.CloseIdleConnections)
+	for _, h := range []struct {
+		name  string
+		serve fasthttp.RequestHandler
+	}{
+		{"floor", func(ctx *fasthttp.RequestCtx) {
+			if err := floor.Do(&ctx.Request, &ctx.Response); err != nil {
+				b.Fatal(err)
+			}
+		}},
+		{"ringgate", r.Handler},
+	} {
+		b.Run(h.name, func(b *testing.B) {
+			var req fasthttp.Request
+			req.SetRequestURI("http://" + addr + "/v1/chat/completions")
+			req.Header.SetMethod(fasthttp.MethodPost)
+			req.Header.SetContentType("application/json")
+			req.Header.Set("Authorization", "Bearer key-t")
+			req.SetBodyString(`{"model":"gpt-4o-mini","max_tokens":20,"messages":[{"role":"user","content":"hello there"}]}`)
+			var ctx fasthttp.RequestCtx
+			remote := &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 1}
+			serve := func() {
+				ctx.Init(&req, remote, nil)
+				h.serve(&ctx)
+				if ctx.Response.StatusCode() != fasthttp.StatusOK || !bytes.Contains(ctx.Response.Body(), []byte(`"chat.completion"`)) {
+					b.Fatalf("%s: status %d: %.300s", h.name, ctx.Response.StatusCode(), ctx.Response.Body())
+				}
+			}
+			for range 200 { // connections open, the tokenizer loaded
+				serve()
+			}
+			cpu0 := procstat.CPU()
+			b.ReportAllocs()
+			b.ResetTimer()
+			for range b.N {
+				serve()
+			}
+			b.StopTimer()
+			b.ReportMetric(float64(procstat.CPU()-cpu0)/float64(time.Microsecond)/float64(b.N), "cpu-µs/op")
+		})
+	}
+}
