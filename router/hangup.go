@@ -73,14 +73,12 @@ type clientWatch struct {
 	fired chan struct{}
 }
 
-// watchClient starts watching ctx's connection for c; nil (no watch) on a
+// watchClient starts watching ctx's connection for c (c.watch); on a
 // connection with no socket to peek at (TLS, a wrapped listener's) or a
-// platform without a non-blocking peek.
-// The watch is the call's own (no allocation on every request).
+// platform without a non-blocking peek, the watch watches nothing.
 func (r *Router) watchClient(ctx *fasthttp.RequestCtx, c *call) *clientWatch {
-	w := &c.watch
-	w.r, w.call, w.start = r, c, time.Now()
-	return r.listWatch(ctx, w)
+	c.watch = &clientWatch{r: r, call: c, start: time.Now()}
+	return r.listWatch(ctx, c.watch)
 }
 
 // callGone finishes a call whose client is gone: settled at its
@@ -137,6 +135,14 @@ func (w *clientWatch) fire() {
 		return
 	}
 	w.onGone()
+}
+
+// wasGone reports whether the watch found its client gone (or was
+// cancelled); after stop, what it says no longer changes.
+func (w *clientWatch) wasGone() bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.gone > 0
 }
 
 // waitFired waits until what the watch did for its gone client is done;
