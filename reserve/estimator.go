@@ -1,7 +1,6 @@
 package reserve
 
 import (
-	"hash/maphash"
 	"math"
 	"strings"
 	"sync"
@@ -57,7 +56,7 @@ const headroom = 1.5
 // A tenant beyond DefaultMaxTenants has no history at all: its requests are
 // estimated with the default completion. Histories are never evicted (a
 // fresh Estimator resets them); with the defaults, both caps full of
-// maximal names (64-byte tenants, 128-byte models) measured 24 MiB of heap,
+// maximal names (64-byte tenants, 128-byte models) measured 26 MiB of heap,
 // however many names clients send. Tenant names are not length-checked:
 // they come from authentication, not from the client.
 const (
@@ -79,28 +78,44 @@ type Limits struct {
 // arithmetic never overflows whatever a provider reports.
 const maxCompletion = 1 << 30
 
-const numShards = 64 // power of two
-
 // Estimator keeps recent completion lengths per (tenant, model) and turns
 // them into reservations. It is safe for concurrent use.
+//
+// Every request reads its histories (Estimate) and writes them (Settle):
+// both find them without a lock, so that requests of one tenant on
+// several cores write no shared word but the averages themselves (a
+// read lock's count was two more, a cache line passed between the cores
+// each time).
 type Estimator struct {
 	defaultCompletion int
 	lim               Limits
-	seed              maphash.Seed
 	models            atomic.Int64 // (tenant, model) histories stored
 	tenants           atomic.Int64 // tenants stored
-	shards            [numShards]shard
-}
-
-type shard struct {
-	mu      sync.RWMutex
-	tenants map[string]*tenantHist
-	_       [64 - 32]byte // RWMutex (24) + map (8): one shard per cache line
+	hists             sync.Map     // tenant name → *tenantHist
 }
 
 type tenantHist struct {
-	agg    ewma             // every completion the tenant settled
-	models map[string]*ewma // guarded by the shard's mu; at most lim.ModelsPerTenant
+	agg ewma // every completion the tenant settled
+	// models are its models' histories, at most lim.ModelsPerTenant: a
+	// map read without a lock, replaced by a copy with one more under mu.
+	models atomic.Pointer[map[string]*ewma]
+	mu     sync.Mutex
+}
+
+// model is the history of model in th, nil if it has none.
+func (th *tenantHist) model(model string) *ewma {
+	if m := th.models.Load(); m != nil {
+		return (*m)[model]
+	}
+	return nil
+}
+
+// numModels is how many models have a history in th.
+func (th *tenantHist) numModels() int {
+	if m := th.models.Load(); m != nil {
+		return len(*m)
+	}
+	return 0
 }
 
 // ewma is a lock-free exponentially weighted moving average; the zero value
@@ -154,19 +169,18 @@ func NewEstimatorLimits(defaultCompletion int, lim Limits) *Estimator {
 	if lim.MaxTenants <= 0 {
 		lim.MaxTenants = DefaultMaxTenants
 	}
-	e := &Estimator{
+	return &Estimator{
 		defaultCompletion: clamp(defaultCompletion, 1, maxCompletion),
 		lim:               lim,
-		seed:              maphash.MakeSeed(),
 	}
-	for i := range e.shards {
-		e.shards[i].tenants = make(map[string]*tenantHist)
-	}
-	return e
 }
 
-func (e *Estimator) shard(tenant string) *shard {
-	return &e.shards[maphash.String(e.seed, tenant)&(numShards-1)]
+// hist is the tenant's histories, nil if it has none.
+func (e *Estimator) hist(tenant string) *tenantHist {
+	if th, ok := e.hists.Load(tenant); ok {
+		return th.(*tenantHist)
+	}
+	return nil
 }
 
 // Estimate returns the reservation for a request of promptTokens prompt
@@ -205,32 +219,26 @@ func (e *Estimator) Estimate(k Key, promptTokens, maxTokens int, generates bool)
 // cannot get its own history because of the memory bounds, the tenant's
 // aggregate. ok is false when there is no such history.
 func (e *Estimator) Average(k Key) (avg float64, ok bool) {
-	s := e.shard(k.Tenant)
-	s.mu.RLock()
-	th := s.tenants[k.Tenant]
+	th := e.hist(k.Tenant)
 	if th == nil {
-		s.mu.RUnlock()
 		return 0, false
 	}
-	m := th.models[k.Model]
+	m := th.model(k.Model)
 	if m == nil && e.canAdd(th, k.Model) {
 		// A new model that will get its own history at its first
 		// settlement: no history yet.
-		s.mu.RUnlock()
 		return 0, false
 	}
-	s.mu.RUnlock()
 	if m == nil {
 		m = &th.agg // overflow: share the tenant's aggregate
 	}
 	return m.load()
 }
 
-// canAdd reports whether model could get its own history in th now. Caller
-// holds the shard's lock.
+// canAdd reports whether model could get its own history in th now.
 func (e *Estimator) canAdd(th *tenantHist, model string) bool {
 	return len(model) <= MaxModelNameLen &&
-		len(th.models) < e.lim.ModelsPerTenant &&
+		th.numModels() < e.lim.ModelsPerTenant &&
 		e.models.Load() < int64(e.lim.MaxModels)
 }
 
@@ -255,50 +263,63 @@ func (e *Estimator) Settle(r Reservation, actual Usage) (delta int) {
 // record adds a completion sample to k's history and the tenant aggregate,
 // creating them within the memory bounds.
 func (e *Estimator) record(k Key, x float64) {
-	s := e.shard(k.Tenant)
-	s.mu.RLock()
-	th := s.tenants[k.Tenant]
-	var m *ewma
-	if th != nil {
-		m = th.models[k.Model]
-		if m != nil || !e.canAdd(th, k.Model) {
-			s.mu.RUnlock()
-			th.agg.add(x)
-			if m != nil {
-				m.add(x)
-			}
-			return
-		}
-	}
-	s.mu.RUnlock()
-
-	// Slow path: a new tenant or a new model for it.
-	s.mu.Lock()
-	th = s.tenants[k.Tenant]
+	th := e.hist(k.Tenant)
 	if th == nil {
-		if e.tenants.Add(1) > int64(e.lim.MaxTenants) {
-			e.tenants.Add(-1)
-			s.mu.Unlock()
+		if th = e.addTenant(k.Tenant); th == nil {
 			return // no history for tenants past the cap
 		}
-		th = &tenantHist{models: make(map[string]*ewma)}
-		// Clone: the key may be a substring of a large request buffer.
-		s.tenants[strings.Clone(k.Tenant)] = th
 	}
-	m = th.models[k.Model]
-	if m == nil && len(k.Model) <= MaxModelNameLen && len(th.models) < e.lim.ModelsPerTenant {
-		if e.models.Add(1) <= int64(e.lim.MaxModels) {
-			m = new(ewma)
-			th.models[strings.Clone(k.Model)] = m
-		} else {
-			e.models.Add(-1)
-		}
+	m := th.model(k.Model)
+	if m == nil && e.canAdd(th, k.Model) {
+		m = e.addModel(th, k.Model)
 	}
-	s.mu.Unlock()
 	th.agg.add(x)
 	if m != nil {
 		m.add(x)
 	}
+}
+
+// addTenant gives tenant its histories, unless MaxTenants have some; nil
+// then.
+func (e *Estimator) addTenant(tenant string) *tenantHist {
+	if e.tenants.Add(1) > int64(e.lim.MaxTenants) {
+		e.tenants.Add(-1)
+		return e.hist(tenant) // added meanwhile, or nil
+	}
+	// Clone: the key may be a substring of a large request buffer.
+	th, loaded := e.hists.LoadOrStore(strings.Clone(tenant), &tenantHist{})
+	if loaded {
+		e.tenants.Add(-1)
+	}
+	return th.(*tenantHist)
+}
+
+// addModel gives model a history in th, if the bounds allow; nil if not.
+func (e *Estimator) addModel(th *tenantHist, model string) *ewma {
+	th.mu.Lock()
+	defer th.mu.Unlock()
+	var old map[string]*ewma
+	if p := th.models.Load(); p != nil {
+		old = *p
+	}
+	if m := old[model]; m != nil {
+		return m // added meanwhile
+	}
+	if len(model) > MaxModelNameLen || len(old) >= e.lim.ModelsPerTenant {
+		return nil
+	}
+	if e.models.Add(1) > int64(e.lim.MaxModels) {
+		e.models.Add(-1)
+		return nil
+	}
+	m := new(ewma)
+	models := make(map[string]*ewma, len(old)+1)
+	for name, h := range old {
+		models[name] = h
+	}
+	models[strings.Clone(model)] = m
+	th.models.Store(&models)
+	return m
 }
 
 // Len returns the number of tenants and of (tenant, model) histories
