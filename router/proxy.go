@@ -413,12 +413,13 @@ func (r *Router) serveLocalOnce(ctx *fasthttp.RequestCtx, ep upstream.Endpoint, 
 var callPool = sync.Pool{New: func() any { return new(call) }}
 
 // recycle gives c back to callPool if nothing can reach it any more: it is
-// finished, not a hop (an edge's cancel may still find its watch), and its
-// watch did not fire (the goroutine that finishes a call whose client is
-// gone holds it). Only the plain path recycles: a call that waited in a
-// line or was served on a spill is left to the collector.
+// finished, and its watch did not fire (the goroutine that finishes a call
+// whose client is gone holds it). Its watch, stopped, may still be held by
+// the ticking goroutine or, for a hop, found by an edge's cancel: both do
+// nothing with a stopped watch. Only the plain path recycles: a call that
+// waited in a line or was served on a spill is left to the collector.
 func recycle(c *call) {
-	if !c.finished.Load() || c.hops > 0 || (c.watch != nil && c.watch.wasGone()) {
+	if !c.finished.Load() || (c.watch != nil && c.watch.wasGone()) {
 		return
 	}
 	*c = call{} // drops what it points to: its body's texts, its tenant
