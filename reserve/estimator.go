@@ -282,6 +282,11 @@ func (e *Estimator) record(k Key, x float64) {
 // addTenant gives tenant its histories, unless MaxTenants have some; nil
 // then.
 func (e *Estimator) addTenant(tenant string) *tenantHist {
+	if e.tenants.Load() >= int64(e.lim.MaxTenants) {
+		// Full: no write to the shared count for every settlement of a
+		// tenant past the cap (a reviewer's).
+		return e.hist(tenant)
+	}
 	if e.tenants.Add(1) > int64(e.lim.MaxTenants) {
 		e.tenants.Add(-1)
 		return e.hist(tenant) // added meanwhile, or nil

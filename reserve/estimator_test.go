@@ -8,6 +8,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"unsafe"
 )
 
 // seed records n completions of c tokens for k.
@@ -372,4 +373,139 @@ func TestConcurrent(t *testing.T) {
 			}
 		}
 	}
+}
+
+// Many goroutines race to create the same and different tenants and
+// models at the caps; afterwards: counters == what is stored, within every
+// bound, and every history got every sample (no split history).
+func TestConcurrentAddsKeepBounds(t *testing.T) {
+	for round := range 200 {
+		lim := Limits{ModelsPerTenant: 3, MaxModels: 7, MaxTenants: 4}
+		e := NewEstimatorLimits(500, lim)
+		const G = 8
+		var start, wg sync.WaitGroup
+		start.Add(1)
+		for g := range G {
+			wg.Go(func() {
+				start.Wait()
+				rng := rand.New(rand.NewPCG(uint64(round), uint64(g)))
+				for range 40 {
+					k := Key{fmt.Sprintf("t%d", rng.IntN(6)), fmt.Sprintf("m%d", rng.IntN(5))}
+					e.Settle(Reservation{Key: k, Completion: 1, Total: 1}, Usage{Completion: 150})
+					e.Average(k)
+				}
+			})
+		}
+		start.Done()
+		wg.Wait()
+		tenants, models := 0, 0
+		e.hists.Range(func(key, v any) bool {
+			tenants++
+			nm := v.(*tenantHist).numModels()
+			if nm > lim.ModelsPerTenant {
+				t.Errorf("tenant %v has %d models", key, nm)
+			}
+			models += nm
+			return true
+		})
+		tn, mn := e.Len()
+		if tn != tenants || mn != models || tenants > lim.MaxTenants || models > lim.MaxModels {
+			t.Fatalf("round %d: Len %d,%d stored %d,%d", round, tn, mn, tenants, models)
+		}
+	}
+}
+
+// Every goroutine records its first sample of one new (tenant, model) at
+// once, with different values: the one stored history (and the aggregate)
+// is the EWMA of all of them in some order, so none went to a lost copy.
+func TestConcurrentFirstSamplesOneHistory(t *testing.T) {
+	xs := []float64{1, 10, 100, 1000}
+	want := map[float64]bool{}
+	var perm func(p []float64, k int)
+	perm = func(p []float64, k int) {
+		if k == len(p) {
+			var a ewma
+			for _, x := range p {
+				a.add(x)
+			}
+			v, _ := a.load()
+			want[v] = true
+			return
+		}
+		for i := k; i < len(p); i++ {
+			p[k], p[i] = p[i], p[k]
+			perm(p, k+1)
+			p[k], p[i] = p[i], p[k]
+		}
+	}
+	perm(append([]float64(nil), xs...), 0)
+	lost := 0
+	for round := range 2000 {
+		maxT := 0
+		if round%2 == 1 {
+			maxT = 1 // at the tenant cap: a sample may be lost, not split
+		}
+		e := NewEstimatorLimits(500, Limits{MaxTenants: maxT})
+		k := Key{"t", "m"}
+		var start, wg sync.WaitGroup
+		start.Add(1)
+		for _, x := range xs {
+			wg.Go(func() { start.Wait(); e.record(k, x) })
+		}
+		start.Done()
+		wg.Wait()
+		m, _ := e.hist("t").model("m").load()
+		g, _ := e.hist("t").agg.load()
+		if !want[m] || !want[g] {
+			if maxT == 0 {
+				t.Fatalf("round %d: model %v agg %v: not all samples in one history", round, m, g)
+			}
+			lost++
+		}
+		if tn, mn := e.Len(); tn != 1 || mn != 1 {
+			t.Fatalf("round %d: Len %d,%d", round, tn, mn)
+		}
+	}
+	t.Logf("rounds at the tenant cap with a lost first sample: %d of 1000", lost)
+}
+
+// Past the bounds (a model over its tenant's cap, a name too long, a
+// tenant past the tenants' cap), as TestEstimateNoAlloc within them.
+func TestEstimateNoAllocPastBounds(t *testing.T) {
+	e := NewEstimatorLimits(500, Limits{ModelsPerTenant: 1, MaxTenants: 1})
+	seed(e, Key{"a", "m"}, 100, 2)
+	seed(e, Key{"a", "other"}, 100, 2)
+	for _, k := range []Key{{"a", "other"}, {"a", strings.Repeat("x", 200)}, {"past-cap", "m"}} {
+		r := e.Estimate(k, 10, 0, true)
+		if n := testing.AllocsPerRun(1000, func() {
+			e.Estimate(k, 10, 0, true)
+			e.Settle(r, Usage{10, 100})
+		}); n != 0 {
+			t.Errorf("%+v: %v allocations a request", k, n)
+		}
+	}
+}
+
+// Keys stored are copies, not the caller's buffer.
+func TestHistoryKeysCopied(t *testing.T) {
+	e := NewEstimator(500)
+	big := strings.Repeat("z", 1<<20)
+	kt, km := big[:8], big[8:16]
+	e.Settle(Reservation{Key: Key{kt, km}, Completion: 1, Total: 1}, Usage{Completion: 5})
+	e.hists.Range(func(key, v any) bool {
+		s := key.(string)
+		if sameData(s, kt) {
+			t.Errorf("tenant key aliases the request buffer")
+		}
+		for name := range *v.(*tenantHist).models.Load() {
+			if sameData(name, km) {
+				t.Errorf("model key aliases the request buffer")
+			}
+		}
+		return true
+	})
+}
+
+func sameData(a, b string) bool {
+	return len(a) > 0 && len(b) > 0 && unsafe.StringData(a) == unsafe.StringData(b)
 }
