@@ -296,6 +296,9 @@ func (r *Router) cancelBudgets(c *call) {
 // usage is known (settle), tokens settled where the provider settles
 // (actual: what it bills); otherwise the charge made at the start stands.
 func (r *Router) finishBudgets(c *call, actual int64, settle bool) {
+	if c.nBudgets == 0 && c.spill.b == nil {
+		return // most calls: not a clock read for nothing
+	}
 	now := r.clock()
 	for i := range c.nBudgets {
 		tk := &c.budgets[i].tk
