@@ -376,16 +376,17 @@ func TestAddedLatencyReport(t *testing.T) {
 		t.Skip("set RINGGATE_BENCH_REPORT=1 to run the latency report")
 	}
 	const (
-		perTarget     = 3000 // sequential requests per target and workload
-		block         = 100  // interleaving block
-		rate          = 2000 // open loop: requests a second
-		perRound      = 2000 // open loop: requests per target and round
-		parallelTotal = 6000 // requests per target in a throughput round
-		rounds        = 7    // open-loop and throughput rounds per target, interleaved
+		perTarget     = 3000  // sequential requests per target and workload
+		block         = 100   // interleaving block
+		rate          = 2000  // open loop: requests a second
+		perRound      = 2000  // open loop: requests per target and round
+		parallelTotal = 20000 // requests per target in a throughput round
+		rounds        = 7     // open-loop rounds per target, interleaved
+		satRounds     = 11    // throughput rounds per target, interleaved
 	)
 	env := newBenchEnv(t)
 	var out strings.Builder
-	figs := benchout.Figures{"open_rate": rate, "rounds": rounds}
+	figs := benchout.Figures{"open_rate": rate, "rounds": rounds, "sat_rounds": satRounds}
 	header := func(title string, args ...any) {
 		fmt.Fprintf(&out, "\n"+title+"\n\n", args...)
 		fmt.Fprintf(&out, "| workload | pct | direct µs | floor µs | ringgate µs | ringgate − floor µs | ringgate / floor |\n")
@@ -436,19 +437,25 @@ func TestAddedLatencyReport(t *testing.T) {
 	}
 
 	workers := benchParallelism * runtime.GOMAXPROCS(0)
-	fmt.Fprintf(&out, "\nsaturated throughput, %d clients, %d requests per round, %d interleaved rounds; the median round, and the range of ringgate/floor over the rounds\n\n",
-		workers, parallelTotal, rounds)
-	fmt.Fprintf(&out, "| workload | direct req/s | floor req/s | ringgate req/s | ringgate / floor | range |\n")
-	fmt.Fprintf(&out, "| --- | ---: | ---: | ---: | ---: | --- |\n")
+	// The CPU a request takes, the whole process's (the clients' and the
+	// fake provider's included, the same for every target), swings less
+	// than throughput from round to round on a shared VM.
+	fmt.Fprintf(&out, "\nsaturated throughput, %d clients, %d requests per round, %d interleaved rounds; the median round, and the range of ringgate/floor over the rounds; CPU: the test process's (clients and fake provider included) per request, the median round\n\n",
+		workers, parallelTotal, satRounds)
+	fmt.Fprintf(&out, "| workload | direct req/s | floor req/s | ringgate req/s | ringgate / floor | range | CPU µs a request: floor / ringgate |\n")
+	fmt.Fprintf(&out, "| --- | ---: | ---: | ---: | ---: | --- | ---: |\n")
 	for _, stream := range []bool{false, true} {
 		ts := env.targets(stream)
 		per := make([][]float64, len(ts)) // target, round
-		ratios := make([]float64, rounds)
-		for r := range rounds {
+		cpu := make([][]float64, len(ts)) // target, round: µs a request
+		ratios := make([]float64, satRounds)
+		for r := range satRounds {
 			got := make([]float64, len(ts))
 			for k := range ts {
 				i := (k + r) % len(ts)
+				cpu0 := procstat.CPU()
 				got[i] = throughput(t, ts[i], workers, parallelTotal)
+				cpu[i] = append(cpu[i], micros(procstat.CPU()-cpu0)/parallelTotal)
 			}
 			for i := range ts {
 				per[i] = append(per[i], got[i])
@@ -458,8 +465,10 @@ func TestAddedLatencyReport(t *testing.T) {
 		key := workload(stream) + "_sat_"
 		figs[key+"direct"], figs[key+"floor"], figs[key+"ringgate"] = median(per[0]), median(per[1]), median(per[2])
 		figs[key+"ratio"], figs[key+"ratio_min"], figs[key+"ratio_max"] = median(ratios), slices.Min(ratios), slices.Max(ratios)
-		fmt.Fprintf(&out, "| %s | %.0f | %.0f | %.0f | %.2f | %.2f–%.2f |\n", workload(stream),
-			median(per[0]), median(per[1]), median(per[2]), median(ratios), slices.Min(ratios), slices.Max(ratios))
+		figs[key+"cpu_floor_us"], figs[key+"cpu_ringgate_us"] = median(cpu[1]), median(cpu[2])
+		fmt.Fprintf(&out, "| %s | %.0f | %.0f | %.0f | %.2f | %.2f–%.2f | %.1f / %.1f |\n", workload(stream),
+			median(per[0]), median(per[1]), median(per[2]), median(ratios), slices.Min(ratios), slices.Max(ratios),
+			median(cpu[1]), median(cpu[2]))
 	}
 	benchout.Save(t, "added-latency", out.String(), figs)
 }

@@ -49,14 +49,16 @@ func figureRows(f *figures) ([][2]string, error) {
 		return fmt.Sprintf("sequential p50: direct %.0f, floor %.0f, ringgate %.0f µs (**%+.0f µs** over the floor). "+
 			"Open loop at %.0f requests/s, the median of %.0f interleaved rounds: p50 %.0f / %.0f / %.0f µs (**%+.0f µs**; +30 asked), "+
 			"p99 **%.2f×** the floor's (rounds %.2f–%.2f; ≤ 2× asked). "+
-			"Saturated: **%.2f×** the floor's throughput (rounds %.2f–%.2f; ≥ 0.9× asked)",
+			"Saturated, the median of %.0f rounds: **%.2f×** the floor's throughput (rounds %.2f–%.2f; ≥ 0.9× asked), "+
+			"%.1f against %.1f µs of CPU a request (the test process's, clients and fake provider included)",
 			us(lat, w+"_seq_p50_direct_us"), us(lat, w+"_seq_p50_floor_us"), us(lat, w+"_seq_p50_ringgate_us"),
 			us(lat, w+"_seq_p50_ringgate_us")-us(lat, w+"_seq_p50_floor_us"),
 			p.t(lat, "open_rate"), p.t(lat, "rounds"),
 			us(lat, w+"_open_p50_direct_us"), us(lat, w+"_open_p50_floor_us"), us(lat, w+"_open_p50_ringgate_us"),
 			us(lat, w+"_open_p50_ringgate_us")-us(lat, w+"_open_p50_floor_us"),
 			p.t(lat, w+"_open_p99_ratio"), p.t(lat, w+"_open_p99_ratio_min"), p.t(lat, w+"_open_p99_ratio_max"),
-			p.t(lat, w+"_sat_ratio"), p.t(lat, w+"_sat_ratio_min"), p.t(lat, w+"_sat_ratio_max"))
+			p.t(lat, "sat_rounds"), p.t(lat, w+"_sat_ratio"), p.t(lat, w+"_sat_ratio_min"), p.t(lat, w+"_sat_ratio_max"),
+			p.t(lat, w+"_sat_cpu_ringgate_us"), p.t(lat, w+"_sat_cpu_floor_us"))
 	}
 	hopRow := func(w string) string {
 		l, fw := us(hop, w+"_p50_local_us"), us(hop, w+"_p50_forwarded_us")
@@ -101,6 +103,10 @@ func figureRows(f *figures) ([][2]string, error) {
 				p.b("BenchmarkEstimate/1k/ratio", "ns/op"), p.b("BenchmarkEstimate/10k/ratio", "ns/op"), p.b("BenchmarkEstimate/100k/ratio", "ns/op"),
 				p.b("BenchmarkEstimate/100k/ratio", "allocs/op"),
 				p.b("BenchmarkEstimate/1k/tokenizer", "ns/op")/1e6, p.b("BenchmarkEstimate/10k/tokenizer", "ns/op")/1e6, p.b("BenchmarkEstimate/100k/tokenizer", "ns/op")/1e6)},
+		{"the handler's own work: a JSON request handed to ringgate's handler and to the floor's, one at a time, the same fake provider on loopback (`BenchmarkHandler`)",
+			fmt.Sprintf("ringgate %.1f µs of CPU a request against the floor's %.1f: **%+.1f µs** (the process's CPU, the fake provider's included)",
+				p.b("BenchmarkHandler/ringgate", "cpu-µs/op"), p.b("BenchmarkHandler/floor", "cpu-µs/op"),
+				p.b("BenchmarkHandler/ringgate", "cpu-µs/op")-p.b("BenchmarkHandler/floor", "cpu-µs/op"))},
 		{"a chat request's body parsed: model, limits, texts (`BenchmarkParseRequest`)",
 			fmt.Sprintf("%.2f µs, %.0f allocs", p.b("BenchmarkParseRequest", "ns/op")/1e3, p.b("BenchmarkParseRequest", "allocs/op"))},
 		{"ringgate against a bare fasthttp reverse proxy (the floor, `bench/floor`) and direct to the fake provider, in one process, interleaved, JSON chat (`TestAddedLatencyReport`)", e2e("json")},
