@@ -132,13 +132,20 @@ func NewProvider(c ProviderConfig) (*Provider, error) {
 	}
 	pool := func(stream bool) *fasthttp.HostClient {
 		hc := &fasthttp.HostClient{
-			Addr:                     host,
-			Name:                     "ringgate",
-			IsTLS:                    u.Scheme == "https",
-			Dial:                     dial,
-			MaxConns:                 c.MaxConns,
-			MaxConnWaitTimeout:       time.Second,
-			MaxIdleConnDuration:      30 * time.Second,
+			Addr:                host,
+			Name:                "ringgate",
+			IsTLS:               u.Scheme == "https",
+			Dial:                dial,
+			MaxConns:            c.MaxConns,
+			MaxConnWaitTimeout:  time.Second,
+			MaxIdleConnDuration: 30 * time.Second,
+			// The connection released last is taken first: under load
+			// a few stay busy, each reused within staleCheckIdle, and the
+			// rest idle out, instead of every connection taking its turn
+			// and being checked each time (64 clients: a peek on most
+			// calls, 3 % of the CPU); taking one is O(1), not a copy of
+			// the list.
+			ConnPoolStrategy:         fasthttp.LIFO,
 			StreamResponseBody:       stream,
 			NoDefaultUserAgentHeader: true,
 			// Prepare builds the path from the base URL's and a known
@@ -306,6 +313,9 @@ var (
 		[]byte("Connection"), []byte("Keep-Alive"), []byte("Proxy-Connection"), []byte("Transfer-Encoding"),
 		[]byte("Te"), []byte("Trailer"), []byte("Upgrade"), []byte("Content-Length"), []byte("Content-Encoding"),
 		[]byte("Date"), []byte("Server"), []byte("Set-Cookie"), []byte("Alt-Svc"),
+		// The gateway names itself: a provider that is another ringgate
+		// does not (a reviewer's).
+		[]byte("X-Ringgate-Node"),
 	}
 	// hopByLen are hopHeaders by their length.
 	hopByLen = func() (by [len("Transfer-Encoding") + 1][][]byte) {

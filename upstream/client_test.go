@@ -150,7 +150,7 @@ func TestIsHopHeader(t *testing.T) {
 		{"X-Ratelimit-Limit-Requests", true}, {"x-ratelimit-", true}, {"x-RateLimit-Reset-Tokens", true},
 		{"Content-Type", false}, {"X-Request-Id", false}, {"Openai-Processing-Ms", false}, {"Retry-After", false},
 		{"", false}, {"T", false}, {"Tee", false}, {"x-ratelimit", false}, {"Connections", false},
-		{"Transfer-Encodings", false}, {"Cache-Control", false},
+		{"Transfer-Encodings", false}, {"Cache-Control", false}, {"x-ringgate-node", true}, {"X-Ringgate-Hop", false},
 	} {
 		if got := IsHopHeader([]byte(tc.name)); got != tc.hop {
 			t.Errorf("IsHopHeader(%q) = %v, want %v", tc.name, got, tc.hop)
