@@ -436,39 +436,51 @@ func TestAddedLatencyReport(t *testing.T) {
 		}
 	}
 
+	// Saturation with the benchmark's clients (8 on 2 cores, which leave
+	// the CPUs partly idle), and for JSON with 8 times as many, which
+	// saturate them. The CPU a request takes is the whole process's (the
+	// clients' and the fake provider's included, the same for every
+	// target); its ratio is taken in each round, floor and ringgate run
+	// back to back.
 	workers := benchParallelism * runtime.GOMAXPROCS(0)
-	// The CPU a request takes, the whole process's (the clients' and the
-	// fake provider's included, the same for every target), swings less
-	// than throughput from round to round on a shared VM.
-	fmt.Fprintf(&out, "\nsaturated throughput, %d clients, %d requests per round, %d interleaved rounds; the median round, and the range of ringgate/floor over the rounds; CPU: the test process's (clients and fake provider included) per request, the median round\n\n",
-		workers, parallelTotal, satRounds)
-	fmt.Fprintf(&out, "| workload | direct req/s | floor req/s | ringgate req/s | ringgate / floor | range | CPU µs a request: floor / ringgate |\n")
-	fmt.Fprintf(&out, "| --- | ---: | ---: | ---: | ---: | --- | ---: |\n")
-	for _, stream := range []bool{false, true} {
-		ts := env.targets(stream)
+	fmt.Fprintf(&out, "\nsaturated throughput, %d requests per target and round, %d interleaved rounds; the median round, and the range of ringgate/floor over the rounds; CPU: the test process's (clients and fake provider included) per request, the median round, and the median of each round's ringgate/floor\n\n",
+		parallelTotal, satRounds)
+	fmt.Fprintf(&out, "| workload | clients | direct req/s | floor req/s | ringgate req/s | ringgate / floor | range | CPU µs a request: floor / ringgate | CPU ringgate / floor |\n")
+	fmt.Fprintf(&out, "| --- | ---: | ---: | ---: | ---: | ---: | --- | ---: | ---: |\n")
+	for _, run := range []struct {
+		stream  bool
+		clients int
+		key     string
+	}{
+		{false, workers, "json_sat_"},
+		{true, workers, "stream_sat_"},
+		{false, 8 * workers, "json_sat_many_"},
+	} {
+		ts := env.targets(run.stream)
 		per := make([][]float64, len(ts)) // target, round
 		cpu := make([][]float64, len(ts)) // target, round: µs a request
-		ratios := make([]float64, satRounds)
+		ratios, cpuRatios := make([]float64, satRounds), make([]float64, satRounds)
 		for r := range satRounds {
-			got := make([]float64, len(ts))
+			got, used := make([]float64, len(ts)), make([]float64, len(ts))
 			for k := range ts {
 				i := (k + r) % len(ts)
 				cpu0 := procstat.CPU()
-				got[i] = throughput(t, ts[i], workers, parallelTotal)
-				cpu[i] = append(cpu[i], micros(procstat.CPU()-cpu0)/parallelTotal)
+				got[i] = throughput(t, ts[i], run.clients, parallelTotal)
+				used[i] = micros(procstat.CPU()-cpu0) / parallelTotal
 			}
 			for i := range ts {
-				per[i] = append(per[i], got[i])
+				per[i], cpu[i] = append(per[i], got[i]), append(cpu[i], used[i])
 			}
-			ratios[r] = got[2] / got[1]
+			ratios[r], cpuRatios[r] = got[2]/got[1], used[2]/used[1]
 		}
-		key := workload(stream) + "_sat_"
+		key := run.key
+		figs[key+"clients"] = float64(run.clients)
 		figs[key+"direct"], figs[key+"floor"], figs[key+"ringgate"] = median(per[0]), median(per[1]), median(per[2])
 		figs[key+"ratio"], figs[key+"ratio_min"], figs[key+"ratio_max"] = median(ratios), slices.Min(ratios), slices.Max(ratios)
-		figs[key+"cpu_floor_us"], figs[key+"cpu_ringgate_us"] = median(cpu[1]), median(cpu[2])
-		fmt.Fprintf(&out, "| %s | %.0f | %.0f | %.0f | %.2f | %.2f–%.2f | %.1f / %.1f |\n", workload(stream),
+		figs[key+"cpu_floor_us"], figs[key+"cpu_ringgate_us"], figs[key+"cpu_ratio"] = median(cpu[1]), median(cpu[2]), median(cpuRatios)
+		fmt.Fprintf(&out, "| %s | %d | %.0f | %.0f | %.0f | %.2f | %.2f–%.2f | %.1f / %.1f | %.2f |\n", workload(run.stream), run.clients,
 			median(per[0]), median(per[1]), median(per[2]), median(ratios), slices.Min(ratios), slices.Max(ratios),
-			median(cpu[1]), median(cpu[2]))
+			median(cpu[1]), median(cpu[2]), median(cpuRatios))
 	}
 	benchout.Save(t, "added-latency", out.String(), figs)
 }

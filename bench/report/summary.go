@@ -49,16 +49,16 @@ func figureRows(f *figures) ([][2]string, error) {
 		return fmt.Sprintf("sequential p50: direct %.0f, floor %.0f, ringgate %.0f µs (**%+.0f µs** over the floor). "+
 			"Open loop at %.0f requests/s, the median of %.0f interleaved rounds: p50 %.0f / %.0f / %.0f µs (**%+.0f µs**; +30 asked), "+
 			"p99 **%.2f×** the floor's (rounds %.2f–%.2f; ≤ 2× asked). "+
-			"Saturated, the median of %.0f rounds: **%.2f×** the floor's throughput (rounds %.2f–%.2f; ≥ 0.9× asked), "+
-			"%.1f against %.1f µs of CPU a request (the test process's, clients and fake provider included)",
+			"Saturated, the median of %.0f rounds, %.0f clients: **%.2f×** the floor's throughput (rounds %.2f–%.2f; ≥ 0.9× asked), "+
+			"%.1f against %.1f µs of CPU a request (the test process's, clients and fake provider included; %.2f× the floor's)",
 			us(lat, w+"_seq_p50_direct_us"), us(lat, w+"_seq_p50_floor_us"), us(lat, w+"_seq_p50_ringgate_us"),
 			us(lat, w+"_seq_p50_ringgate_us")-us(lat, w+"_seq_p50_floor_us"),
 			p.t(lat, "open_rate"), p.t(lat, "rounds"),
 			us(lat, w+"_open_p50_direct_us"), us(lat, w+"_open_p50_floor_us"), us(lat, w+"_open_p50_ringgate_us"),
 			us(lat, w+"_open_p50_ringgate_us")-us(lat, w+"_open_p50_floor_us"),
 			p.t(lat, w+"_open_p99_ratio"), p.t(lat, w+"_open_p99_ratio_min"), p.t(lat, w+"_open_p99_ratio_max"),
-			p.t(lat, "sat_rounds"), p.t(lat, w+"_sat_ratio"), p.t(lat, w+"_sat_ratio_min"), p.t(lat, w+"_sat_ratio_max"),
-			p.t(lat, w+"_sat_cpu_ringgate_us"), p.t(lat, w+"_sat_cpu_floor_us"))
+			p.t(lat, "sat_rounds"), p.t(lat, w+"_sat_clients"), p.t(lat, w+"_sat_ratio"), p.t(lat, w+"_sat_ratio_min"), p.t(lat, w+"_sat_ratio_max"),
+			p.t(lat, w+"_sat_cpu_ringgate_us"), p.t(lat, w+"_sat_cpu_floor_us"), p.t(lat, w+"_sat_cpu_ratio"))
 	}
 	hopRow := func(w string) string {
 		l, fw := us(hop, w+"_p50_local_us"), us(hop, w+"_p50_forwarded_us")
@@ -111,6 +111,11 @@ func figureRows(f *figures) ([][2]string, error) {
 			fmt.Sprintf("%.2f µs, %.0f allocs", p.b("BenchmarkParseRequest", "ns/op")/1e3, p.b("BenchmarkParseRequest", "allocs/op"))},
 		{"ringgate against a bare fasthttp reverse proxy (the floor, `bench/floor`) and direct to the fake provider, in one process, interleaved, JSON chat (`TestAddedLatencyReport`)", e2e("json")},
 		{"same, an SSE stream (the floor relays it read by read, flushing each)", e2e("stream")},
+		{"same, JSON, with enough clients to saturate the CPUs", fmt.Sprintf(
+			"%.0f clients, the median of %.0f rounds: **%.2f×** the floor's throughput (rounds %.2f–%.2f; ≥ 0.9× asked), %.1f against %.1f µs of CPU a request (%.2f× the floor's)",
+			p.t(lat, "json_sat_many_clients"), p.t(lat, "sat_rounds"), p.t(lat, "json_sat_many_ratio"),
+			p.t(lat, "json_sat_many_ratio_min"), p.t(lat, "json_sat_many_ratio_max"),
+			p.t(lat, "json_sat_many_cpu_ringgate_us"), p.t(lat, "json_sat_many_cpu_floor_us"), p.t(lat, "json_sat_many_cpu_ratio"))},
 		{"a forwarded request (edge → owner hop) vs the same request sent to its owner, JSON, p50 (`TestHopLatencyReport`)", hopRow("json")},
 		{"same, SSE stream, p50", hopRow("stream")},
 		{"snapshot encode / decode, one tenant (`BenchmarkEncode`, `BenchmarkDecode`)",
