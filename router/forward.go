@@ -92,7 +92,6 @@ func (p *peers) get(addr string) *peer {
 		MaxConns:                 4096,
 		MaxConnWaitTimeout:       100 * time.Millisecond,
 		MaxIdleConnDuration:      30 * time.Second,
-		ConnPoolStrategy:         fasthttp.LIFO, // as a provider's (upstream.NewProvider)
 		StreamResponseBody:       true,
 		NoDefaultUserAgentHeader: true,
 	}

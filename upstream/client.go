@@ -132,20 +132,13 @@ func NewProvider(c ProviderConfig) (*Provider, error) {
 	}
 	pool := func(stream bool) *fasthttp.HostClient {
 		hc := &fasthttp.HostClient{
-			Addr:                host,
-			Name:                "ringgate",
-			IsTLS:               u.Scheme == "https",
-			Dial:                dial,
-			MaxConns:            c.MaxConns,
-			MaxConnWaitTimeout:  time.Second,
-			MaxIdleConnDuration: 30 * time.Second,
-			// The connection released last is taken first: under load
-			// a few stay busy, each reused within staleCheckIdle, and the
-			// rest idle out, instead of every connection taking its turn
-			// and being checked each time (64 clients: a peek on most
-			// calls, 3 % of the CPU); taking one is O(1), not a copy of
-			// the list.
-			ConnPoolStrategy:         fasthttp.LIFO,
+			Addr:                     host,
+			Name:                     "ringgate",
+			IsTLS:                    u.Scheme == "https",
+			Dial:                     dial,
+			MaxConns:                 c.MaxConns,
+			MaxConnWaitTimeout:       time.Second,
+			MaxIdleConnDuration:      30 * time.Second,
 			StreamResponseBody:       stream,
 			NoDefaultUserAgentHeader: true,
 			// Prepare builds the path from the base URL's and a known
