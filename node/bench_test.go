@@ -382,7 +382,7 @@ func TestAddedLatencyReport(t *testing.T) {
 		perRound      = 2000  // open loop: requests per target and round
 		parallelTotal = 20000 // requests per target in a throughput round
 		rounds        = 7     // open-loop rounds per target, interleaved
-		satRounds     = 11    // throughput rounds per target, interleaved
+		satRounds     = 21    // throughput rounds per target, interleaved
 	)
 	env := newBenchEnv(t)
 	var out strings.Builder
