@@ -35,15 +35,15 @@ import (
 	"github.com/ringgate/ringgate/config"
 	"github.com/ringgate/ringgate/fakeupstream"
 	"github.com/ringgate/ringgate/internal/benchout"
+	"github.com/ringgate/ringgate/internal/benchsetup"
 	"github.com/ringgate/ringgate/internal/procstat"
-	"github.com/ringgate/ringgate/reserve"
 )
 
 const (
-	benchKey        = "sk-bench"
-	benchTenant     = "bench"
-	benchBody       = `{"model":"gpt-4o-mini","max_tokens":20,"messages":[{"role":"user","content":"hello there"}]}`
-	benchStreamBody = `{"model":"gpt-4o-mini","max_tokens":20,"stream":true,"messages":[{"role":"user","content":"hello there"}]}`
+	benchKey        = benchsetup.Key
+	benchTenant     = benchsetup.Tenant
+	benchBody       = benchsetup.Body
+	benchStreamBody = benchsetup.StreamBody
 
 	// benchReqTimeout bounds every single request (client read and write).
 	benchReqTimeout = 10 * time.Second
@@ -116,52 +116,10 @@ func newBenchEnv(tb testing.TB) *benchEnv {
 }
 
 // startBenchFake starts a zero-latency fake provider that stops when tb ends.
-func startBenchFake(tb testing.TB) (*fakeupstream.Server, string) {
-	tb.Helper()
-	tok, err := reserve.NewTokenizer()
-	if err != nil {
-		tb.Fatalf("tokenizer: %v", err)
-	}
-	fake := fakeupstream.New(fakeupstream.Options{
-		CompletionMin: 20, CompletionMax: 20, CountTokens: tok.Count,
-		// Records are kept for audits; a benchmark needs few of them, and
-		// keeping them all would grow the heap with b.N.
-		MaxRecords: 1000,
-	})
-	upAddr, err := fake.Start("127.0.0.1:0")
-	if err != nil {
-		tb.Fatalf("start fake upstream: %v", err)
-	}
-	tb.Cleanup(func() {
-		if err := fake.Close(); err != nil {
-			tb.Errorf("close fake upstream: %v", err)
-		}
-	})
-	return fake, upAddr
-}
+func startBenchFake(tb testing.TB) (*fakeupstream.Server, string) { return benchsetup.Fake(tb) }
 
-// benchConfig is a standalone node in front of the fake at upAddr, with one
-// tenant whose limits never bind.
-func benchConfig(name, upAddr string) *config.Config {
-	cfg := config.Default()
-	cfg.Node.Name = name
-	cfg.Node.Listen = "127.0.0.1:0"
-	cfg.Node.Gossip = "" // standalone
-	cfg.Limits.Window = 60 * time.Second
-	cfg.Upstreams = []config.Upstream{{
-		Name: "fake", Kind: config.KindOpenAI, BaseURL: "http://" + upAddr,
-		Models:         []string{"gpt-4o-mini"},
-		Timeout:        10 * time.Second,
-		ConnectTimeout: time.Second, StreamIdleTimeout: 10 * time.Second,
-		AnthropicVersion: config.DefaultAnthropicVersion,
-	}}
-	cfg.Tenants = []config.Tenant{{
-		Name: benchTenant, Keys: []string{benchKey},
-		RPM: 1 << 30, TPM: 1 << 30, Concurrency: 1 << 30,
-		Priority: config.PriorityInteractive,
-	}}
-	return cfg
-}
+// benchConfig is a standalone node's config in front of the fake at upAddr.
+func benchConfig(name, upAddr string) *config.Config { return benchsetup.Config(name, upAddr) }
 
 func benchOptions() Options {
 	return Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}

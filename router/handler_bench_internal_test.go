@@ -10,8 +10,7 @@ import (
 
 	"github.com/valyala/fasthttp"
 
-	"github.com/ringgate/ringgate/config"
-	"github.com/ringgate/ringgate/fakeupstream"
+	"github.com/ringgate/ringgate/internal/benchsetup"
 	"github.com/ringgate/ringgate/internal/procstat"
 	"github.com/ringgate/ringgate/reserve"
 )
@@ -32,23 +31,8 @@ func BenchmarkHandler(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	fake := fakeupstream.New(fakeupstream.Options{CompletionMin: 20, CompletionMax: 20, CountTokens: tok.Count, MaxRecords: 1000})
-	addr, err := fake.Start("127.0.0.1:0")
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { _ = fake.Close() })
-
-	cfg := config.Default()
-	cfg.Node.Name = "bench"
-	cfg.Node.Gossip = "" // standalone
-	cfg.Upstreams = []config.Upstream{{
-		Name: "fake", Kind: config.KindOpenAI, BaseURL: "http://" + addr, Models: []string{"gpt-4o-mini"},
-		Timeout: 10 * time.Second, ConnectTimeout: time.Second, StreamIdleTimeout: 10 * time.Second,
-		AnthropicVersion: config.DefaultAnthropicVersion,
-	}}
-	cfg.Tenants = []config.Tenant{{Name: "t", Keys: []string{"key-t"}, RPM: 1 << 30, TPM: 1 << 30, Concurrency: 1 << 30,
-		Priority: config.PriorityInteractive}}
+	_, addr := benchsetup.Fake(b)
+	cfg := benchsetup.Config("bench", addr)
 	r, err := New(Options{Config: cfg, Tokenizer: tok, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err != nil {
 		b.Fatal(err)
@@ -89,8 +73,8 @@ func BenchmarkHandler(b *testing.B) {
 			req.SetRequestURI("http://" + addr + "/v1/chat/completions")
 			req.Header.SetMethod(fasthttp.MethodPost)
 			req.Header.SetContentType("application/json")
-			req.Header.Set("Authorization", "Bearer key-t")
-			req.SetBodyString(`{"model":"gpt-4o-mini","max_tokens":20,"messages":[{"role":"user","content":"hello there"}]}`)
+			req.Header.Set("Authorization", "Bearer "+benchsetup.Key)
+			req.SetBodyString(benchsetup.Body)
 			var ctx fasthttp.RequestCtx
 			serve := func() {
 				// As the server hands each request over: on its
