@@ -710,13 +710,14 @@ func usedRequests(t *testing.T, c *clCluster, nd *clNode, tenant string) int64 {
 	return tenantUsage(t, c, nd, tenant).Requests.Used
 }
 
-// tenantUsage reads /tenants/{tenant} from nd.
+// tenantUsage reads nd's own view of tenant (/tenants/{tenant}?local=1:
+// not its owner's, when nd does not own it).
 func tenantUsage(t *testing.T, c *clCluster, nd *clNode, tenant string) (v struct {
 	Requests struct{ Used int64 } `json:"requests"`
 	InFlight struct{ Used int64 } `json:"in_flight"`
 }) {
 	t.Helper()
-	resp, err := c.hc.Get("http://" + nd.Addr() + "/tenants/" + tenant)
+	resp, err := c.hc.Get("http://" + nd.Addr() + "/tenants/" + tenant + "?local=1")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -725,6 +726,57 @@ func tenantUsage(t *testing.T, c *clCluster, nd *clNode, tenant string) (v struc
 		t.Fatal(err)
 	}
 	return v
+}
+
+// TestClusterTenantViewFromOwner: GET /tenants/{name} on any node answers
+// with the owner's view (a load balancer picks the node); ?local=1 with the
+// node's own. The owner unreachable: router/TestTenantViewOwnerUnreachable.
+func TestClusterTenantViewFromOwner(t *testing.T) {
+	c := startCluster(t, 3, 3*time.Second, clTenant("acme", 100))
+	o := c.byName(c.owner("acme"))
+	e := c.edge(o.Name())
+	for i := range 3 {
+		if r, err := c.post(e, "acme", false, nil); err != nil || r.status != http.StatusOK {
+			t.Fatalf("request %d via %s: %+v %v", i, e.Name(), r, err)
+		}
+	}
+	type view struct {
+		Owner      string               `json:"owner"`
+		Node       string               `json:"node"`
+		OwnerError string               `json:"owner_error"`
+		Requests   struct{ Used int64 } `json:"requests"`
+	}
+	get := func(nd *clNode, query string) view {
+		t.Helper()
+		resp, err := c.hc.Get("http://" + nd.Addr() + "/tenants/acme" + query)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		var v view
+		if err := json.NewDecoder(resp.Body).Decode(&v); err != nil || resp.StatusCode != http.StatusOK {
+			t.Fatalf("GET /tenants/acme%s on %s: %d %v", query, nd.Name(), resp.StatusCode, err)
+		}
+		return v
+	}
+	for _, tc := range []struct {
+		nd    *clNode
+		query string
+		want  view
+	}{
+		{o, "", view{Owner: o.Name(), Node: o.Name()}},
+		{e, "", view{Owner: o.Name(), Node: o.Name()}},
+		{e, "?local=1", view{Owner: o.Name(), Node: e.Name()}},
+	} {
+		got := get(tc.nd, tc.query)
+		wantUsed := int64(3)
+		if tc.want.Node != o.Name() {
+			wantUsed = 0 // the edge forwarded every request
+		}
+		if got.Owner != tc.want.Owner || got.Node != tc.want.Node || got.OwnerError != "" || got.Requests.Used != wantUsed {
+			t.Errorf("GET /tenants/acme%s on %s: %+v, want owner %s, node %s, %d requests", tc.query, tc.nd.Name(), got, tc.want.Owner, tc.want.Node, wantUsed)
+		}
+	}
 }
 
 // TestClusterFallbackZeroShare: a limit smaller than the member count leaves

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"crypto/subtle"
 	"encoding/json"
+	"fmt"
 	"strings"
 	"time"
 
@@ -53,11 +54,26 @@ func (r *Router) serveAdmin(ctx *fasthttp.RequestCtx) {
 		fail(ctx, fasthttp.StatusMethodNotAllowed, "invalid_request_error", "method_not_allowed", "Use "+method+".")
 		return
 	}
-	if !r.adminAllowed(ctx) {
+	view := strings.HasPrefix(path, "/tenants/") || strings.HasPrefix(path, "/teams/")
+	fromPeer := len(ctx.Request.Header.Peek(hopHeader)) > 0
+	switch {
+	case fromPeer && view:
+		// A node asking the owner for its view (fromOwner), signed
+		// with the cluster secret in place of the admin token.
+		if _, err := r.hops.verify(&ctx.Request, r.node); err != nil {
+			r.metrics.hopsRefused.Inc()
+			fail(ctx, fasthttp.StatusUnauthorized, "invalid_request_error", "invalid_peer_signature",
+				"Peer request refused: "+err.Error()+".")
+			return
+		}
+	case !r.adminAllowed(ctx):
 		fail(ctx, fasthttp.StatusUnauthorized, "invalid_request_error", "invalid_admin_token",
 			"The admin API needs 'Authorization: Bearer <admin token>' (or, with no token configured, a loopback caller).")
 		return
 	}
+	// A peer's question is answered with this node's own view, never
+	// passed on: no loop whatever the rings say.
+	local := fromPeer || ctx.QueryArgs().Has("local")
 	switch {
 	case profiling:
 		// Go's profiles (net/http/pprof's endpoints): what the request
@@ -72,10 +88,41 @@ func (r *Router) serveAdmin(ctx *fasthttp.RequestCtx) {
 	case path == "/upstreams":
 		r.serveUpstreams(ctx)
 	case strings.HasPrefix(path, "/teams/"):
-		r.serveTeam(ctx, strings.TrimPrefix(path, "/teams/"))
+		r.serveTeam(ctx, strings.TrimPrefix(path, "/teams/"), local)
 	default:
-		r.serveTenant(ctx, strings.TrimPrefix(path, "/tenants/"))
+		r.serveTenant(ctx, strings.TrimPrefix(path, "/tenants/"), local)
 	}
+}
+
+// ownerViewTimeout bounds the wait for the owner's view of a tenant or a
+// team.
+const ownerViewTimeout = time.Second
+
+// fromOwner answers a view of a tenant or team that owner, another node,
+// owns with the owner's own view: this node's usage of it is at most its
+// fallback share's. It returns "" when it answered, else why it could not
+// (the owner unreachable, or not answering 200: it may not know the name
+// yet in a rolling reload); the caller then answers with its own view.
+func (r *Router) fromOwner(ctx *fasthttp.RequestCtx, owner string) string {
+	v := r.view.Load()
+	addr := ""
+	if v != nil {
+		addr = v.addrs[owner]
+	}
+	if addr == "" || !r.hops.enabled() {
+		return "no address for the owner, or no cluster secret to ask it with"
+	}
+	status, body, err := r.peerDo(v, addr, owner, fasthttp.MethodGet, string(ctx.URI().RequestURI()), nil, 1, ownerViewTimeout)
+	switch {
+	case err != nil:
+		return err.Error()
+	case status != fasthttp.StatusOK:
+		return fmt.Sprintf("the owner answered %d", status)
+	}
+	ctx.SetStatusCode(fasthttp.StatusOK)
+	ctx.SetContentType("application/json")
+	ctx.SetBody(body)
+	return ""
 }
 
 func (r *Router) adminAllowed(ctx *fasthttp.RequestCtx) bool {
@@ -217,16 +264,19 @@ func viewQueue(qs ...*queue.Queue) queueView {
 }
 
 type tenantView struct {
-	Name     string    `json:"name"`
-	Owner    string    `json:"owner"`
-	Node     string    `json:"node"`
-	Priority string    `json:"priority"`
-	Window   string    `json:"window"`
-	Requests dimension `json:"requests"`
-	Tokens   dimension `json:"tokens"`
-	InFlight dimension `json:"in_flight"`
-	Queued   int64     `json:"queued"` // in the tenant's queue, both classes
-	Queue    queueView `json:"queue"`
+	Name  string `json:"name"`
+	Owner string `json:"owner"`
+	Node  string `json:"node"`
+	// OwnerError says why the owner, another node, was not asked for its
+	// view: the answer is this node's own.
+	OwnerError string    `json:"owner_error,omitempty"`
+	Priority   string    `json:"priority"`
+	Window     string    `json:"window"`
+	Requests   dimension `json:"requests"`
+	Tokens     dimension `json:"tokens"`
+	InFlight   dimension `json:"in_flight"`
+	Queued     int64     `json:"queued"` // in the tenant's queue, both classes
+	Queue      queueView `json:"queue"`
 	// Spillover says who decides for the tenant: its owner, or every node
 	// on its leased budget (spill.go).
 	Spillover spillView `json:"spillover"`
@@ -262,28 +312,36 @@ func (t *tenant) mode() string {
 // teamView is /teams/{name}: the team's windows against its limits, and
 // each of its tenants' own usage.
 type teamView struct {
-	Name   string `json:"name"`
-	Owner  string `json:"owner"`
-	Node   string `json:"node"`
-	Window string `json:"window"`
-	Mode   string `json:"mode"`
+	Name  string `json:"name"`
+	Owner string `json:"owner"`
+	Node  string `json:"node"`
+	// OwnerError: as tenantView's.
+	OwnerError string `json:"owner_error,omitempty"`
+	Window     string `json:"window"`
+	Mode       string `json:"mode"`
 	usageView
 	Tenants map[string]usageView `json:"tenants"`
 }
 
-func (r *Router) serveTeam(ctx *fasthttp.RequestCtx, name string) {
+func (r *Router) serveTeam(ctx *fasthttp.RequestCtx, name string, local bool) {
 	st := r.state.Load()
 	e := st.byName[teamEntity(name)]
 	if e == nil || e.kind != kindTeam || strings.Contains(name, "/") {
 		fail(ctx, fasthttp.StatusNotFound, "invalid_request_error", "unknown_team", "No team named "+name+".")
 		return
 	}
-	now := r.clock()
 	owner := r.view.Load().owner(e.name)
 	if owner == "" {
 		owner = r.node
 	}
-	tv := teamView{Name: name, Owner: owner, Node: r.node, Window: st.cfg.Limits.Window.String(), Mode: e.mode(),
+	ownerError := ""
+	if owner != r.node && !local {
+		if ownerError = r.fromOwner(ctx, owner); ownerError == "" {
+			return
+		}
+	}
+	now := r.clock()
+	tv := teamView{Name: name, Owner: owner, Node: r.node, OwnerError: ownerError, Window: st.cfg.Limits.Window.String(), Mode: e.mode(),
 		usageView: viewUsage(e.usage(now)), Tenants: make(map[string]usageView, len(e.members))}
 	for _, m := range e.members {
 		tv.Tenants[m.name] = viewUsage(m.usage(now))
@@ -291,32 +349,39 @@ func (r *Router) serveTeam(ctx *fasthttp.RequestCtx, name string) {
 	writeJSON(ctx, fasthttp.StatusOK, tv)
 }
 
-func (r *Router) serveTenant(ctx *fasthttp.RequestCtx, name string) {
+func (r *Router) serveTenant(ctx *fasthttp.RequestCtx, name string, local bool) {
 	st := r.state.Load()
 	t := st.byName[name]
 	if t == nil || t.kind != kindTenant {
 		fail(ctx, fasthttp.StatusNotFound, "invalid_request_error", "unknown_tenant", "No tenant named "+name+".")
 		return
 	}
-	u := t.usage(r.clock())
-	q := viewQueue(t.ownLines()...)
 	owner := r.view.Load().owner(t.name)
 	if owner == "" {
 		owner = r.node
 	}
+	ownerError := ""
+	if owner != r.node && !local {
+		if ownerError = r.fromOwner(ctx, owner); ownerError == "" {
+			return
+		}
+	}
+	u := t.usage(r.clock())
+	q := viewQueue(t.ownLines()...)
 	writeJSON(ctx, fasthttp.StatusOK, tenantView{
-		Name:      t.name,
-		Owner:     owner,
-		Node:      r.node,
-		Priority:  t.priority,
-		Window:    st.cfg.Limits.Window.String(),
-		Requests:  dimension{Used: u.Requests, Limit: max(u.Limits.Requests, 0)},
-		Tokens:    dimension{Used: u.Tokens, Limit: max(u.Limits.Tokens, 0)},
-		InFlight:  dimension{Used: u.InFlight, Limit: max(u.Limits.Concurrency, 0)},
-		Queued:    int64(q.Interactive.Waiting + q.Batch.Waiting),
-		Queue:     q,
-		Spillover: r.spillView(t),
-		Team:      strings.TrimPrefix(teamName(t), "team/"),
+		Name:       t.name,
+		Owner:      owner,
+		Node:       r.node,
+		OwnerError: ownerError,
+		Priority:   t.priority,
+		Window:     st.cfg.Limits.Window.String(),
+		Requests:   dimension{Used: u.Requests, Limit: max(u.Limits.Requests, 0)},
+		Tokens:     dimension{Used: u.Tokens, Limit: max(u.Limits.Tokens, 0)},
+		InFlight:   dimension{Used: u.InFlight, Limit: max(u.Limits.Concurrency, 0)},
+		Queued:     int64(q.Interactive.Waiting + q.Batch.Waiting),
+		Queue:      q,
+		Spillover:  r.spillView(t),
+		Team:       strings.TrimPrefix(teamName(t), "team/"),
 		ModelLimits: func() map[string]usageView {
 			if t.models == nil {
 				return nil

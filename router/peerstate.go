@@ -90,15 +90,23 @@ func (r *Router) peerCall(v *view, addr, to, path string, msg any, hops int, tim
 	if err != nil {
 		return 0, nil, err
 	}
+	return r.peerDo(v, addr, to, fasthttp.MethodPost, path, body, hops, timeout)
+}
+
+// peerDo sends a signed request to path on the peer to (at addr): a POST
+// of the JSON body, or a GET when body is nil.
+func (r *Router) peerDo(v *view, addr, to, method, path string, body []byte, hops int, timeout time.Duration) (int, []byte, error) {
 	req := fasthttp.AcquireRequest()
 	resp := fasthttp.AcquireResponse()
 	defer fasthttp.ReleaseRequest(req)
 	defer fasthttp.ReleaseResponse(resp)
-	req.Header.SetMethod(fasthttp.MethodPost)
+	req.Header.SetMethod(method)
 	req.SetRequestURI(path)
 	req.Header.SetHost(addr)
-	req.Header.SetContentType("application/json")
-	req.SetBody(body)
+	if body != nil {
+		req.Header.SetContentType("application/json")
+		req.SetBody(body)
+	}
 	r.hops.sign(req, r.node, to, v.version(), hops)
 	if err := r.peers.get(addr).hc.DoTimeout(req, resp, timeout); err != nil {
 		return 0, nil, err
