@@ -143,48 +143,39 @@ func TestProviderIdleCloseNotAnError(t *testing.T) {
 
 // TestProviderTimeoutBoundsWholeAnswer: a provider that sends its headers
 // at once and then dribbles the body, each byte well within
-// stream_idle_timeout, is cut at timeout when the answer is read whole (a
-// JSON answer: timeout is for the whole of it); a stream's body read as it
-// comes is not (its reads wait stream_idle_timeout each).
+// stream_idle_timeout, is cut at timeout when the answer is read whole (the
+// answer to a request that did not ask for a stream: timeout is for the
+// whole of it); a stream's body read as it comes is not (its reads wait
+// stream_idle_timeout each).
 func TestProviderTimeoutBoundsWholeAnswer(t *testing.T) {
 	const bodyLen, gap = 20, 40 * time.Millisecond // 0.8 s for the body
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
+	addr := rawProvider(t, func(c net.Conn, req []byte) {
+		kind := "application/json"
+		if bytes.Contains(req, []byte(`"stream":true`)) {
+			kind = "text/event-stream"
+		}
+		if _, err := fmt.Fprintf(c, "HTTP/1.1 200 OK\r\nContent-Type: %s\r\nContent-Length: %d\r\n\r\n", kind, bodyLen); err != nil {
+			return
+		}
+		for range bodyLen {
+			time.Sleep(gap)
+			if _, err := c.Write([]byte(" ")); err != nil {
 				return
 			}
-			go func() {
-				defer c.Close()
-				if _, err := c.Read(make([]byte, 4096)); err != nil {
-					return
-				}
-				head := fmt.Sprintf("HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n", bodyLen)
-				if _, err := c.Write([]byte(head)); err != nil {
-					return
-				}
-				for range bodyLen {
-					time.Sleep(gap)
-					if _, err := c.Write([]byte(" ")); err != nil {
-						return
-					}
-				}
-			}()
 		}
-	}()
-	p, err := NewProvider(ProviderConfig{Name: "t", Kind: OpenAI, BaseURL: "http://" + ln.Addr().String(),
+	})
+	p, err := NewProvider(ProviderConfig{Name: "t", Kind: OpenAI, BaseURL: "http://" + addr,
 		Timeout: 300 * time.Millisecond, StreamIdle: time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, stream := range []bool{false, true} {
 		req, resp := fasthttp.AcquireRequest(), fasthttp.AcquireResponse()
-		p.Prepare(req, []byte("/v1/chat/completions"), []byte(`{}`), &fasthttp.RequestHeader{})
+		body := []byte(`{}`)
+		if stream {
+			body = []byte(`{"stream":true}`)
+		}
+		p.Prepare(req, []byte("/v1/chat/completions"), body, &fasthttp.RequestHeader{})
 		start := time.Now()
 		err := p.Do(req, resp, stream)
 		n := 0
@@ -250,13 +241,7 @@ func TestProviderPoolReusesRecentConnections(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	call := func(path string) error {
-		req, resp := fasthttp.AcquireRequest(), fasthttp.AcquireResponse()
-		defer fasthttp.ReleaseRequest(req)
-		defer fasthttp.ReleaseResponse(resp)
-		p.Prepare(req, []byte(path), []byte(`{}`), &fasthttp.RequestHeader{})
-		return p.Do(req, resp, false)
-	}
+	call := func(path string) error { return callWhole(p, path) }
 	run := func(workers, each int, path string) {
 		var wg sync.WaitGroup
 		errs := make(chan error, workers)
@@ -308,4 +293,43 @@ func TestIsHopHeader(t *testing.T) {
 			t.Errorf("%s: not a hop header in another case", h)
 		}
 	}
+}
+
+// rawProvider listens on loopback until t ends and hands each connection's
+// first request, as read, to answer, which writes what it will; the
+// connection is closed after it.
+func rawProvider(t *testing.T, answer func(c net.Conn, req []byte)) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				buf := make([]byte, 4096)
+				n, err := c.Read(buf)
+				if err != nil {
+					return
+				}
+				answer(c, buf[:n])
+			}()
+		}
+	}()
+	return ln.Addr().String()
+}
+
+// callWhole sends a call to path through p, its answer read whole.
+func callWhole(p *Provider, path string) error {
+	req, resp := fasthttp.AcquireRequest(), fasthttp.AcquireResponse()
+	defer fasthttp.ReleaseRequest(req)
+	defer fasthttp.ReleaseResponse(resp)
+	p.Prepare(req, []byte(path), []byte(`{}`), &fasthttp.RequestHeader{})
+	return p.Do(req, resp, false)
 }
