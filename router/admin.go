@@ -73,7 +73,7 @@ func (r *Router) serveAdmin(ctx *fasthttp.RequestCtx) {
 	}
 	// A peer's question is answered with this node's own view, never
 	// passed on: no loop whatever the rings say.
-	local := fromPeer || ctx.QueryArgs().Has("local")
+	local := fromPeer || ctx.QueryArgs().GetBool("local")
 	switch {
 	case profiling:
 		// Go's profiles (net/http/pprof's endpoints): what the request
@@ -88,9 +88,9 @@ func (r *Router) serveAdmin(ctx *fasthttp.RequestCtx) {
 	case path == "/upstreams":
 		r.serveUpstreams(ctx)
 	case strings.HasPrefix(path, "/teams/"):
-		r.serveTeam(ctx, strings.TrimPrefix(path, "/teams/"), local)
+		r.serveTeam(ctx, strings.TrimPrefix(path, "/teams/"), local, fromPeer)
 	default:
-		r.serveTenant(ctx, strings.TrimPrefix(path, "/tenants/"), local)
+		r.serveTenant(ctx, strings.TrimPrefix(path, "/tenants/"), local, fromPeer)
 	}
 }
 
@@ -117,7 +117,7 @@ func (r *Router) fromOwner(ctx *fasthttp.RequestCtx, owner string) string {
 	case err != nil:
 		return err.Error()
 	case status != fasthttp.StatusOK:
-		return fmt.Sprintf("the owner answered %d", status)
+		return fmt.Sprintf("%s answered %d: %.200s", owner, status, body)
 	}
 	ctx.SetStatusCode(fasthttp.StatusOK)
 	ctx.SetContentType("application/json")
@@ -323,7 +323,7 @@ type teamView struct {
 	Tenants map[string]usageView `json:"tenants"`
 }
 
-func (r *Router) serveTeam(ctx *fasthttp.RequestCtx, name string, local bool) {
+func (r *Router) serveTeam(ctx *fasthttp.RequestCtx, name string, local, fromPeer bool) {
 	st := r.state.Load()
 	e := st.byName[teamEntity(name)]
 	if e == nil || e.kind != kindTeam || strings.Contains(name, "/") {
@@ -333,6 +333,14 @@ func (r *Router) serveTeam(ctx *fasthttp.RequestCtx, name string, local bool) {
 	owner := r.view.Load().owner(e.name)
 	if owner == "" {
 		owner = r.node
+	}
+	if fromPeer && owner != r.node {
+		// Asked as the owner, by a node whose ring says so: this one's
+		// names another (a ring change under way). Its own figures are not
+		// the owner's; the asker answers with its own and says why.
+		fail(ctx, fasthttp.StatusConflict, "invalid_request_error", "not_owner",
+			"By this node's ring, "+owner+" owns "+name+".")
+		return
 	}
 	ownerError := ""
 	if owner != r.node && !local {
@@ -349,7 +357,7 @@ func (r *Router) serveTeam(ctx *fasthttp.RequestCtx, name string, local bool) {
 	writeJSON(ctx, fasthttp.StatusOK, tv)
 }
 
-func (r *Router) serveTenant(ctx *fasthttp.RequestCtx, name string, local bool) {
+func (r *Router) serveTenant(ctx *fasthttp.RequestCtx, name string, local, fromPeer bool) {
 	st := r.state.Load()
 	t := st.byName[name]
 	if t == nil || t.kind != kindTenant {
@@ -359,6 +367,14 @@ func (r *Router) serveTenant(ctx *fasthttp.RequestCtx, name string, local bool) 
 	owner := r.view.Load().owner(t.name)
 	if owner == "" {
 		owner = r.node
+	}
+	if fromPeer && owner != r.node {
+		// Asked as the owner, by a node whose ring says so: this one's
+		// names another (a ring change under way). Its own figures are not
+		// the owner's; the asker answers with its own and says why.
+		fail(ctx, fasthttp.StatusConflict, "invalid_request_error", "not_owner",
+			"By this node's ring, "+owner+" owns "+name+".")
+		return
 	}
 	ownerError := ""
 	if owner != r.node && !local {

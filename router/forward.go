@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"os"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -66,11 +67,21 @@ func (p *peers) get(addr string) *peer {
 	if pc, ok := p.byAddr[addr]; ok {
 		return pc
 	}
-	dialer := &net.Dialer{Timeout: p.connect}
-	patient := &net.Dialer{Timeout: max(10*p.connect, patientConnect)}
 	pc := &peer{}
-	dial := upstream.IdleDialer(p.first, p.idle, func(addr string) (net.Conn, error) {
-		c, err := dialer.Dial("tcp", addr)
+	// timeout is what is left of a request's own timeout (an admin view
+	// asked of the owner has one; a hop has none: 0): it caps both tries.
+	dial := upstream.IdleDialerTimeout(p.first, p.idle, func(addr string, timeout time.Duration) (net.Conn, error) {
+		start := time.Now()
+		try := func(d time.Duration) (net.Conn, error) {
+			if timeout > 0 {
+				d = min(d, timeout-time.Since(start))
+				if d <= 0 {
+					return nil, os.ErrDeadlineExceeded
+				}
+			}
+			return (&net.Dialer{Timeout: d}).Dial("tcp", addr)
+		}
+		c, err := try(p.connect)
 		var ne net.Error
 		if err != nil && errors.As(err, &ne) && ne.Timeout() && pc.timeouts.Load() == 0 {
 			// A slow connect to a peer that answered last time is more
@@ -78,7 +89,7 @@ func (p *peers) get(addr string) *peer {
 			// full limit) than a dead one: falling back now would admit
 			// a share on top. Wait longer once; a second slow connect in
 			// a row marks it down (failed).
-			c, err = patient.Dial("tcp", addr)
+			c, err = try(max(10*p.connect, patientConnect))
 		}
 		if err != nil {
 			return nil, &dialError{err}
@@ -88,7 +99,7 @@ func (p *peers) get(addr string) *peer {
 	pc.hc = &fasthttp.HostClient{
 		Addr:                     addr,
 		Name:                     "ringgate-peer",
-		Dial:                     dial,
+		DialTimeout:              dial,
 		MaxConns:                 4096,
 		MaxConnWaitTimeout:       100 * time.Millisecond,
 		MaxIdleConnDuration:      30 * time.Second,

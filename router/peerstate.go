@@ -1,6 +1,7 @@
 package router
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -111,7 +112,14 @@ func (r *Router) peerDo(v *view, addr, to, method, path string, body []byte, hop
 	if err := r.peers.get(addr).hc.DoTimeout(req, resp, timeout); err != nil {
 		return 0, nil, err
 	}
-	return resp.StatusCode(), append([]byte(nil), resp.Body()...), nil
+	// The answer is streamed (the peers' pool streams every body): read
+	// with BodyWriteTo, which returns a cut body's error, where Body()
+	// would return the error's text as the body.
+	var answer bytes.Buffer
+	if err := resp.BodyWriteTo(&answer); err != nil {
+		return 0, nil, fmt.Errorf("read %s's answer: %w", to, err)
+	}
+	return resp.StatusCode(), answer.Bytes(), nil
 }
 
 // errNoPeer: the node asked for is not in this node's view.

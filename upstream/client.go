@@ -187,6 +187,19 @@ func IdleDialer(first, idle time.Duration, dial fasthttp.DialFunc) fasthttp.Dial
 	}
 }
 
+// IdleDialerTimeout is IdleDialer for a dial that is given what is left of
+// the request's timeout (0: none), which fasthttp passes to a HostClient's
+// DialTimeout and not to its Dial.
+func IdleDialerTimeout(first, idle time.Duration, dial fasthttp.DialFuncWithTimeout) fasthttp.DialFuncWithTimeout {
+	return func(addr string, timeout time.Duration) (net.Conn, error) {
+		conn, err := dial(addr, timeout)
+		if err != nil {
+			return nil, err
+		}
+		return &idleConn{Conn: conn, first: first, idle: idle}, nil
+	}
+}
+
 // idleConn gives every read its own deadline, so a silent upstream fails
 // while a long stream that keeps talking is never cut (fasthttp's ReadTimeout
 // would bound the whole streamed body). The first read after a request was
