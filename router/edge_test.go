@@ -20,6 +20,7 @@ import (
 
 	"github.com/ringgate/ringgate/config"
 	"github.com/ringgate/ringgate/fakeupstream"
+	"github.com/ringgate/ringgate/internal/knownlimit"
 	"github.com/ringgate/ringgate/node"
 )
 
@@ -133,6 +134,32 @@ func check408(t *testing.T, c cut, lo, hi time.Duration) {
 	}
 	if c.after < lo || c.after > hi {
 		t.Errorf("cut after %s, want within [%s, %s]", c.after.Round(time.Millisecond), lo, hi)
+	}
+}
+
+// TestKnownLimitBareLFHeadersWait: a request whose header lines end in a
+// bare LF (RFC 9112 lets a server refuse them) is answered once
+// header_timeout has passed, with a 408, not at once with a 400: fasthttp
+// waits for the CRLF CRLF that ends a header block.
+func TestKnownLimitBareLFHeadersWait(t *testing.T) {
+	knownlimit.Only(t)
+	const headerTimeout = 2 * time.Second
+	e := newEdgeEnv(t, envConfig{tenants: []config.Tenant{tenantCfg("acme", 1000, 1_000_000, 10)}},
+		func(c *config.Config) { c.Node.HeaderTimeout = headerTimeout })
+	body := chatBody(openAIModel, 8, false, false)
+	head := strings.ReplaceAll(rawHead(e.node.Addr(), "/v1/chat/completions", keyOf("acme"), len(body)), "\r\n", "\n")
+	start := time.Now()
+	conn, err := net.DialTimeout("tcp", e.node.Addr(), clientTimeout)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	if _, err := conn.Write(append([]byte(head), body...)); err != nil {
+		t.Fatal(err)
+	}
+	c := awaitCut(conn, start, clientTimeout)
+	if c.err != nil || c.reply.status != http.StatusBadRequest || c.after > headerTimeout/2 {
+		t.Fatalf("bare-LF headers: %s after %s (%v), want a 400 at once", c.reply, c.after.Round(time.Millisecond), c.err)
 	}
 }
 
