@@ -730,7 +730,7 @@ func tenantUsage(t *testing.T, c *clCluster, nd *clNode, tenant string) (v struc
 
 // TestClusterTenantViewFromOwner: GET /tenants/{name} on any node answers
 // with the owner's view (a load balancer picks the node); ?local=1 with the
-// node's own. The owner unreachable: router/TestTenantViewOwnerUnreachable.
+// node's own. The owner unreachable: router/TestTenantViewFromOwner.
 func TestClusterTenantViewFromOwner(t *testing.T) {
 	c := startCluster(t, 3, 3*time.Second, clTenant("acme", 100))
 	o := c.byName(c.owner("acme"))

@@ -56,10 +56,11 @@ type ProviderConfig struct {
 	APIKey           string
 	AnthropicVersion string
 	ConnectTimeout   time.Duration
-	// Timeout is the longest the upstream may take to start answering (a
-	// JSON answer usually arrives whole, so this bounds it); StreamIdle the
-	// longest it may stay silent between two reads after that. Past either
-	// the call fails with ErrTimeout (a 504 for the client).
+	// Timeout is the longest the upstream may take to start answering,
+	// and for an answer read whole (Do with stream false) to give all of
+	// it; StreamIdle the longest a streamed answer may stay silent between
+	// two reads after it started. Past either the call fails with
+	// ErrTimeout (a 504 for the client).
 	Timeout    time.Duration
 	StreamIdle time.Duration
 	// MaxConns bounds each of the two pools (streams, JSON answers);
