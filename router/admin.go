@@ -323,6 +323,31 @@ type teamView struct {
 	Tenants map[string]usageView `json:"tenants"`
 }
 
+// ownerView finds the owner of entity (a tenant or a team, named name to
+// the client) by this node's ring and, unless the view asked for is this
+// node's own (local), answers with the owner's view when another node owns
+// it. answered: ctx holds the answer (the owner's view, or a peer's
+// question refused because this node's ring names another owner: a ring
+// change under way, its figures not the owner's). Otherwise the caller
+// answers with this node's view, ownerError saying why the owner's could
+// not be had ("" when this node owns it or local was asked).
+func (r *Router) ownerView(ctx *fasthttp.RequestCtx, entity, name string, local, fromPeer bool) (owner, ownerError string, answered bool) {
+	owner = r.view.Load().owner(entity)
+	if owner == "" || owner == r.node {
+		return r.node, "", false
+	}
+	if fromPeer {
+		fail(ctx, fasthttp.StatusConflict, "invalid_request_error", "not_owner",
+			"By this node's ring, "+owner+" owns "+name+".")
+		return owner, "", true
+	}
+	if local {
+		return owner, "", false
+	}
+	ownerError = r.fromOwner(ctx, owner)
+	return owner, ownerError, ownerError == ""
+}
+
 func (r *Router) serveTeam(ctx *fasthttp.RequestCtx, name string, local, fromPeer bool) {
 	st := r.state.Load()
 	e := st.byName[teamEntity(name)]
@@ -330,23 +355,9 @@ func (r *Router) serveTeam(ctx *fasthttp.RequestCtx, name string, local, fromPee
 		fail(ctx, fasthttp.StatusNotFound, "invalid_request_error", "unknown_team", "No team named "+name+".")
 		return
 	}
-	owner := r.view.Load().owner(e.name)
-	if owner == "" {
-		owner = r.node
-	}
-	if fromPeer && owner != r.node {
-		// Asked as the owner, by a node whose ring says so: this one's
-		// names another (a ring change under way). Its own figures are not
-		// the owner's; the asker answers with its own and says why.
-		fail(ctx, fasthttp.StatusConflict, "invalid_request_error", "not_owner",
-			"By this node's ring, "+owner+" owns "+name+".")
+	owner, ownerError, answered := r.ownerView(ctx, e.name, name, local, fromPeer)
+	if answered {
 		return
-	}
-	ownerError := ""
-	if owner != r.node && !local {
-		if ownerError = r.fromOwner(ctx, owner); ownerError == "" {
-			return
-		}
 	}
 	now := r.clock()
 	tv := teamView{Name: name, Owner: owner, Node: r.node, OwnerError: ownerError, Window: st.cfg.Limits.Window.String(), Mode: e.mode(),
@@ -364,23 +375,9 @@ func (r *Router) serveTenant(ctx *fasthttp.RequestCtx, name string, local, fromP
 		fail(ctx, fasthttp.StatusNotFound, "invalid_request_error", "unknown_tenant", "No tenant named "+name+".")
 		return
 	}
-	owner := r.view.Load().owner(t.name)
-	if owner == "" {
-		owner = r.node
-	}
-	if fromPeer && owner != r.node {
-		// Asked as the owner, by a node whose ring says so: this one's
-		// names another (a ring change under way). Its own figures are not
-		// the owner's; the asker answers with its own and says why.
-		fail(ctx, fasthttp.StatusConflict, "invalid_request_error", "not_owner",
-			"By this node's ring, "+owner+" owns "+name+".")
+	owner, ownerError, answered := r.ownerView(ctx, t.name, name, local, fromPeer)
+	if answered {
 		return
-	}
-	ownerError := ""
-	if owner != r.node && !local {
-		if ownerError = r.fromOwner(ctx, owner); ownerError == "" {
-			return
-		}
 	}
 	u := t.usage(r.clock())
 	q := viewQueue(t.ownLines()...)

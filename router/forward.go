@@ -68,8 +68,9 @@ func (p *peers) get(addr string) *peer {
 		return pc
 	}
 	pc := &peer{}
-	// timeout is what is left of a request's own timeout (an admin view
-	// asked of the owner has one; a hop has none: 0): it caps both tries.
+	// timeout is the request's own (fasthttp passes a DoTimeout's; an
+	// admin view asked of the owner has one, a hop none: 0): it caps both
+	// tries together.
 	dial := upstream.IdleDialerTimeout(p.first, p.idle, func(addr string, timeout time.Duration) (net.Conn, error) {
 		start := time.Now()
 		try := func(d time.Duration) (net.Conn, error) {

@@ -188,9 +188,9 @@ func IdleDialer(first, idle time.Duration, dial fasthttp.DialFunc) fasthttp.Dial
 	}
 }
 
-// IdleDialerTimeout is IdleDialer for a dial that is given what is left of
-// the request's timeout (0: none), which fasthttp passes to a HostClient's
-// DialTimeout and not to its Dial.
+// IdleDialerTimeout is IdleDialer for a dial that is given the request's
+// timeout (0: none), which fasthttp passes to a HostClient's DialTimeout
+// and not to its Dial.
 func IdleDialerTimeout(first, idle time.Duration, dial fasthttp.DialFuncWithTimeout) fasthttp.DialFuncWithTimeout {
 	return func(addr string, timeout time.Duration) (net.Conn, error) {
 		conn, err := dial(addr, timeout)
