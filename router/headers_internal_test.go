@@ -56,3 +56,30 @@ func TestCopyHeadersKeepsTheMessagesOwn(t *testing.T) {
 		}
 	}
 }
+
+// firstHeaders finds what Peek finds, for every name, whatever the case,
+// repetition or emptiness of the request's headers.
+func TestFirstHeadersAsPeek(t *testing.T) {
+	names := [][]byte{[]byte("Authorization"), []byte("X-Api-Key"), []byte(hopHeader), []byte(sigHeader)}
+	for _, headers := range []string{
+		"",
+		"Authorization: Bearer a\r\n",
+		"authorization: Bearer a\r\nAUTHORIZATION: Bearer b\r\nx-api-key: k\r\n",
+		"Authorization:\r\nAuthorization: Bearer late\r\nX-Api-Key: \r\n",
+		"x-ringgate-hop: n1,1,2\r\nX-RINGGATE-SIGNATURE: s\r\nCookie: a=1\r\nX-Other: o\r\n",
+		"X-Ringgate-Signature: only\r\nUser-Agent: u\r\n",
+	} {
+		raw := "POST /v1/chat/completions HTTP/1.1\r\nHost: gw\r\n" + headers + "Content-Length: 0\r\n\r\n"
+		var req fasthttp.Request
+		if err := req.Read(bufio.NewReader(strings.NewReader(raw))); err != nil {
+			t.Fatal(err)
+		}
+		vals := make([][]byte, len(names))
+		firstHeaders(&req.Header, names, vals)
+		for i, name := range names {
+			if got, want := string(vals[i]), string(req.Header.PeekBytes(name)); got != want {
+				t.Errorf("%q: %s = %q, Peek says %q", headers, name, got, want)
+			}
+		}
+	}
+}

@@ -81,7 +81,9 @@ type call struct {
 // response; the stream then calls r.done itself.
 func (r *Router) serveAPI(ctx *fasthttp.RequestCtx, ep upstream.Endpoint) bool {
 	st := r.state.Load()
-	hop := len(ctx.Request.Header.Peek(hopHeader)) > 0 || len(ctx.Request.Header.Peek(sigHeader)) > 0
+	var hv [2][]byte
+	firstHeaders(&ctx.Request.Header, hopHeaders[:], hv[:])
+	hop := len(hv[0]) > 0 || len(hv[1]) > 0
 	hops := 0
 	if hop {
 		info, err := r.hops.verify(&ctx.Request, r.node)
@@ -585,16 +587,43 @@ type promptEstimate struct {
 // authenticate finds the tenant by the hash of the presented key: no
 // plaintext comparison, so no timing leak of how much of a key matched.
 func (st *state) authenticate(h *fasthttp.RequestHeader) *tenant {
-	key := h.Peek("Authorization")
+	var kv [2][]byte
+	firstHeaders(h, keyHeaders[:], kv[:])
+	key := kv[0]
 	if len(key) > 7 && bytes.EqualFold(key[:7], []byte("Bearer ")) {
 		key = bytes.TrimSpace(key[7:])
 	} else {
-		key = h.Peek("x-api-key")
+		key = kv[1]
 	}
 	if len(key) == 0 {
 		return nil
 	}
 	return st.byKey[sha256.Sum256(key)]
+}
+
+// keyHeaders carry a client's key: a bearer token, else Anthropic's.
+var keyHeaders = [2][]byte{[]byte("Authorization"), []byte("X-Api-Key")}
+
+// hopHeaders mark a request from a peer (hop.go).
+var hopHeaders = [2][]byte{[]byte(hopHeader), []byte(sigHeader)}
+
+// firstHeaders sets vals[i] to h's first value of names[i] (a name as
+// fasthttp writes the names it parses, matched in any case), as Peek
+// would, in one pass over h: every Peek copies and normalizes its name, and
+// these are read on every request. At most 8 names.
+func firstHeaders(h *fasthttp.RequestHeader, names, vals [][]byte) {
+	var seen, all uint8 = 0, 1<<len(names) - 1
+	for k, v := range h.All() {
+		for i, name := range names {
+			if seen&(1<<i) == 0 && len(k) == len(name) && (string(k) == string(name) || bytes.EqualFold(k, name)) {
+				vals[i] = v
+				seen |= 1 << i
+			}
+		}
+		if seen == all {
+			return
+		}
+	}
 }
 
 // forward sends an admitted call upstream and answers the client. It reports

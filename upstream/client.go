@@ -18,14 +18,15 @@ import (
 // Provider is one configured upstream: where it is, how to authenticate to
 // it, and a pooled connection to it.
 type Provider struct {
-	Name             string
-	Kind             Kind
-	apiKey           string
-	bearer           string // "Bearer " + apiKey, made once
-	anthropicVersion string
-	prefix           string // base URL path, without a trailing "/v1" (the request brings its own)
-	scheme           string
-	host             string
+	Name   string
+	Kind   Kind
+	apiKey string
+	// The configured credentials and version as Prepare sets them, made
+	// once.
+	apiKeyBytes, bearerBytes, anthropicVersionBytes []byte
+	prefix                                          string // base URL path, without a trailing "/v1" (the request brings its own)
+	scheme                                          string
+	host                                            string
 	// Two pools: a stream's body is read as it comes (hc); a JSON answer
 	// is read whole by fasthttp (buffered), which saves a copy and a
 	// stream reader per call, ~20 µs at 2 000 requests/s on a 2-core box.
@@ -122,14 +123,15 @@ func NewProvider(c ProviderConfig) (*Provider, error) {
 		return keepalive.Checked(c, check), nil
 	}
 	p := &Provider{
-		Name:             c.Name,
-		Kind:             c.Kind,
-		apiKey:           c.APIKey,
-		bearer:           "Bearer " + c.APIKey,
-		anthropicVersion: c.AnthropicVersion,
-		prefix:           prefix,
-		scheme:           u.Scheme,
-		host:             u.Host,
+		Name:                  c.Name,
+		Kind:                  c.Kind,
+		apiKey:                c.APIKey,
+		apiKeyBytes:           []byte(c.APIKey),
+		bearerBytes:           []byte("Bearer " + c.APIKey),
+		anthropicVersionBytes: []byte(c.AnthropicVersion),
+		prefix:                prefix,
+		scheme:                u.Scheme,
+		host:                  u.Host,
 	}
 	if c.MaxAnswerBytes <= 0 {
 		c.MaxAnswerBytes = DefaultMaxAnswerBytes
@@ -253,6 +255,10 @@ func (c *idleConn) SetDeadline(t time.Time) error {
 
 // Prepare fills req for this provider: method, URL, authentication and the
 // client headers that carry meaning for the provider. body is used as is.
+//
+// Names are set as fasthttp writes them and the client's headers are read
+// in one pass: Set and Peek copy and normalize the name on every call
+// (Prepare took 270 ns, 110 of them for that).
 func (p *Provider) Prepare(req *fasthttp.Request, path []byte, body []byte, client *fasthttp.RequestHeader) {
 	req.Header.SetMethod(fasthttp.MethodPost)
 	var buf [128]byte
@@ -260,33 +266,46 @@ func (p *Provider) Prepare(req *fasthttp.Request, path []byte, body []byte, clie
 	req.Header.SetHost(p.host)
 	req.URI().SetScheme(p.scheme)
 	req.Header.SetContentType("application/json")
-	req.Header.Set("Accept-Encoding", "identity")
-	switch p.Kind {
-	case Anthropic:
-		req.Header.Set("x-api-key", p.apiKey)
-		if v := client.Peek("anthropic-version"); len(v) > 0 {
-			req.Header.SetBytesV("anthropic-version", v)
-		} else {
-			req.Header.Set("anthropic-version", p.anthropicVersion)
-		}
-		if v := client.Peek("anthropic-beta"); len(v) > 0 {
-			req.Header.SetBytesV("anthropic-beta", v)
-		}
-	default:
-		if p.apiKey != "" {
-			req.Header.Set("Authorization", p.bearer)
-		}
-		for _, h := range []string{"OpenAI-Organization", "OpenAI-Project", "OpenAI-Beta"} {
-			if v := client.Peek(h); len(v) > 0 {
-				req.Header.SetBytesV(h, v)
+	req.Header.SetCanonical(hAcceptEncoding, identity)
+	if p.Kind == Anthropic {
+		req.Header.SetCanonical(hAPIKey, p.apiKeyBytes)
+		req.Header.SetCanonical(hAnthropicVersion, p.anthropicVersionBytes)
+	} else if p.apiKey != "" {
+		req.Header.SetCanonical(hAuthorization, p.bearerBytes)
+	}
+	passed := passOpenAI
+	if p.Kind == Anthropic {
+		passed = passAnthropic
+	}
+	var seen [maxPassed]bool
+	for k, v := range client.All() {
+		for i, name := range passed {
+			if !seen[i] && len(k) == len(name) && (string(k) == string(name) || bytes.EqualFold(k, name)) {
+				seen[i] = true // the first, as Peek gives
+				if len(v) > 0 {
+					req.Header.SetCanonical(name, v)
+				}
 			}
 		}
 	}
-	if v := client.Peek("Accept"); len(v) > 0 {
-		req.Header.SetBytesV("Accept", v)
-	}
 	req.SetBodyRaw(body)
 }
+
+// The client headers passed to a provider, by kind, as fasthttp writes
+// their names. A client's anthropic-version replaces the configured one.
+var (
+	passOpenAI    = [][]byte{[]byte("Openai-Organization"), []byte("Openai-Project"), []byte("Openai-Beta"), []byte("Accept")}
+	passAnthropic = [][]byte{hAnthropicVersion, []byte("Anthropic-Beta"), []byte("Accept")}
+
+	hAcceptEncoding   = []byte("Accept-Encoding")
+	identity          = []byte("identity")
+	hAPIKey           = []byte("X-Api-Key")
+	hAuthorization    = []byte("Authorization")
+	hAnthropicVersion = []byte("Anthropic-Version")
+)
+
+// maxPassed is the most client headers passed to a provider of any kind.
+const maxPassed = 4
 
 // Do sends req and reads the response headers. For a stream (the client
 // asked for one) the body is left in resp.BodyStream for the caller to read

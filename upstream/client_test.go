@@ -1,11 +1,13 @@
 package upstream
 
 import (
+	"bufio"
 	"bytes"
 	"errors"
 	"fmt"
 	"io"
 	"net"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -332,4 +334,64 @@ func callWhole(p *Provider, path string) error {
 	defer fasthttp.ReleaseResponse(resp)
 	p.Prepare(req, []byte(path), []byte(`{}`), &fasthttp.RequestHeader{})
 	return p.Do(req, resp, false)
+}
+
+// Prepare passes the client headers that carry meaning for the provider,
+// whatever their case, the first of each when repeated and none that is
+// empty, and nothing else: the provider's credentials replace the
+// client's, and a client's anthropic-version replaces the configured one.
+func TestPreparePassesClientHeaders(t *testing.T) {
+	const client = "POST /v1/chat/completions HTTP/1.1\r\nHost: gw\r\nContent-Type: application/json\r\n" +
+		"authorization: Bearer sk-client\r\nx-api-key: sk-client\r\nopenai-organization: org-1\r\nOPENAI-PROJECT: proj-1\r\n" +
+		"OpenAI-Beta: assistants=v2\r\nOpenAI-Beta: second\r\naccept: text/event-stream\r\nanthropic-beta: tools-1\r\n" +
+		"cookie: a=1\r\nx-custom: c\r\nContent-Length: 2\r\n\r\n{}"
+	for _, tc := range []struct {
+		name    string
+		kind    Kind
+		version string // the client's anthropic-version, "" none
+		want    map[string]string
+	}{{
+		name: "openai",
+		kind: OpenAI,
+		want: map[string]string{"Authorization": "Bearer sk-upstream", "X-Api-Key": "", "Openai-Organization": "org-1",
+			"Openai-Project": "proj-1", "Openai-Beta": "assistants=v2", "Accept": "text/event-stream",
+			"Accept-Encoding": "identity", "Anthropic-Beta": "", "Anthropic-Version": "", "Cookie": "", "X-Custom": ""},
+	}, {
+		name: "anthropic, the configured version",
+		kind: Anthropic,
+		want: map[string]string{"X-Api-Key": "sk-upstream", "Authorization": "", "Anthropic-Version": "2023-06-01",
+			"Anthropic-Beta": "tools-1", "Accept": "text/event-stream", "Openai-Organization": "", "Openai-Beta": "",
+			"Cookie": "", "X-Custom": ""},
+	}, {
+		name:    "anthropic, the client's version",
+		kind:    Anthropic,
+		version: "2024-01-01",
+		want:    map[string]string{"X-Api-Key": "sk-upstream", "Anthropic-Version": "2024-01-01"},
+	}} {
+		t.Run(tc.name, func(t *testing.T) {
+			p, err := NewProvider(ProviderConfig{Name: "up", Kind: tc.kind, BaseURL: "http://127.0.0.1:1/v1",
+				APIKey: "sk-upstream", AnthropicVersion: "2023-06-01"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			raw := client
+			if tc.version != "" {
+				raw = strings.Replace(raw, "cookie:", "ANTHROPIC-VERSION: "+tc.version+"\r\nanthropic-version: later\r\ncookie:", 1)
+			}
+			var in fasthttp.Request
+			if err := in.Read(bufio.NewReader(strings.NewReader(raw))); err != nil {
+				t.Fatal(err)
+			}
+			var out fasthttp.Request
+			p.Prepare(&out, []byte("/v1/chat/completions"), in.Body(), &in.Header)
+			for name, want := range tc.want {
+				if got := string(out.Header.Peek(name)); got != want {
+					t.Errorf("%s: %q, want %q", name, got, want)
+				}
+			}
+			if got := out.Header.PeekAll("Openai-Beta"); tc.kind == OpenAI && len(got) != 1 {
+				t.Errorf("Openai-Beta sent %d times, want once", len(got))
+			}
+		})
+	}
 }
