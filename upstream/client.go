@@ -4,10 +4,12 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/url"
 	"os"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/valyala/fasthttp"
@@ -21,12 +23,14 @@ type Provider struct {
 	Name   string
 	Kind   Kind
 	apiKey string
+	prefix string // base URL path, without a trailing "/v1" (the request brings its own)
+	scheme string
+	host   string
+
 	// The configured credentials and version as Prepare sets them, made
 	// once.
 	apiKeyBytes, bearerBytes, anthropicVersionBytes []byte
-	prefix                                          string // base URL path, without a trailing "/v1" (the request brings its own)
-	scheme                                          string
-	host                                            string
+
 	// Two pools: a stream's body is read as it comes (hc); a JSON answer
 	// is read whole by fasthttp (buffered), which saves a copy and a
 	// stream reader per call, ~20 µs at 2 000 requests/s on a 2-core box.
@@ -40,10 +44,12 @@ type Provider struct {
 // a 2-core VM and 3 % of saturated throughput (BenchmarkProxyParallel,
 // 18.5k against 19.2k requests/s; checking every reuse: 3.6 µs more CPU a
 // call than now, measured later). What that leaves: a provider restarted
-// under load fails, besides the calls in flight on it, the next call on
-// each connection reused within the millisecond (502). The pools are LIFO,
-// so under load that is nearly every connection in use
-// (TestKnownLimitProviderRestartRightAfterAnswer).
+// under load fails, besides the calls in flight on it, the next call on a
+// connection reused within the millisecond (502; the pools are LIFO, so
+// under load nearly every reuse is one:
+// TestKnownLimitProviderRestartRightAfterAnswer). That failure closes the
+// pool's other idle connections (Do), so it is one call, not one a
+// connection.
 const staleCheckIdle = time.Millisecond
 
 // DefaultMaxAnswerBytes bounds a JSON answer read whole.
@@ -320,7 +326,22 @@ func (p *Provider) Do(req *fasthttp.Request, resp *fasthttp.Response, stream boo
 	if err == nil {
 		return nil
 	}
+	if peerClosed(err) {
+		// The provider closed a connection the pool held for alive: it
+		// restarted, or dropped its keep-alive connections. The others
+		// idle in the pool are as likely closed, and a reuse within
+		// staleCheckIdle is not checked: closed now, the calls after
+		// this one dial afresh instead of each failing on one of them.
+		hc.CloseIdleConnections()
+	}
 	return classify(err)
+}
+
+// peerClosed reports a call that failed on a connection its peer had
+// closed (or reset) before the answer's first byte.
+func peerClosed(err error) bool {
+	return errors.Is(err, fasthttp.ErrConnectionClosed) || errors.Is(err, io.EOF) ||
+		errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE)
 }
 
 // classify maps a transport error to ErrTimeout or ErrUnreachable.
