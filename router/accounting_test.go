@@ -6,6 +6,7 @@ package router_test
 // limits (docs/limits.md) and run only with RINGGATE_KNOWN_LIMITS=1.
 
 import (
+	"bytes"
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
@@ -286,35 +287,63 @@ func TestLongAnswerDoesNotLockOutRequestsWithoutMaxTokens(t *testing.T) {
 }
 
 // A streamed answer whose Content-Type is not text/event-stream (a
-// self-hosted server that sets none, or text/plain) is read as JSON: no
-// usage found in it (the usage chunk is there, in SSE), and the fallback
-// counts nothing either (choices.#.message.content of SSE bytes): the call
-// is charged its prompt alone.
-func TestKnownLimitStreamWithoutEventStreamContentType(t *testing.T) {
-	knownlimit.Only(t)
+// self-hosted server that sets none, or text/plain) is known by its first
+// line and settled on its events: the usage chunk the provider reports.
+// Read as JSON, no usage was found in it and the fallback counted nothing
+// either (choices.#.message.content of SSE bytes): the call was charged its
+// prompt alone. The client gets it through the filter, as a stream: the
+// usage chunk the gateway asked for on its behalf is not passed on. A JSON
+// answer under text/plain is still read as JSON.
+func TestStreamWithoutEventStreamContentType(t *testing.T) {
 	const completion = 1500
 	text := fakeupstream.GeneratedText(completion)
-	base := serveBytes(t, func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	sse := func(w http.ResponseWriter) {
 		for i := 0; i < len(text); i += 400 {
 			piece, _ := json.Marshal(text[i:min(i+400, len(text))])
 			fmt.Fprintf(w, "data: {\"id\":\"c\",\"object\":\"chat.completion.chunk\",\"choices\":[{\"index\":0,\"delta\":{\"content\":%s}}]}\n\n", piece)
 		}
 		fmt.Fprintf(w, "data: {\"id\":\"c\",\"object\":\"chat.completion.chunk\",\"choices\":[],\"usage\":{\"prompt_tokens\":30,\"completion_tokens\":%d,\"total_tokens\":%d}}\n\ndata: [DONE]\n\n", completion, completion+30)
-	})
-	e := newEnv(t, envConfig{
-		tenants: []config.Tenant{tenantCfg("ctype", 1000, 1_000_000, 10)},
-		openAI: func(u *config.Upstream) {
-			u.BaseURL, u.Models = base, []string{"gpt-review"}
-		},
-	})
-	r := e.post("/v1/chat/completions", keyOf("ctype"), chatBody("gpt-review", 4000, true, false), nil)
-	if r.status != 200 {
-		t.Fatalf("answer: %s", r)
 	}
-	v := e.waitTenant("ctype", "in_flight 0", func(v tenantView) bool { return v.InFlight.Used == 0 })
-	if v.Tokens.Used < completion {
-		t.Fatalf("provider reported %d completion tokens; tenant charged %d in all", completion, v.Tokens.Used)
+	for _, tc := range []struct {
+		name        string
+		contentType string // "" none
+		json        bool   // the answer is JSON, not a stream
+	}{
+		{name: "text/plain", contentType: "text/plain; charset=utf-8"},
+		{name: "none", contentType: ""},
+		{name: "json under text/plain", contentType: "text/plain", json: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			base := serveBytes(t, func(w http.ResponseWriter, r *http.Request) {
+				w.Header()["Content-Type"] = nil // net/http sniffs one otherwise
+				if tc.contentType != "" {
+					w.Header().Set("Content-Type", tc.contentType)
+				}
+				if tc.json {
+					piece, _ := json.Marshal(text)
+					fmt.Fprintf(w, `{"id":"c","object":"chat.completion","choices":[{"index":0,"message":{"role":"assistant","content":%s}}],"usage":{"prompt_tokens":30,"completion_tokens":%d,"total_tokens":%d}}`, piece, completion, completion+30)
+					return
+				}
+				sse(w)
+			})
+			e := newEnv(t, envConfig{
+				tenants: []config.Tenant{tenantCfg("ctype", 1000, 1_000_000, 10)},
+				openAI: func(u *config.Upstream) {
+					u.BaseURL, u.Models = base, []string{"gpt-review"}
+				},
+			})
+			r := e.post("/v1/chat/completions", keyOf("ctype"), chatBody("gpt-review", 4000, true, false), nil)
+			if r.status != 200 {
+				t.Fatalf("answer: %s", r)
+			}
+			if !tc.json && (bytes.Contains(r.body, []byte(`"usage":{`)) || !bytes.Contains(r.body, []byte("data: [DONE]"))) {
+				t.Errorf("client got the usage chunk it did not ask for, or not the stream's end: %s", r)
+			}
+			v := e.waitTenant("ctype", "in_flight 0", func(v tenantView) bool { return v.InFlight.Used == 0 })
+			if v.Tokens.Used != completion+30 {
+				t.Fatalf("provider reported %d prompt and %d completion tokens; tenant charged %d", 30, completion, v.Tokens.Used)
+			}
+		})
 	}
 }
 

@@ -341,37 +341,32 @@ func (r *Router) clientGone(ctx *fasthttp.RequestCtx, c *call, w *clientWatch, r
 }
 
 // lateUsage reads the usage of the answer to a call whose client is gone,
-// as forward and stream would have: a JSON answer, or an SSE one, read
-// whole (a JSON request), or a JSON answer to a stream request, read now
+// as forward and stream would have: a JSON answer, or an SSE one (by its
+// Content-Type or its first line), read whole (a JSON request), or an
+// answer to a stream request that is not text/event-stream, read now
 // (bounded by maxAnswerBytes). whole is false for a stream left unread:
 // dropping it closes the connection and cuts the generation, whose length
 // is unknown (the reservation stands).
 func (r *Router) lateUsage(c *call, status int, resp *fasthttp.Response) (u upstream.Usage, ok bool, completion int, whole bool) {
 	sse := bytes.HasPrefix(resp.Header.ContentType(), []byte("text/event-stream"))
+	var body []byte
 	if resp.BodyStream() != nil {
 		if sse {
 			return u, false, 0, false
 		}
-		var body fasthttp.Response
-		if err := readAnswer(&body, resp); err != nil {
+		var read fasthttp.Response
+		if err := readAnswer(&read, resp); err != nil {
 			return u, false, 0, false
 		}
-		u, ok, completion = r.answerUsage(c, status, body.Body())
+		body = read.Body()
+	} else {
+		body = resp.Body() // (with a body stream, Body would read it)
+	}
+	if status == fasthttp.StatusOK && (sse || upstream.LooksLikeSSE(body)) {
+		u, ok, completion = r.filterWhole(c, body, func([]byte) error { return nil })
 		return u, ok, completion, true
 	}
-	if !sse || status != fasthttp.StatusOK {
-		u, ok, completion = r.answerUsage(c, status, resp.Body())
-		return u, ok, completion, true
-	}
-	f := upstream.NewStreamFilter(c.prov.Kind, c.req.ClientWantsUsage)
-	if c.req.Endpoint == upstream.Responses {
-		f = upstream.NewResponsesFilter()
-	}
-	drop := func([]byte) error { return nil }
-	if f.Write(resp.Body(), drop) != nil || f.Close(drop) != nil {
-		return u, false, 0, false
-	}
-	u, ok, completion = r.streamUsage(c, f, !f.Partial())
+	u, ok, completion = r.answerUsage(c, status, body)
 	return u, ok, completion, true
 }
 

@@ -55,10 +55,21 @@ const latePrompt, lateCompletion = 20, 3000
 
 func answerSSE(w http.ResponseWriter) {
 	w.Header().Set("Content-Type", "text/event-stream")
+	writeSSE(w)
+}
+
+func writeSSE(w http.ResponseWriter) {
 	fmt.Fprint(w, "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"hi\"}}]}\n\n")
 	fmt.Fprintf(w, "data: {\"choices\":[],\"usage\":{\"prompt_tokens\":%d,\"completion_tokens\":%d,\"total_tokens\":%d}}\n\n",
 		latePrompt, lateCompletion, latePrompt+lateCompletion)
 	fmt.Fprint(w, "data: [DONE]\n\n")
+}
+
+// answerSSEPlain is answerSSE under text/plain, as a server that does not
+// set the SSE content type sends it.
+func answerSSEPlain(w http.ResponseWriter) {
+	w.Header().Set("Content-Type", "text/plain")
+	writeSSE(w)
 }
 
 func answerJSON(w http.ResponseWriter) {
@@ -71,7 +82,9 @@ func answerJSON(w http.ResponseWriter) {
 // one asked for: a JSON request answered with an SSE body (read whole), or
 // a streamed request answered with a JSON body. Its client gone, the call
 // stayed at its reservation: only a JSON answer to a JSON request was
-// settled again. lateUsage reads both as forward and stream would.
+// settled again. lateUsage reads both as forward and stream would. So
+// too a stream under another Content-Type than text/event-stream, which
+// was read as JSON and charged its prompt alone.
 func TestHangupAnswerInOtherFormSettledLate(t *testing.T) {
 	for _, tc := range []struct {
 		name   string
@@ -80,6 +93,7 @@ func TestHangupAnswerInOtherFormSettledLate(t *testing.T) {
 	}{
 		{"JSON request, SSE answer", false, answerSSE},
 		{"stream request, JSON answer", true, answerJSON},
+		{"stream request, SSE answer as text/plain", true, answerSSEPlain},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var arrived atomic.Int32

@@ -697,9 +697,41 @@ func (r *Router) forward(ctx *fasthttp.RequestCtx, c *call) bool {
 		r.upstreamFailed(ctx, c.prov, err)
 		return false
 	}
+	if status == fasthttp.StatusOK && upstream.LooksLikeSSE(ctx.Response.Body()) {
+		// A stream under another Content-Type (a server that sets none,
+		// or text/plain), read whole: settled on its events, and passed
+		// through the filter as a stream is. Read as JSON, it was
+		// charged its prompt alone.
+		var out []byte
+		u, ok, completion := r.filterWhole(c, ctx.Response.Body(), func(ev []byte) error {
+			out = append(out, ev...)
+			return nil
+		})
+		ctx.Response.SetBodyRaw(out)
+		r.finish(c, u, ok, completion)
+		return false
+	}
 	u, ok, completion := r.answerUsage(c, status, ctx.Response.Body())
 	r.finish(c, u, ok, completion)
 	return false
+}
+
+// newFilter is the filter c's stream goes through.
+func newFilter(c *call) *upstream.StreamFilter {
+	if c.req.Endpoint == upstream.Responses {
+		return upstream.NewResponsesFilter()
+	}
+	return upstream.NewStreamFilter(c.prov.Kind, c.req.ClientWantsUsage)
+}
+
+// filterWhole passes an SSE answer read whole through c's filter, emit
+// given each event it lets through, and gives what the call is charged.
+// emit never fails here, nor does the filter.
+func (r *Router) filterWhole(c *call, body []byte, emit func(ev []byte) error) (u upstream.Usage, ok bool, completion int) {
+	f := newFilter(c)
+	_ = f.Write(body, emit)
+	_ = f.Close(emit)
+	return r.streamUsage(c, f, !f.Partial())
 }
 
 // answerUsage reads a JSON answer's usage; without one, a successful
@@ -747,10 +779,7 @@ func (r *Router) stream(ctx *fasthttp.RequestCtx, c *call, resp *fasthttp.Respon
 	setStream(ctx, func(w *bufio.Writer) {
 		defer r.done()
 		defer wd.done()
-		f := upstream.NewStreamFilter(c.prov.Kind, c.req.ClientWantsUsage)
-		if c.req.Endpoint == upstream.Responses {
-			f = upstream.NewResponsesFilter()
-		}
+		f := newFilter(c)
 		bp := streamBufs.Get().(*[]byte)
 		defer streamBufs.Put(bp)
 		// The events of one read from the upstream go out in one flush:

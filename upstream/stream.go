@@ -589,3 +589,22 @@ func (f *StreamFilter) addText(v []byte) {
 	f.text, n = appendString(f.text, v, MaxStreamText)
 	f.textBytes += n
 }
+
+// LooksLikeSSE reports whether an answer is an SSE stream whatever its
+// Content-Type says (some servers set none, or text/plain): past blank
+// space and a byte-order mark, it starts with an SSE field (data, event,
+// id, retry) or comment. A JSON answer starts with { or [.
+func LooksLikeSSE(answer []byte) bool {
+	b := bytes.TrimLeft(bytes.TrimPrefix(answer, utf8BOM), " \t\r\n")
+	for _, field := range sseFields {
+		if bytes.HasPrefix(b, field) {
+			return true
+		}
+	}
+	return false
+}
+
+var (
+	utf8BOM   = []byte("\xef\xbb\xbf")
+	sseFields = [][]byte{[]byte("data:"), []byte("event:"), []byte("id:"), []byte("retry:"), []byte(":")}
+)

@@ -371,3 +371,27 @@ func TestStreamFilterAllocs(t *testing.T) {
 		}
 	}
 }
+
+func TestLooksLikeSSE(t *testing.T) {
+	for _, tc := range []struct {
+		answer string
+		sse    bool
+	}{
+		{"data: {\"a\":1}\n\n", true},
+		{"data:{}\n\n", true},
+		{"\r\n\r\nevent: message_start\ndata: {}\n\n", true},
+		{"\xef\xbb\xbfdata: {}\n\n", true},
+		{": keep-alive\n\n", true},
+		{"id: 1\ndata: x\n\n", true},
+		{"retry: 1000\n\n", true},
+		{`{"choices":[{"message":{"content":"data: x"}}]}`, false},
+		{"  \n[1,2]", false},
+		{"", false},
+		{"Internal Server Error", false},
+		{"database: down", false},
+	} {
+		if got := LooksLikeSSE([]byte(tc.answer)); got != tc.sse {
+			t.Errorf("LooksLikeSSE(%q) = %v, want %v", tc.answer, got, tc.sse)
+		}
+	}
+}
