@@ -19,7 +19,6 @@ import (
 
 	"github.com/ringgate/ringgate/config"
 	"github.com/ringgate/ringgate/fakeupstream"
-	"github.com/ringgate/ringgate/internal/knownlimit"
 	"github.com/ringgate/ringgate/reserve"
 )
 
@@ -225,12 +224,12 @@ func TestNoUsageToolCallJSONCharged(t *testing.T) {
 }
 
 // A Responses stream whose response.completed event is over 1 MiB (it
-// echoes the request's instructions, tools and the whole output) is
-// forwarded raw by the StreamFilter (maxPendingEvent) and its usage never
-// read: the call is settled to the prompt estimate plus the visible text,
-// so the reasoning tokens the usage reports are never charged.
-func TestKnownLimitResponsesLargeCompletedEventUsageMissed(t *testing.T) {
-	knownlimit.Only(t)
+// echoes the request's instructions, tools and the whole output) is held
+// whole and its usage read. It was forwarded raw by the StreamFilter
+// (maxPendingEvent), its usage never read: the call was settled to the
+// prompt estimate plus the visible text, so the reasoning tokens the usage
+// reports were never charged.
+func TestResponsesLargeCompletedEventUsageRead(t *testing.T) {
 	tok, err := reserve.NewTokenizer()
 	if err != nil {
 		t.Fatal(err)

@@ -13,6 +13,12 @@ const (
 	// event. An upstream that never ends its event (not SSE at all, or
 	// broken) has the excess forwarded untouched instead of held in memory.
 	maxPendingEvent = 1 << 20
+	// maxPendingEndEvent is the bound for the event that ends a Responses
+	// stream (response.completed), which carries its usage: it echoes the
+	// request's instructions and tools and the whole output, so it can be
+	// as large as the request the node took (max_body_bytes) and more. As
+	// large as a JSON answer read whole may be.
+	maxPendingEndEvent = DefaultMaxAnswerBytes
 	// A pooled filter keeps buffers up to this size across Reset.
 	keepBuffer = 64 << 10
 )
@@ -35,6 +41,7 @@ type StreamFilter struct {
 	responses  bool // an OpenAI Responses API stream (typed events, usage in response.completed)
 	wantsUsage bool
 	skipping   bool // an oversized event is being forwarded raw
+	large      int  // largeUnknown, largeHeld or largeSkipped: the pending event past maxPendingEvent
 
 	buf  []byte // bytes received and not yet emitted
 	scan int    // where in buf the search for an event end resumes
@@ -126,6 +133,7 @@ func (f *StreamFilter) Write(p []byte, emit func(event []byte) error) error {
 		}
 		ev := f.buf[start:end]
 		start, f.scan = end, end
+		f.large = largeUnknown
 		if f.skipping {
 			f.skipping = false
 			err = emit(ev)
@@ -133,7 +141,7 @@ func (f *StreamFilter) Write(p []byte, emit func(event []byte) error) error {
 			err = f.event(ev, emit)
 		}
 	}
-	if err == nil && len(f.buf)-start > maxPendingEvent {
+	if err == nil && len(f.buf)-start > maxPendingEvent && !f.holding(start) {
 		// Keep the last two bytes: they may begin an event's end.
 		cut := len(f.buf) - 2
 		f.skipping = true
@@ -146,6 +154,27 @@ func (f *StreamFilter) Write(p []byte, emit func(event []byte) error) error {
 	f.scan = max(f.scan-start, 0)
 	return err
 }
+
+// holding reports whether the event pending at buf[start], past
+// maxPendingEvent, is held whole still: the end of a Responses stream (or an
+// event without a type, which may be one), up to maxPendingEndEvent. Decided
+// once an event, as the type is looked for in all the bytes held.
+func (f *StreamFilter) holding(start int) bool {
+	if f.large == largeUnknown {
+		f.large = largeSkipped
+		if typ := eventType(f.buf[start:]); f.responses && (typ == nil || responsesEnd(typ)) {
+			f.large = largeHeld
+		}
+	}
+	return f.large == largeHeld && len(f.buf)-start <= maxPendingEndEvent
+}
+
+// What is done with an event past maxPendingEvent (StreamFilter.large).
+const (
+	largeUnknown = iota // not decided: the event is not that large
+	largeHeld           // held whole, up to maxPendingEndEvent
+	largeSkipped        // forwarded as it comes, unparsed
+)
 
 // Close ends the stream: bytes left after the last complete event (an
 // upstream that did not end its last event with a blank line, or a cut

@@ -395,3 +395,52 @@ func TestLooksLikeSSE(t *testing.T) {
 		}
 	}
 }
+
+// The event that ends a Responses stream is held whole past maxPendingEvent
+// (it echoes the request, so it can be megabytes), for its usage; any
+// other event that large is forwarded as it comes, unparsed. Either way
+// the client gets the bytes as they came.
+func TestStreamFilterLargeResponsesEvent(t *testing.T) {
+	echo := strings.Repeat("instructions echoed ", 3*maxPendingEvent/20) // 3 MiB
+	usage := `"usage":{"input_tokens":750000,"output_tokens":100002,"output_tokens_details":{"reasoning_tokens":100000}}`
+	for _, tc := range []struct {
+		name      string
+		event     string
+		held      bool // emitted whole, and its usage read
+		responses bool
+	}{{
+		name:      "response.completed",
+		event:     "event: response.completed\ndata: {\"type\":\"response.completed\",\"response\":{\"instructions\":\"" + echo + "\"," + usage + "}}\n\n",
+		held:      true,
+		responses: true,
+	}, {
+		name:      "no event line",
+		event:     "data: {\"type\":\"response.incomplete\",\"response\":{\"instructions\":\"" + echo + "\"," + usage + "}}\n\n",
+		held:      true,
+		responses: true,
+	}, {
+		name:      "a delta",
+		event:     "event: response.output_text.delta\ndata: {\"type\":\"response.output_text.delta\",\"delta\":\"" + echo + "\"}\n\n",
+		responses: true,
+	}, {
+		name:  "chat completions",
+		event: "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"" + echo + "\"}}]}\n\n",
+	}} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := NewStreamFilter(OpenAI, true)
+			if tc.responses {
+				f = NewResponsesFilter()
+			}
+			got := run(t, f, tc.event, []int{16 << 10})
+			if joined := strings.Join(got, ""); joined != tc.event {
+				t.Fatalf("forwarded %d bytes, not the event's %d as they came", len(joined), len(tc.event))
+			}
+			if held := len(got) == 1; held != tc.held {
+				t.Errorf("emitted in %d pieces, want held whole %v", len(got), tc.held)
+			}
+			if want := (Usage{Prompt: 750000, Completion: 100002, Reported: true}); tc.held && f.Usage() != want {
+				t.Errorf("usage %+v, want %+v", f.Usage(), want)
+			}
+		})
+	}
+}
