@@ -34,6 +34,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -55,7 +56,21 @@ type checkedConn struct {
 	minIdle time.Duration
 	reused  bool      // a response was read: the next write starts a request
 	readAt  time.Time // the last read that returned bytes, when minIdle > 0
+	suspect *Suspicion
+	seen    uint64 // suspect's count at the last read that returned bytes
 }
+
+// A Suspicion marks the connections of a pool (or of several pools to one
+// peer) to be checked before their next request however recently they were
+// used: Raise it when a call failed on a connection its peer had closed,
+// as a peer that restarts closes them all. A connection found closed then
+// fails its write with ErrStale, and the request goes on another
+// (RetryStale); one found open is kept. Only the connections idle at the
+// Raise are checked for it: one that read an answer since was open then.
+type Suspicion struct{ raised atomic.Uint64 }
+
+// Raise has every connection using s checked before its next request.
+func (s *Suspicion) Raise() { s.raised.Add(1) }
 
 // Options say how a connection is checked.
 type Options struct {
@@ -67,12 +82,15 @@ type Options struct {
 	// (a restart, a per-connection request budget) then fails that
 	// request. 0 checks every reuse.
 	MinIdle time.Duration
+	// Suspicion, if set, has a connection reused within MinIdle checked
+	// too once it is raised.
+	Suspicion *Suspicion
 }
 
 // Checked wraps a client connection so that a request written on it after
 // a response was read is first checked for a peer that closed it.
 func Checked(c net.Conn, o Options) net.Conn {
-	cc := &checkedConn{Conn: c, gone: PeerGone, minIdle: o.MinIdle}
+	cc := &checkedConn{Conn: c, gone: PeerGone, minIdle: o.MinIdle, suspect: o.Suspicion}
 	can := CanPeek
 	if o.TLS {
 		cc.gone, can = PeerClosed, CanSeeClose
@@ -92,14 +110,24 @@ func (c *checkedConn) Read(p []byte) (int, error) {
 		if c.minIdle > 0 {
 			c.readAt = time.Now()
 		}
+		if c.suspect != nil {
+			c.seen = c.suspect.raised.Load()
+		}
 	}
 	return n, err
+}
+
+// due reports whether a request about to be written on the reused
+// connection must first be checked.
+func (c *checkedConn) due() bool {
+	return c.minIdle <= 0 || time.Since(c.readAt) >= c.minIdle ||
+		(c.suspect != nil && c.suspect.raised.Load() != c.seen)
 }
 
 func (c *checkedConn) Write(p []byte) (int, error) {
 	if c.reused {
 		c.reused = false
-		if c.raw != nil && (c.minIdle <= 0 || time.Since(c.readAt) >= c.minIdle) {
+		if c.raw != nil && c.due() {
 			if err := c.gone(c.raw); err != nil {
 				return 0, fmt.Errorf("%w (%v)", ErrStale, err)
 			}

@@ -291,8 +291,10 @@ func TestLongAnswerDoesNotLockOutRequestsWithoutMaxTokens(t *testing.T) {
 // Read as JSON, no usage was found in it and the fallback counted nothing
 // either (choices.#.message.content of SSE bytes): the call was charged its
 // prompt alone. The client gets it through the filter, as a stream: the
-// usage chunk the gateway asked for on its behalf is not passed on. A JSON
-// answer under text/plain is still read as JSON.
+// usage chunk the gateway asked for on its behalf is not passed on; a JSON
+// request's client, on whose behalf the gateway asked for nothing, gets
+// the stream as the provider sent it (a reviewer's). A JSON answer under
+// text/plain is still read as JSON.
 func TestStreamWithoutEventStreamContentType(t *testing.T) {
 	const completion = 1500
 	text := fakeupstream.GeneratedText(completion)
@@ -307,10 +309,12 @@ func TestStreamWithoutEventStreamContentType(t *testing.T) {
 		name        string
 		contentType string // "" none
 		json        bool   // the answer is JSON, not a stream
+		jsonRequest bool   // the client asked for JSON, not a stream
 	}{
 		{name: "text/plain", contentType: "text/plain; charset=utf-8"},
 		{name: "none", contentType: ""},
 		{name: "json under text/plain", contentType: "text/plain", json: true},
+		{name: "json request, stream under text/plain", contentType: "text/plain", jsonRequest: true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			base := serveBytes(t, func(w http.ResponseWriter, r *http.Request) {
@@ -331,12 +335,17 @@ func TestStreamWithoutEventStreamContentType(t *testing.T) {
 					u.BaseURL, u.Models = base, []string{"gpt-review"}
 				},
 			})
-			r := e.post("/v1/chat/completions", keyOf("ctype"), chatBody("gpt-review", 4000, true, false), nil)
+			r := e.post("/v1/chat/completions", keyOf("ctype"), chatBody("gpt-review", 4000, !tc.jsonRequest, false), nil)
 			if r.status != 200 {
 				t.Fatalf("answer: %s", r)
 			}
-			if !tc.json && (bytes.Contains(r.body, []byte(`"usage":{`)) || !bytes.Contains(r.body, []byte("data: [DONE]"))) {
-				t.Errorf("client got the usage chunk it did not ask for, or not the stream's end: %s", r)
+			usageSent := bytes.Contains(r.body, []byte(`"usage":{`))
+			switch {
+			case tc.json:
+			case !bytes.Contains(r.body, []byte("data: [DONE]")):
+				t.Errorf("client did not get the stream's end: %s", r)
+			case usageSent != tc.jsonRequest:
+				t.Errorf("client got the usage chunk %v, want %v (the gateway asked for it on its behalf: %v)", usageSent, tc.jsonRequest, !tc.jsonRequest)
 			}
 			v := e.waitTenant("ctype", "in_flight 0", func(v tenantView) bool { return v.InFlight.Used == 0 })
 			if v.Tokens.Used != completion+30 {

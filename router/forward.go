@@ -420,9 +420,11 @@ func copyHopHeaders(req *fasthttp.Request, client *fasthttp.RequestHeader) {
 	if ct := client.ContentType(); len(ct) > 0 {
 		req.Header.SetContentTypeBytes(ct)
 	}
-	for _, h := range signedHeaders {
-		if v := client.Peek(h); len(v) > 0 {
-			req.Header.SetBytesV(h, v)
+	vals := make([][]byte, len(signedHeaderNames))
+	firstHeaders(client, signedHeaderNames, vals)
+	for i, name := range signedHeaderNames {
+		if len(vals[i]) > 0 {
+			req.Header.SetCanonical(name, vals[i])
 		}
 	}
 }

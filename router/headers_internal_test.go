@@ -6,6 +6,8 @@ import (
 	"testing"
 
 	"github.com/valyala/fasthttp"
+
+	"github.com/ringgate/ringgate/queue"
 )
 
 // An upstream answer's headers reach the client but for those that
@@ -81,5 +83,39 @@ func TestFirstHeadersAsPeek(t *testing.T) {
 				t.Errorf("%q: %s = %q, Peek says %q", headers, name, got, want)
 			}
 		}
+	}
+}
+
+// Fields in a chunked request's trailer are not read: not its key, not a
+// header passed to the provider or a hop, not its queue class (RFC 9110
+// §6.5.1; a request is decided before its body is read). Peek reads them,
+// and firstHeaders, which replaced it, did not, so a key in a trailer was
+// refused on the node's own path and an organization in a trailer was
+// passed on a hop only (a reviewer's): neither is now.
+func TestTrailerFieldsNotRead(t *testing.T) {
+	const raw = "POST /v1/chat/completions HTTP/1.1\r\nHost: gw\r\nTransfer-Encoding: chunked\r\n" +
+		"Trailer: X-Api-Key, Openai-Organization, X-Ringgate-Priority\r\n\r\n2\r\n{}\r\n0\r\n" +
+		"X-Api-Key: sk-trailer\r\nOpenai-Organization: org-t\r\nX-Ringgate-Priority: batch\r\n\r\n"
+	var req fasthttp.Request
+	if err := req.Read(bufio.NewReader(strings.NewReader(raw))); err != nil {
+		t.Fatal(err)
+	}
+	if string(req.Header.Peek("X-Api-Key")) != "sk-trailer" {
+		t.Fatal("the trailer was not parsed: the test shows nothing")
+	}
+	var key [2][]byte
+	firstHeaders(&req.Header, keyHeaders[:], key[:])
+	if key[0] != nil || key[1] != nil {
+		t.Errorf("key read from the trailer: %q", key)
+	}
+	var hop fasthttp.Request
+	copyHopHeaders(&hop, &req.Header)
+	for _, name := range []string{"X-Api-Key", "Openai-Organization", priorityHeader} {
+		if v := hop.Header.Peek(name); len(v) > 0 {
+			t.Errorf("a hop carries the trailer's %s: %q", name, v)
+		}
+	}
+	if c := classOf(&tenant{}, &req.Header); c != queue.Interactive {
+		t.Errorf("class %v from the trailer's priority, want interactive", c)
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"net/textproto"
 	"strconv"
 	"strings"
 	"sync"
@@ -107,6 +108,16 @@ func hopSender(h *fasthttp.RequestHeader) string {
 // project billed. Changed on the way, the hop does not verify.
 var signedHeaders = []string{"Authorization", "x-api-key", priorityHeader,
 	"OpenAI-Organization", "OpenAI-Project", "OpenAI-Beta", "anthropic-version", "anthropic-beta", "Accept"}
+
+// signedHeaderNames are signedHeaders as fasthttp writes them, for
+// copyHopHeaders.
+var signedHeaderNames = func() [][]byte {
+	names := make([][]byte, len(signedHeaders))
+	for i, h := range signedHeaders {
+		names[i] = []byte(textproto.CanonicalMIMEHeaderKey(h))
+	}
+	return names
+}()
 
 // mac signs the method, the path and query, the signed headers (each
 // length-prefixed: no value can pass for another's), the body's hash and

@@ -609,10 +609,13 @@ var hopHeaders = [2][]byte{[]byte(hopHeader), []byte(sigHeader)}
 
 // firstHeaders sets vals[i] to h's first value of names[i] (a name as
 // fasthttp writes the names it parses, matched in any case), as Peek
-// would, in one pass over h: every Peek copies and normalizes its name, and
-// these are read on every request. At most 8 names.
+// would in the header section, in one pass over it: every Peek copies and
+// normalizes its name, and these are read on every request. At most 32
+// names. Fields in a chunked request's trailer are not read (Peek reads
+// them): RFC 9110 §6.5.1 keeps authentication and routing out of
+// trailers, and a request is decided before its body is read.
 func firstHeaders(h *fasthttp.RequestHeader, names, vals [][]byte) {
-	var seen, all uint8 = 0, 1<<len(names) - 1
+	var seen, all uint32 = 0, 1<<len(names) - 1
 	for k, v := range h.All() {
 		for i, name := range names {
 			if seen&(1<<i) == 0 && len(k) == len(name) && (string(k) == string(name) || bytes.EqualFold(k, name)) {
@@ -716,12 +719,14 @@ func (r *Router) forward(ctx *fasthttp.RequestCtx, c *call) bool {
 	return false
 }
 
-// newFilter is the filter c's stream goes through.
+// newFilter is the filter c's stream goes through. It hides the usage
+// only from a client the gateway asked for it on behalf of: a JSON
+// request answered with a stream gets the stream as the provider sent it.
 func newFilter(c *call) *upstream.StreamFilter {
 	if c.req.Endpoint == upstream.Responses {
 		return upstream.NewResponsesFilter()
 	}
-	return upstream.NewStreamFilter(c.prov.Kind, c.req.ClientWantsUsage)
+	return upstream.NewStreamFilter(c.prov.Kind, !c.req.UsageAdded())
 }
 
 // filterWhole passes an SSE answer read whole through c's filter, emit

@@ -3,6 +3,7 @@ package router
 import (
 	"bytes"
 	"errors"
+	"net/textproto"
 	"strconv"
 	"sync"
 	"time"
@@ -33,11 +34,18 @@ const priorityHeader = "x-ringgate-priority"
 // classOf is the request's class: the tenant's, or batch when the request
 // asks for it (never higher than the tenant's).
 func classOf(t *tenant, h *fasthttp.RequestHeader) queue.Class {
-	if t.priority == config.PriorityBatch || bytes.EqualFold(bytes.TrimSpace(h.Peek(priorityHeader)), []byte("batch")) {
+	if t.priority == config.PriorityBatch {
+		return queue.Batch
+	}
+	var v [1][]byte
+	firstHeaders(h, priorityHeaders[:], v[:])
+	if bytes.EqualFold(bytes.TrimSpace(v[0]), []byte("batch")) {
 		return queue.Batch
 	}
 	return queue.Interactive
 }
+
+var priorityHeaders = [1][]byte{[]byte(textproto.CanonicalMIMEHeaderKey(priorityHeader))}
 
 // ownLines are the lines on this node where t's requests wait for its own
 // limits: its owner's, its fallback share's, its spill's.

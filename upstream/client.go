@@ -31,6 +31,10 @@ type Provider struct {
 	// once.
 	apiKeyBytes, bearerBytes, anthropicVersionBytes []byte
 
+	// suspect has both pools' connections checked before their next call
+	// once one failed on a connection the provider had closed (Do).
+	suspect *keepalive.Suspicion
+
 	// Two pools: a stream's body is read as it comes (hc); a JSON answer
 	// is read whole by fasthttp (buffered), which saves a copy and a
 	// stream reader per call, ~20 µs at 2 000 requests/s on a 2-core box.
@@ -47,9 +51,9 @@ type Provider struct {
 // under load fails, besides the calls in flight on it, the next call on a
 // connection reused within the millisecond (502; the pools are LIFO, so
 // under load nearly every reuse is one:
-// TestKnownLimitProviderRestartRightAfterAnswer). That failure closes the
-// pool's other idle connections (Do), so it is one call, not one a
-// connection.
+// TestKnownLimitProviderRestartRightAfterAnswer). That failure has every
+// idle connection of both pools checked before its next call (Do), so it
+// is one call, not one a connection.
 const staleCheckIdle = time.Millisecond
 
 // DefaultMaxAnswerBytes bounds a JSON answer read whole.
@@ -120,7 +124,8 @@ func NewProvider(c ProviderConfig) (*Provider, error) {
 	// (vLLM's uvicorn after 5 s), or restarts, leaves closed ones in the
 	// pool: each is found before a call is written on it, and the call
 	// goes on another (package keepalive).
-	check := keepalive.Options{TLS: u.Scheme == "https", MinIdle: staleCheckIdle}
+	suspect := new(keepalive.Suspicion)
+	check := keepalive.Options{TLS: u.Scheme == "https", MinIdle: staleCheckIdle, Suspicion: suspect}
 	dial := func(addr string) (net.Conn, error) {
 		c, err := dialer.Dial("tcp", addr)
 		if err != nil {
@@ -136,6 +141,7 @@ func NewProvider(c ProviderConfig) (*Provider, error) {
 		bearerBytes:           []byte("Bearer " + c.APIKey),
 		anthropicVersionBytes: []byte(c.AnthropicVersion),
 		prefix:                prefix,
+		suspect:               suspect,
 		scheme:                u.Scheme,
 		host:                  u.Host,
 	}
@@ -328,11 +334,12 @@ func (p *Provider) Do(req *fasthttp.Request, resp *fasthttp.Response, stream boo
 	}
 	if peerClosed(err) {
 		// The provider closed a connection the pool held for alive: it
-		// restarted, or dropped its keep-alive connections. The others
-		// idle in the pool are as likely closed, and a reuse within
-		// staleCheckIdle is not checked: closed now, the calls after
-		// this one dial afresh instead of each failing on one of them.
-		hc.CloseIdleConnections()
+		// restarted (the others idle in both pools are as likely closed,
+		// and a reuse within staleCheckIdle is not checked), or dropped
+		// this one call. Each idle one is checked before its next call:
+		// one found closed sends the call on another, one found open is
+		// kept.
+		p.suspect.Raise()
 	}
 	return classify(err)
 }

@@ -6,6 +6,7 @@ import (
 	"net"
 	"net/http"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -53,10 +54,13 @@ func TestProviderClosedRightAfterAnswer(t *testing.T) {
 	}
 }
 
-// burstProvider answers each call once n calls wait, all at once, so that
-// n connections go back to the pool within microseconds of each other;
-// restart closes every connection it has accepted (its listener stays).
-func burstProvider(t *testing.T, n int) (addr string, restart func()) {
+// burstProvider answers a call to /v1/burst once n of them wait, all at
+// once, so that n connections go back to the pools within microseconds of
+// each other; a call to /v1/drop is dropped, its connection closed
+// unanswered. restart closes every connection it has accepted (its
+// listener stays); closedByGateway counts the connections the gateway
+// closed while idle.
+func burstProvider(t *testing.T, n int) (addr string, restart func(), closedByGateway *atomic.Int32) {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -69,6 +73,7 @@ func burstProvider(t *testing.T, n int) (addr string, restart func()) {
 		waiting int
 		all     = make(chan struct{})
 	)
+	closedByGateway = new(atomic.Int32)
 	serve := func(c net.Conn) {
 		defer c.Close()
 		_ = c.SetDeadline(time.Now().Add(10 * time.Second))
@@ -76,10 +81,16 @@ func burstProvider(t *testing.T, n int) (addr string, restart func()) {
 		for {
 			req, err := http.ReadRequest(br)
 			if err != nil {
+				if err == io.EOF {
+					closedByGateway.Add(1)
+				}
 				return
 			}
 			_, _ = io.Copy(io.Discard, req.Body)
-			if req.URL.Path == "/v1/burst" {
+			switch req.URL.Path {
+			case "/v1/drop":
+				return
+			case "/v1/burst":
 				mu.Lock()
 				if waiting++; waiting == n {
 					close(all)
@@ -111,40 +122,95 @@ func burstProvider(t *testing.T, n int) (addr string, restart func()) {
 			_ = c.Close()
 		}
 		conns = nil
-	}
+	}, closedByGateway
 }
 
-// A provider that restarts closes every keep-alive connection a pool
-// holds. A connection reused within staleCheckIdle of its last answer is
+// A provider that restarts closes every keep-alive connection both pools
+// hold. A connection reused within staleCheckIdle of its last answer is
 // not checked, so the first call after the restart fails (the known limit,
-// TestKnownLimitProviderRestartRightAfterAnswer), but that failure closes
-// the pool's other idle connections: the calls after it dial afresh
-// instead of each failing on a connection of its own (4 of 4 did).
+// TestKnownLimitProviderRestartRightAfterAnswer), but that failure has
+// every idle connection of both pools checked before its next call: the
+// calls after it go on new connections instead of each failing on one of
+// its own (8 of 8 did; closing the failed pool's idle connections instead
+// left one failure a pool, a reviewer's).
 func TestProviderRestartFailsOneCallNotOnePerConnection(t *testing.T) {
 	const n = 4
-	addr, restart := burstProvider(t, n)
+	addr, restart, _ := burstProvider(t, 2*n)
 	p, err := NewProvider(ProviderConfig{Name: "t", Kind: OpenAI, BaseURL: "http://" + addr, Timeout: 2 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
-	var wg sync.WaitGroup
-	for range n {
-		wg.Go(func() {
-			if err := callWhole(p, "/v1/burst"); err != nil {
-				t.Errorf("burst call: %v", err)
-			}
-		})
-	}
-	wg.Wait()
-	restart() // the FINs are in the pool's sockets when it returns (loopback)
+	burst(t, p, n)
+	restart() // the FINs are in the pools' sockets when it returns (loopback)
 	var failed []error
 	for range n {
-		if err := callWhole(p, "/v1/after"); err != nil {
-			failed = append(failed, err)
+		for _, call := range []func(*Provider, string) error{callWhole, callStreamWhole} {
+			if err := call(p, "/v1/after"); err != nil {
+				failed = append(failed, err)
+			}
 		}
 	}
 	if len(failed) > 1 {
-		t.Fatalf("%d of %d calls after a provider restart failed, want at most the first (first: %v)", len(failed), n, failed[0])
+		t.Fatalf("%d of %d calls after a provider restart failed, want at most the first (first: %v)", len(failed), 2*n, failed[0])
 	}
-	t.Logf("%d of %d calls after the restart failed", len(failed), n)
+	t.Logf("%d of %d calls after the restart failed", len(failed), 2*n)
+}
+
+// One call the provider drops (a worker crashed on it, a balancer reset
+// its connection) has the idle connections checked, not closed: the
+// healthy ones are kept (a reviewer's: closing them all cost every one a
+// new dial, and a TLS handshake).
+func TestProviderDroppedCallKeepsHealthyConnections(t *testing.T) {
+	const n = 4
+	addr, _, closedByGateway := burstProvider(t, 2*n)
+	p, err := NewProvider(ProviderConfig{Name: "t", Kind: OpenAI, BaseURL: "http://" + addr, Timeout: 2 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	burst(t, p, n)
+	if err := callWhole(p, "/v1/drop"); err == nil {
+		t.Fatal("the dropped call succeeded")
+	}
+	for range n {
+		if err := callWhole(p, "/v1/after"); err != nil {
+			t.Errorf("call after the dropped one: %v", err)
+		}
+		if err := callStreamWhole(p, "/v1/after"); err != nil {
+			t.Errorf("stream call after the dropped one: %v", err)
+		}
+	}
+	time.Sleep(20 * time.Millisecond) // the provider reads what the gateway closed
+	if got := closedByGateway.Load(); got > 0 {
+		t.Errorf("one dropped call closed %d healthy idle connections", got)
+	}
+}
+
+// burst makes n JSON and n stream calls at once, answered together, so
+// that 2n connections go back to the pools within microseconds.
+func burst(t *testing.T, p *Provider, n int) {
+	t.Helper()
+	var wg sync.WaitGroup
+	for range n {
+		for _, call := range []func(*Provider, string) error{callWhole, callStreamWhole} {
+			wg.Go(func() {
+				if err := call(p, "/v1/burst"); err != nil {
+					t.Errorf("burst call: %v", err)
+				}
+			})
+		}
+	}
+	wg.Wait()
+}
+
+// callStreamWhole makes a call on the stream pool and reads its answer.
+func callStreamWhole(p *Provider, path string) error {
+	req, resp := fasthttp.AcquireRequest(), fasthttp.AcquireResponse()
+	defer fasthttp.ReleaseRequest(req)
+	defer fasthttp.ReleaseResponse(resp)
+	p.Prepare(req, []byte(path), []byte(`{}`), &fasthttp.RequestHeader{})
+	if err := p.Do(req, resp, true); err != nil {
+		return err
+	}
+	_, err := io.Copy(io.Discard, resp.BodyStream())
+	return err
 }

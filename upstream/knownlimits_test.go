@@ -129,8 +129,8 @@ func restartRound(t *testing.T, fifo bool) error {
 // at (the control); but FIFO kept every connection a burst opened in use,
 // and without spare ones it reused them within the millisecond too.
 // Checking every reuse costs 3.6 µs of CPU a call on this project's 2-core
-// VM (docs/limits.md). The failure closes the pool's other idle
-// connections, so it is the only one
+// VM (docs/limits.md). The failure has the other idle connections checked
+// before their next call, so it is the only one
 // (TestProviderRestartFailsOneCallNotOnePerConnection).
 func TestKnownLimitProviderRestartRightAfterAnswer(t *testing.T) {
 	knownlimit.Only(t)

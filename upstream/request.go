@@ -599,6 +599,13 @@ func isMedia(typ string) bool {
 	return false
 }
 
+// UsageAdded reports whether PrepareBody turns stream_options.include_usage
+// on for r: a streamed OpenAI chat or completions request whose client did
+// not. Only then does the StreamFilter hide the usage from the client.
+func (r Request) UsageAdded() bool {
+	return r.Stream && !r.ClientWantsUsage && (r.Endpoint == Chat || r.Endpoint == Completions)
+}
+
 // includeUsageField is what PrepareBody appends to a body without
 // stream_options.
 const includeUsageField = `,"stream_options":{"include_usage":true}`
@@ -610,7 +617,7 @@ const includeUsageField = `,"stream_options":{"include_usage":true}`
 // the StreamFilter hides that usage again from a client that did not ask for
 // it. Any other body is returned as is, not copied.
 func PrepareBody(r Request, body []byte) ([]byte, error) {
-	if !r.Stream || r.ClientWantsUsage || (r.Endpoint != Chat && r.Endpoint != Completions) {
+	if !r.UsageAdded() {
 		return body, nil
 	}
 	if !r.streamOptions {

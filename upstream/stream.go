@@ -27,7 +27,8 @@ const (
 // splits the raw bytes into events, forwards them, and records the usage and
 // the completion text on the way.
 //
-// Events are forwarded byte for byte, with one exception: for OpenAI, when
+// Events are forwarded byte for byte (but for a byte-order mark the stream
+// may begin with), with one exception: for OpenAI, when
 // the gateway turned stream_options.include_usage on for a client that did
 // not ask for it (clientWantsUsage false), the filter removes what that
 // option added, so the client sees exactly what the provider would have
@@ -145,6 +146,7 @@ func (f *StreamFilter) Write(p []byte, emit func(event []byte) error) error {
 		// Keep the last two bytes: they may begin an event's end.
 		cut := len(f.buf) - 2
 		f.skipping = true
+		f.large = largeSkipped // cut: the rest of it is not held either
 		err = emit(f.buf[start:cut])
 		start = cut
 		f.scan = max(f.scan, start)
@@ -156,17 +158,42 @@ func (f *StreamFilter) Write(p []byte, emit func(event []byte) error) error {
 }
 
 // holding reports whether the event pending at buf[start], past
-// maxPendingEvent, is held whole still: the end of a Responses stream (or an
-// event without a type, which may be one), up to maxPendingEndEvent. Decided
-// once an event, as the type is looked for in all the bytes held.
+// maxPendingEvent, is held whole still: the end of a Responses stream, by
+// its event line or else the type its data begins with, up to
+// maxPendingEndEvent. Decided once an event, as the type is looked for in
+// all the bytes held.
 func (f *StreamFilter) holding(start int) bool {
 	if f.large == largeUnknown {
 		f.large = largeSkipped
-		if typ := eventType(f.buf[start:]); f.responses && (typ == nil || responsesEnd(typ)) {
+		ev := f.buf[start:]
+		typ := eventType(ev)
+		if typ == nil {
+			typ = leadingType(ev)
+		}
+		if f.responses && responsesEnd(typ) {
 			f.large = largeHeld
 		}
 	}
 	return f.large == largeHeld && len(f.buf)-start <= maxPendingEndEvent
+}
+
+// leadingType is the "type" of an event's data when it is among the first
+// members of the object there (a Responses event's comes first), or nil.
+func leadingType(ev []byte) []byte {
+	i := bytes.Index(ev, []byte("data:"))
+	if i < 0 || (i > 0 && ev[i-1] != '\n') {
+		return nil
+	}
+	p := ev[i+len("data:"):]
+	p = p[:min(len(p), 4<<10)] // the members that fit in it
+	it, ok := iterValue(p)
+	for ok && it.obj {
+		var k, v []byte
+		if k, v, ok = it.next(); ok && string(k) == "type" && isString(v) {
+			return v[1 : len(v)-1]
+		}
+	}
+	return nil
 }
 
 // What is done with an event past maxPendingEvent (StreamFilter.large).
@@ -264,8 +291,11 @@ func (f *StreamFilter) dataLines(ev []byte) (payload []byte, ps, pe int) {
 	return f.join, -1, -1
 }
 
-// event handles one complete event.
+// event handles one complete event. A byte-order mark before it (the
+// stream's first, SSE lets a stream begin with one) is dropped: SSE clients
+// ignore it, and the event's fields are read past it.
 func (f *StreamFilter) event(ev []byte, emit func([]byte) error) error {
+	ev = bytes.TrimPrefix(ev, utf8BOM)
 	switch {
 	case f.responses:
 		f.responsesEvent(ev)

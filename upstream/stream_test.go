@@ -444,3 +444,58 @@ func TestStreamFilterLargeResponsesEvent(t *testing.T) {
 		})
 	}
 }
+
+// An event that never ends is held no longer than its kind allows, and
+// once cut (passed on as it comes) the rest of it is not held again: a
+// Responses end event up to maxPendingEndEvent, anything else up to
+// maxPendingEvent (a reviewer's: a cut end event was held again in 64 MiB
+// batches, and any event without an event line was held).
+func TestStreamFilterNeverEndingEvent(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		head     string
+		mostHeld int
+	}{
+		{"untyped, not an end", `data: {"type":"response.in_progress","x":"`, 2 * maxPendingEvent},
+		{"an end event", "event: response.completed\ndata: {\"type\":\"response.completed\",\"x\":\"", maxPendingEndEvent + 2*maxPendingEvent},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := NewResponsesFilter()
+			chunk := []byte(strings.Repeat("x", 16<<10))
+			in, out := 0, 0
+			emit := func(ev []byte) error { out += len(ev); return nil }
+			write := func(b []byte) {
+				if err := f.Write(b, emit); err != nil {
+					t.Fatal(err)
+				}
+				in += len(b)
+			}
+			write([]byte(tc.head))
+			mostHeld, heldAfterCut := 0, 0
+			for in < maxPendingEndEvent+8*maxPendingEvent {
+				write(chunk)
+				mostHeld = max(mostHeld, in-out)
+				if f.skipping {
+					heldAfterCut = max(heldAfterCut, in-out)
+				}
+			}
+			if mostHeld > tc.mostHeld || heldAfterCut > 2*maxPendingEvent {
+				t.Errorf("held at most %d MiB (want ≤ %d), %d MiB once cut", mostHeld>>20, tc.mostHeld>>20, heldAfterCut>>20)
+			}
+		})
+	}
+}
+
+// A stream may begin with a byte-order mark: the first event is read past
+// it (its usage and text were not), and it is not passed on.
+func TestStreamFilterByteOrderMark(t *testing.T) {
+	const event = "data: {\"id\":\"c\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\"hello there\"}}],\"usage\":{\"prompt_tokens\":5,\"completion_tokens\":3,\"total_tokens\":8}}\n\ndata: [DONE]\n\n"
+	f := NewStreamFilter(OpenAI, true)
+	got := strings.Join(run(t, f, "\xef\xbb\xbf"+event, []int{1, 2, 4096}), "")
+	if got != event {
+		t.Errorf("passed on %q, want %q", got, event)
+	}
+	if f.Usage() != (Usage{Prompt: 5, Completion: 3, Reported: true}) || string(f.Text()) != "hello there" {
+		t.Errorf("usage %+v, text %q: the first event, after the mark, was not read", f.Usage(), f.Text())
+	}
+}
