@@ -135,12 +135,7 @@ func burstProvider(t *testing.T, n int) (addr string, restart func(), closedByGa
 // left one failure a pool, a reviewer's).
 func TestProviderRestartFailsOneCallNotOnePerConnection(t *testing.T) {
 	const n = 4
-	addr, restart, _ := burstProvider(t, 2*n)
-	p, err := NewProvider(ProviderConfig{Name: "t", Kind: OpenAI, BaseURL: "http://" + addr, Timeout: 2 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	burst(t, p, n)
+	p, restart, _ := afterBurst(t, n)
 	restart() // the FINs are in the pools' sockets when it returns (loopback)
 	var failed []error
 	for range n {
@@ -162,12 +157,7 @@ func TestProviderRestartFailsOneCallNotOnePerConnection(t *testing.T) {
 // new dial, and a TLS handshake).
 func TestProviderDroppedCallKeepsHealthyConnections(t *testing.T) {
 	const n = 4
-	addr, _, closedByGateway := burstProvider(t, 2*n)
-	p, err := NewProvider(ProviderConfig{Name: "t", Kind: OpenAI, BaseURL: "http://" + addr, Timeout: 2 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	burst(t, p, n)
+	p, _, closedByGateway := afterBurst(t, n)
 	if err := callWhole(p, "/v1/drop"); err == nil {
 		t.Fatal("the dropped call succeeded")
 	}
@@ -185,10 +175,16 @@ func TestProviderDroppedCallKeepsHealthyConnections(t *testing.T) {
 	}
 }
 
-// burst makes n JSON and n stream calls at once, answered together, so
-// that 2n connections go back to the pools within microseconds.
-func burst(t *testing.T, p *Provider, n int) {
+// afterBurst is a provider whose pools hold 2n idle connections, released
+// within microseconds of each other by n JSON and n stream calls answered
+// together; restart and closedByGateway are burstProvider's.
+func afterBurst(t *testing.T, n int) (p *Provider, restart func(), closedByGateway *atomic.Int32) {
 	t.Helper()
+	addr, restart, closedByGateway := burstProvider(t, 2*n)
+	p, err := NewProvider(ProviderConfig{Name: "t", Kind: OpenAI, BaseURL: "http://" + addr, Timeout: 2 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
 	var wg sync.WaitGroup
 	for range n {
 		for _, call := range []func(*Provider, string) error{callWhole, callStreamWhole} {
@@ -200,6 +196,7 @@ func burst(t *testing.T, p *Provider, n int) {
 		}
 	}
 	wg.Wait()
+	return p, restart, closedByGateway
 }
 
 // callStreamWhole makes a call on the stream pool and reads its answer.
