@@ -57,7 +57,8 @@ type checkedConn struct {
 	reused  bool      // a response was read: the next write starts a request
 	readAt  time.Time // the last read that returned bytes, when minIdle > 0
 	suspect *Suspicion
-	seen    uint64 // suspect's count at the last read that returned bytes
+	seen    uint64 // suspect's count when the last request was written
+	written bool   // a request was written on it
 }
 
 // A Suspicion marks the connections of a pool (or of several pools to one
@@ -65,8 +66,10 @@ type checkedConn struct {
 // used: Raise it when a call failed on a connection its peer had closed,
 // as a peer that restarts closes them all. A connection found closed then
 // fails its write with ErrStale, and the request goes on another
-// (RetryStale); one found open is kept. Only the connections idle at the
-// Raise are checked for it: one that read an answer since was open then.
+// (RetryStale); one found open is kept. A connection is checked for it
+// once, before the first request written on it after the Raise: one whose
+// request was written before may have had its answer and the peer's close
+// queued together, whenever the answer is read.
 type Suspicion struct{ raised atomic.Uint64 }
 
 // Raise has every connection using s checked before its next request.
@@ -110,9 +113,6 @@ func (c *checkedConn) Read(p []byte) (int, error) {
 		if c.minIdle > 0 {
 			c.readAt = time.Now()
 		}
-		if c.suspect != nil {
-			c.seen = c.suspect.raised.Load()
-		}
 	}
 	return n, err
 }
@@ -125,12 +125,15 @@ func (c *checkedConn) due() bool {
 }
 
 func (c *checkedConn) Write(p []byte) (int, error) {
-	if c.reused {
-		c.reused = false
-		if c.raw != nil && c.due() {
+	if c.reused || !c.written { // a request starts
+		if c.reused && c.raw != nil && c.due() {
 			if err := c.gone(c.raw); err != nil {
 				return 0, fmt.Errorf("%w (%v)", ErrStale, err)
 			}
+		}
+		c.reused, c.written = false, true
+		if c.suspect != nil {
+			c.seen = c.suspect.raised.Load()
 		}
 	}
 	return c.Conn.Write(p)

@@ -130,3 +130,53 @@ func TestCheckedSkipsBusyConnection(t *testing.T) {
 		t.Fatal("a connection idle under MinIdle was checked")
 	}
 }
+
+// A raised Suspicion has a connection whose request was written before the
+// Raise checked before its next one, whenever its answer is read: the
+// answer and the peer's close may have been queued together before the
+// Raise and read after it (a reviewer's: the count taken at the read let
+// that connection go unchecked).
+func TestSuspicionChecksConnectionsWrittenBeforeRaise(t *testing.T) {
+	for _, raiseBeforeRead := range []bool{false, true} {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		go func() {
+			s, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			buf := make([]byte, 64)
+			_, _ = s.Read(buf)
+			_, _ = s.Write([]byte("answer"))
+			_ = s.Close() // the provider restarts right after its answer
+		}()
+		raw, err := net.Dial("tcp", ln.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		s := new(Suspicion)
+		conn := Checked(raw, Options{MinIdle: time.Hour, Suspicion: s})
+		if _, err := conn.Write([]byte("first")); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(50 * time.Millisecond) // answer and FIN queued, unread
+		if raiseBeforeRead {
+			s.Raise() // another connection's call failed meanwhile
+		}
+		if _, err := io.ReadFull(conn, make([]byte, 6)); err != nil {
+			t.Fatal(err)
+		}
+		if !raiseBeforeRead {
+			s.Raise()
+		}
+		_, err = conn.Write([]byte("second"))
+		t.Logf("raise before the read %v: second write err = %v (stale: %v)", raiseBeforeRead, err, errors.Is(err, ErrStale))
+		if !errors.Is(err, ErrStale) {
+			t.Errorf("raise before the read %v: a connection the peer closed before the Raise was written on unchecked", raiseBeforeRead)
+		}
+		conn.Close()
+		ln.Close()
+	}
+}

@@ -2,8 +2,10 @@ package router
 
 import (
 	"bufio"
+	"bytes"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/valyala/fasthttp"
 
@@ -117,5 +119,58 @@ func TestTrailerFieldsNotRead(t *testing.T) {
 	}
 	if c := classOf(&tenant{}, &req.Header); c != queue.Interactive {
 		t.Errorf("class %v from the trailer's priority, want interactive", c)
+	}
+}
+
+// A hop made from a client request whose signed headers repeat, differ in
+// case, are empty or come in a trailer verifies on the owner, over the
+// wire, and the owner reads the values the edge read (a reviewer's).
+func TestHopVerifiesOddHeaders(t *testing.T) {
+	now := time.Now()
+	secret := []byte("0123456789abcdef0123456789abcdef")
+	for _, headers := range []string{
+		"authorization: Bearer a\r\nAUTHORIZATION: Bearer b\r\nx-API-key: k\r\nX-Api-Key: k2\r\n",
+		"Authorization:\r\nAuthorization: Bearer late\r\nOpenAI-Organization: org1\r\nopenai-organization: org2\r\n",
+		"Authorization: Bearer a\r\nX-RINGGATE-PRIORITY: batch\r\nx-ringgate-priority: interactive\r\nACCEPT: text/event-stream\r\naccept: */*\r\nAnthropic-Version: 1\r\nANTHROPIC-BETA: b1\r\nOpenAI-Beta: x\r\nOpenai-Project: p\r\n",
+		"Authorization: Bearer a\r\nTrailer: X-Api-Key, Openai-Project\r\nTransfer-Encoding: chunked\r\n",
+		"Trailer: Openai-Organization\r\nOpenai-Organization: upfront\r\nAuthorization: Bearer a\r\n",
+	} {
+		raw := "POST /v1/chat/completions?x=1 HTTP/1.1\r\nHost: gw\r\n" + headers
+		if strings.Contains(headers, "chunked") {
+			raw += "\r\n2\r\n{}\r\n0\r\nX-Api-Key: sk-t\r\nOpenai-Project: pt\r\n\r\n"
+		} else {
+			raw += "Content-Length: 2\r\n\r\n{}"
+		}
+		var client fasthttp.Request
+		if err := client.Read(bufio.NewReader(strings.NewReader(raw))); err != nil {
+			t.Fatal(err)
+		}
+		edge := newSigner(secret, 5*time.Second, func() time.Time { return now })
+		owner := newSigner(secret, 5*time.Second, func() time.Time { return now })
+		req := fasthttp.AcquireRequest()
+		copyHopHeaders(req, &client.Header)
+		req.Header.SetHost("owner:1")
+		req.SetBodyRaw(client.Body())
+		edge.sign(req, "a", "b", 7, 1)
+		var wire bytes.Buffer
+		if _, err := req.WriteTo(&wire); err != nil {
+			t.Fatal(err)
+		}
+		var got fasthttp.Request
+		if err := got.Read(bufio.NewReader(&wire)); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := owner.verify(&got, "b"); err != nil {
+			t.Errorf("%q: %v\n%s", headers, err, got.Header.String())
+		}
+		ev := make([][]byte, len(signedHeaderNames))
+		firstHeaders(&client.Header, signedHeaderNames, ev)
+		ov := make([][]byte, len(signedHeaderNames))
+		firstHeaders(&got.Header, signedHeaderNames, ov)
+		for i, name := range signedHeaderNames {
+			if !bytes.Equal(ev[i], ov[i]) {
+				t.Errorf("%q: %s edge %q owner %q", headers, name, ev[i], ov[i])
+			}
+		}
 	}
 }

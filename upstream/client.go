@@ -52,8 +52,9 @@ type Provider struct {
 // connection reused within the millisecond (502; the pools are LIFO, so
 // under load nearly every reuse is one:
 // TestKnownLimitProviderRestartRightAfterAnswer). That failure has every
-// idle connection of both pools checked before its next call (Do), so it
-// is one call, not one a connection.
+// connection of both pools checked before its next call (Do), so the
+// calls written after it go on new connections: those written before it
+// fail, not one on every connection.
 const staleCheckIdle = time.Millisecond
 
 // DefaultMaxAnswerBytes bounds a JSON answer read whole.

@@ -2,9 +2,11 @@ package upstream
 
 import (
 	"bufio"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -210,4 +212,119 @@ func callStreamWhole(p *Provider, path string) error {
 	}
 	_, err := io.Copy(io.Discard, resp.BodyStream())
 	return err
+}
+
+// A call dropped while another connection's answer and the provider's
+// close wait unread (the provider restarted right after that answer): the
+// answer read after the Raise, its connection is still checked before its
+// next call, which goes on a new connection (a reviewer's: it was taken
+// for checked by that read, and the next call failed, 10 times in 10).
+func TestProviderAnswerReadAfterRaiseStillChecked(t *testing.T) {
+	lastAnswer := strings.Repeat("x", 64<<10)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func(c net.Conn) {
+				defer c.Close()
+				br := bufio.NewReader(c)
+				for {
+					req, err := http.ReadRequest(br)
+					if err != nil {
+						return
+					}
+					_, _ = io.Copy(io.Discard, req.Body)
+					switch req.URL.Path {
+					case "/v1/drop":
+						return
+					case "/v1/last": // longer than a read: most of it is read after the Raise
+						_, _ = fmt.Fprintf(c, "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nContent-Length: %d\r\n\r\n%s", len(lastAnswer), lastAnswer)
+						return // restarted right after this answer
+					}
+					_, _ = io.WriteString(c, restartAnswer)
+				}
+			}(c)
+		}
+	}()
+	p, err := NewProvider(ProviderConfig{Name: "t", Kind: OpenAI, BaseURL: "http://" + ln.Addr().String(), Timeout: 2 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 3 {
+		req, resp := fasthttp.AcquireRequest(), fasthttp.AcquireResponse()
+		p.Prepare(req, []byte("/v1/last"), []byte(`{}`), &fasthttp.RequestHeader{})
+		if err := p.Do(req, resp, true); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(20 * time.Millisecond) // the answer's body and the close queued
+		if err := callWhole(p, "/v1/drop"); err == nil {
+			t.Fatal("the dropped call succeeded")
+		}
+		if _, err := io.Copy(io.Discard, resp.BodyStream()); err != nil {
+			t.Fatal(err)
+		}
+		fasthttp.ReleaseResponse(resp) // its connection back to the pool
+		fasthttp.ReleaseRequest(req)
+		if err := callStreamWhole(p, "/v1/after"); err != nil {
+			t.Fatalf("the call after: %v", err)
+		}
+	}
+}
+
+// A Suspicion raised again and again while calls go through both pools
+// (run with -race): no call fails for it, whatever the interleaving of
+// Raise with the connections' reads and writes (a reviewer's).
+func TestProviderSuspicionRaisedUnderLoad(t *testing.T) {
+	addr, _, _ := burstProvider(t, 1<<30)
+	p, err := NewProvider(ProviderConfig{Name: "t", Kind: OpenAI, BaseURL: "http://" + addr, Timeout: 2 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+				p.suspect.Raise()
+				time.Sleep(50 * time.Microsecond)
+			}
+		}
+	}()
+	errs := make(chan error, 8*100*2)
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Go(func() {
+			for range 100 {
+				if err := callWhole(p, "/v1/x"); err != nil {
+					errs <- err
+				}
+				if err := callStreamWhole(p, "/v1/x"); err != nil {
+					errs <- err
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(stop)
+	<-done
+	close(errs)
+	n := 0
+	for err := range errs {
+		if n == 0 {
+			t.Errorf("call failed: %v", err)
+		}
+		n++
+	}
+	t.Logf("%d failures of %d", n, 8*100*2)
 }

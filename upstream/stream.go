@@ -28,7 +28,7 @@ const (
 // the completion text on the way.
 //
 // Events are forwarded byte for byte (but for a byte-order mark the stream
-// may begin with), with one exception: for OpenAI, when
+// begins with), with one exception: for OpenAI, when
 // the gateway turned stream_options.include_usage on for a client that did
 // not ask for it (clientWantsUsage false), the filter removes what that
 // option added, so the client sees exactly what the provider would have
@@ -42,6 +42,7 @@ type StreamFilter struct {
 	responses  bool // an OpenAI Responses API stream (typed events, usage in response.completed)
 	wantsUsage bool
 	skipping   bool // an oversized event is being forwarded raw
+	began      bool // the stream's first bytes were looked at for a byte-order mark
 	large      int  // largeUnknown, largeHeld or largeSkipped: the pending event past maxPendingEvent
 
 	buf  []byte // bytes received and not yet emitted
@@ -125,6 +126,12 @@ func (f *StreamFilter) TextBytes() int { return f.textBytes }
 // is emitted in this call.
 func (f *StreamFilter) Write(p []byte, emit func(event []byte) error) error {
 	f.buf = append(f.buf, p...)
+	if !f.began {
+		if len(f.buf) < len(utf8BOM) && bytes.HasPrefix(utf8BOM, f.buf) {
+			return nil // what came so far may begin a byte-order mark
+		}
+		f.begin()
+	}
 	start := 0
 	var err error
 	for err == nil {
@@ -155,6 +162,16 @@ func (f *StreamFilter) Write(p []byte, emit func(event []byte) error) error {
 	f.buf = f.buf[:n]
 	f.scan = max(f.scan-start, 0)
 	return err
+}
+
+// begin drops a byte-order mark the stream begins with (SSE lets a stream
+// begin with one, and its clients ignore it), so that the first event's
+// fields are read: anywhere else it is a field name's first character.
+func (f *StreamFilter) begin() {
+	f.began = true
+	if bytes.HasPrefix(f.buf, utf8BOM) {
+		f.buf = f.buf[:copy(f.buf, f.buf[len(utf8BOM):])]
+	}
 }
 
 // holding reports whether the event pending at buf[start], past
@@ -208,6 +225,9 @@ const (
 // stream) are handled as one last event and emitted as they are unless they
 // make a complete event the filter rewrites.
 func (f *StreamFilter) Close(emit func(event []byte) error) error {
+	if !f.began {
+		f.begin()
+	}
 	if len(f.buf) == 0 {
 		return nil
 	}
@@ -291,11 +311,8 @@ func (f *StreamFilter) dataLines(ev []byte) (payload []byte, ps, pe int) {
 	return f.join, -1, -1
 }
 
-// event handles one complete event. A byte-order mark before it (the
-// stream's first, SSE lets a stream begin with one) is dropped: SSE clients
-// ignore it, and the event's fields are read past it.
+// event handles one complete event.
 func (f *StreamFilter) event(ev []byte, emit func([]byte) error) error {
-	ev = bytes.TrimPrefix(ev, utf8BOM)
 	switch {
 	case f.responses:
 		f.responsesEvent(ev)

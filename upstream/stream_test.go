@@ -487,7 +487,8 @@ func TestStreamFilterNeverEndingEvent(t *testing.T) {
 }
 
 // A stream may begin with a byte-order mark: the first event is read past
-// it (its usage and text were not), and it is not passed on.
+// it (its usage and text were not), and it is not passed on; the split
+// of the mark over writes changes nothing.
 func TestStreamFilterByteOrderMark(t *testing.T) {
 	const event = "data: {\"id\":\"c\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\"hello there\"}}],\"usage\":{\"prompt_tokens\":5,\"completion_tokens\":3,\"total_tokens\":8}}\n\ndata: [DONE]\n\n"
 	f := NewStreamFilter(OpenAI, true)
@@ -497,5 +498,75 @@ func TestStreamFilterByteOrderMark(t *testing.T) {
 	}
 	if f.Usage() != (Usage{Prompt: 5, Completion: 3, Reported: true}) || string(f.Text()) != "hello there" {
 		t.Errorf("usage %+v, text %q: the first event, after the mark, was not read", f.Usage(), f.Text())
+	}
+	// Anywhere else the mark is a field name's first character, which the
+	// client ignores: passed on as it came (a reviewer's).
+	const later = "data: {\"a\":1}\n\n\xef\xbb\xbfdata: {\"b\":2}\n\n"
+	if got := strings.Join(run(t, NewStreamFilter(OpenAI, true), later, []int{4096}), ""); got != later {
+		t.Errorf("a mark before a later event: passed on %q, want %q", got, later)
+	}
+}
+
+// Random Responses streams (a leading byte-order mark, small events, events
+// past 1 MiB with and without an end type, CRLF or LF, no final blank
+// line), written in random pieces: the client gets the bytes sent, less a
+// leading mark, and an end event's usage is read (a reviewer's; it found
+// a first event past 1 MiB unread after a mark).
+func TestStreamFilterRandomResponsesStreams(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	big := strings.Repeat("y", 1<<20+100)
+	rounds := 100
+	if testing.Short() {
+		rounds = 20
+	}
+	for round := range rounds {
+		var in strings.Builder
+		nl := "\n"
+		if rng.IntN(2) == 0 {
+			nl = "\r\n"
+		}
+		bom := rng.IntN(3) == 0
+		if bom {
+			in.WriteString("\xef\xbb\xbf")
+		}
+		wantUsage := false
+		for i := range 1 + rng.IntN(6) {
+			switch rng.IntN(5) {
+			case 0:
+				fmt.Fprintf(&in, "event: response.output_text.delta%sdata: {\"type\":\"response.output_text.delta\",\"delta\":\"hi %d\"}%s%s", nl, i, nl, nl)
+			case 1:
+				fmt.Fprintf(&in, "event: response.output_item.done%sdata: {\"type\":\"response.output_item.done\",\"item\":\"%s\"}%s%s", nl, big, nl, nl)
+			case 2:
+				fmt.Fprintf(&in, "data: {\"type\":\"response.completed\",\"response\":{\"instructions\":\"%s\",\"usage\":{\"input_tokens\":7,\"output_tokens\":9,\"total_tokens\":16}}}%s%s", big, nl, nl)
+				wantUsage = true
+			case 3:
+				fmt.Fprintf(&in, ": comment %d%s%s", i, nl, nl)
+			case 4:
+				fmt.Fprintf(&in, "event: response.completed%sdata: {\"type\":\"response.completed\",\"response\":{\"usage\":{\"input_tokens\":7,\"output_tokens\":9,\"total_tokens\":16},\"x\":\"%s\"}}%s%s", nl, big[:rng.IntN(len(big))], nl, nl)
+				wantUsage = true
+			}
+		}
+		src := in.String()
+		if rng.IntN(4) == 0 {
+			src = strings.TrimSuffix(src, nl) // no final blank line
+		}
+		f := NewResponsesFilter()
+		var out []byte
+		emit := func(ev []byte) error { out = append(out, ev...); return nil }
+		for rest := src; len(rest) > 0; {
+			n := min(len(rest), 1+rng.IntN(40<<10))
+			if err := f.Write([]byte(rest[:n]), emit); err != nil {
+				t.Fatal(err)
+			}
+			rest = rest[n:]
+		}
+		_ = f.Close(emit)
+		want := strings.TrimPrefix(src, "\xef\xbb\xbf")
+		if string(out) != want {
+			t.Fatalf("round %d: %d bytes out, %d sent (bom %v)", round, len(out), len(want), bom)
+		}
+		if wantUsage && !f.Usage().Reported {
+			t.Errorf("round %d: usage not read (bom %v, starts %q)", round, bom, src[:min(len(src), 60)])
+		}
 	}
 }
