@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/http"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -322,6 +323,57 @@ func rawProvider(t *testing.T, answer func(c net.Conn, req []byte)) string {
 				}
 				answer(c, buf[:n])
 			}()
+		}
+	}()
+	return ln.Addr().String()
+}
+
+// keepAliveProvider listens on loopback until t ends and serves each
+// connection's requests in turn (bodies read): serve writes what it will
+// for one and says whether the connection goes on. accepted, if set, is
+// told of each connection; gone, if set, of each one its client closed
+// between requests.
+type keepAliveProvider struct {
+	accepted func(net.Conn)
+	gone     func()
+	serve    func(c net.Conn, req *http.Request) (more bool)
+}
+
+func (kp keepAliveProvider) start(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = ln.Close() })
+	conn := func(c net.Conn) {
+		defer c.Close()
+		_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+		br := bufio.NewReader(c)
+		for {
+			req, err := http.ReadRequest(br)
+			if err != nil {
+				if err == io.EOF && kp.gone != nil {
+					kp.gone()
+				}
+				return
+			}
+			_, _ = io.Copy(io.Discard, req.Body)
+			if !kp.serve(c, req) {
+				return
+			}
+		}
+	}
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			if kp.accepted != nil {
+				kp.accepted(c)
+			}
+			go conn(c)
 		}
 	}()
 	return ln.Addr().String()

@@ -1,7 +1,6 @@
 package upstream
 
 import (
-	"bufio"
 	"fmt"
 	"io"
 	"net"
@@ -64,11 +63,6 @@ func TestProviderClosedRightAfterAnswer(t *testing.T) {
 // closed while idle.
 func burstProvider(t *testing.T, n int) (addr string, restart func(), closedByGateway *atomic.Int32) {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = ln.Close() })
 	var (
 		mu      sync.Mutex
 		conns   []net.Conn
@@ -76,22 +70,17 @@ func burstProvider(t *testing.T, n int) (addr string, restart func(), closedByGa
 		all     = make(chan struct{})
 	)
 	closedByGateway = new(atomic.Int32)
-	serve := func(c net.Conn) {
-		defer c.Close()
-		_ = c.SetDeadline(time.Now().Add(10 * time.Second))
-		br := bufio.NewReader(c)
-		for {
-			req, err := http.ReadRequest(br)
-			if err != nil {
-				if err == io.EOF {
-					closedByGateway.Add(1)
-				}
-				return
-			}
-			_, _ = io.Copy(io.Discard, req.Body)
+	addr = keepAliveProvider{
+		accepted: func(c net.Conn) {
+			mu.Lock()
+			defer mu.Unlock()
+			conns = append(conns, c)
+		},
+		gone: func() { closedByGateway.Add(1) },
+		serve: func(c net.Conn, req *http.Request) bool {
 			switch req.URL.Path {
 			case "/v1/drop":
-				return
+				return false
 			case "/v1/burst":
 				mu.Lock()
 				if waiting++; waiting == n {
@@ -100,24 +89,11 @@ func burstProvider(t *testing.T, n int) (addr string, restart func(), closedByGa
 				mu.Unlock()
 				<-all
 			}
-			if _, err := io.WriteString(c, restartAnswer); err != nil {
-				return
-			}
-		}
-	}
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			mu.Lock()
-			conns = append(conns, c)
-			mu.Unlock()
-			go serve(c)
-		}
-	}()
-	return ln.Addr().String(), func() {
+			_, err := io.WriteString(c, restartAnswer)
+			return err == nil
+		},
+	}.start(t)
+	return addr, func() {
 		mu.Lock()
 		defer mu.Unlock()
 		for _, c := range conns {
@@ -221,39 +197,18 @@ func callStreamWhole(p *Provider, path string) error {
 // for checked by that read, and the next call failed, 10 times in 10).
 func TestProviderAnswerReadAfterRaiseStillChecked(t *testing.T) {
 	lastAnswer := strings.Repeat("x", 64<<10)
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = ln.Close() })
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			go func(c net.Conn) {
-				defer c.Close()
-				br := bufio.NewReader(c)
-				for {
-					req, err := http.ReadRequest(br)
-					if err != nil {
-						return
-					}
-					_, _ = io.Copy(io.Discard, req.Body)
-					switch req.URL.Path {
-					case "/v1/drop":
-						return
-					case "/v1/last": // longer than a read: most of it is read after the Raise
-						_, _ = fmt.Fprintf(c, "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nContent-Length: %d\r\n\r\n%s", len(lastAnswer), lastAnswer)
-						return // restarted right after this answer
-					}
-					_, _ = io.WriteString(c, restartAnswer)
-				}
-			}(c)
+	addr := keepAliveProvider{serve: func(c net.Conn, req *http.Request) bool {
+		switch req.URL.Path {
+		case "/v1/drop":
+			return false
+		case "/v1/last": // longer than a read: most of it is read after the Raise
+			_, _ = fmt.Fprintf(c, "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nContent-Length: %d\r\n\r\n%s", len(lastAnswer), lastAnswer)
+			return false // restarted right after this answer
 		}
-	}()
-	p, err := NewProvider(ProviderConfig{Name: "t", Kind: OpenAI, BaseURL: "http://" + ln.Addr().String(), Timeout: 2 * time.Second})
+		_, err := io.WriteString(c, restartAnswer)
+		return err == nil
+	}}.start(t)
+	p, err := NewProvider(ProviderConfig{Name: "t", Kind: OpenAI, BaseURL: "http://" + addr, Timeout: 2 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}

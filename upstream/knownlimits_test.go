@@ -4,7 +4,6 @@ package upstream
 // and run only with RINGGATE_KNOWN_LIMITS=1.
 
 import (
-	"bufio"
 	"fmt"
 	"io"
 	"net"
@@ -28,11 +27,6 @@ const restartAnswer = "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nCont
 // restarted provider accepts and answers new connections normally.
 func restartingProvider(t *testing.T) string {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = ln.Close() })
 	var (
 		mu            sync.Mutex
 		old           []net.Conn
@@ -40,16 +34,15 @@ func restartingProvider(t *testing.T) string {
 		firstAnswered = make(chan struct{})
 		secondArrived = make(chan struct{})
 	)
-	serve := func(c net.Conn) {
-		defer c.Close()
-		_ = c.SetDeadline(time.Now().Add(10 * time.Second))
-		br := bufio.NewReader(c)
-		for {
-			req, err := http.ReadRequest(br)
-			if err != nil {
-				return
+	return keepAliveProvider{
+		accepted: func(c net.Conn) {
+			mu.Lock()
+			defer mu.Unlock()
+			if !restarted {
+				old = append(old, c)
 			}
-			_, _ = io.Copy(io.Discard, req.Body)
+		},
+		serve: func(c net.Conn, req *http.Request) bool {
 			switch req.URL.Path {
 			case "/v1/first":
 				select {
@@ -58,6 +51,7 @@ func restartingProvider(t *testing.T) string {
 				}
 				_, _ = io.WriteString(c, restartAnswer)
 				close(firstAnswered)
+				return true
 			case "/v1/second":
 				close(secondArrived)
 				<-firstAnswered
@@ -69,29 +63,12 @@ func restartingProvider(t *testing.T) string {
 					_ = x.Close()
 				}
 				mu.Unlock()
-				return
-			default:
-				if _, err := io.WriteString(c, restartAnswer); err != nil {
-					return
-				}
+				return false
 			}
-		}
-	}
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			mu.Lock()
-			if !restarted {
-				old = append(old, c)
-			}
-			mu.Unlock()
-			go serve(c)
-		}
-	}()
-	return ln.Addr().String()
+			_, err := io.WriteString(c, restartAnswer)
+			return err == nil
+		},
+	}.start(t)
 }
 
 // restartRound: two calls open A and B (B answered last, 5 ms after
