@@ -420,7 +420,8 @@ func copyHopHeaders(req *fasthttp.Request, client *fasthttp.RequestHeader) {
 	if ct := client.ContentType(); len(ct) > 0 {
 		req.Header.SetContentTypeBytes(ct)
 	}
-	vals := make([][]byte, len(signedHeaderNames))
+	var buf [16][]byte // on the stack: a hop is a request's path
+	vals := buf[:len(signedHeaderNames)]
 	firstHeaders(client, signedHeaderNames, vals)
 	for i, name := range signedHeaderNames {
 		if len(vals[i]) > 0 {

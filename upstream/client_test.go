@@ -152,21 +152,22 @@ func TestProviderIdleCloseNotAnError(t *testing.T) {
 // stream_idle_timeout each).
 func TestProviderTimeoutBoundsWholeAnswer(t *testing.T) {
 	const bodyLen, gap = 20, 40 * time.Millisecond // 0.8 s for the body
-	addr := rawProvider(t, func(c net.Conn, req []byte) {
+	addr := keepAliveProvider{serve: func(c net.Conn, _ *http.Request, body []byte) bool {
 		kind := "application/json"
-		if bytes.Contains(req, []byte(`"stream":true`)) {
+		if bytes.Contains(body, []byte(`"stream":true`)) {
 			kind = "text/event-stream"
 		}
 		if _, err := fmt.Fprintf(c, "HTTP/1.1 200 OK\r\nContent-Type: %s\r\nContent-Length: %d\r\n\r\n", kind, bodyLen); err != nil {
-			return
+			return false
 		}
 		for range bodyLen {
 			time.Sleep(gap)
 			if _, err := c.Write([]byte(" ")); err != nil {
-				return
+				return false
 			}
 		}
-	})
+		return false
+	}}.start(t)
 	p, err := NewProvider(ProviderConfig{Name: "t", Kind: OpenAI, BaseURL: "http://" + addr,
 		Timeout: 300 * time.Millisecond, StreamIdle: time.Second})
 	if err != nil {
@@ -298,45 +299,15 @@ func TestIsHopHeader(t *testing.T) {
 	}
 }
 
-// rawProvider listens on loopback until t ends and hands each connection's
-// first request, as read, to answer, which writes what it will; the
-// connection is closed after it.
-func rawProvider(t *testing.T, answer func(c net.Conn, req []byte)) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = ln.Close() })
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			go func() {
-				defer c.Close()
-				buf := make([]byte, 4096)
-				n, err := c.Read(buf)
-				if err != nil {
-					return
-				}
-				answer(c, buf[:n])
-			}()
-		}
-	}()
-	return ln.Addr().String()
-}
-
 // keepAliveProvider listens on loopback until t ends and serves each
-// connection's requests in turn (bodies read): serve writes what it will
-// for one and says whether the connection goes on. accepted, if set, is
+// connection's requests in turn: serve writes what it will for one (its
+// body read) and says whether the connection goes on. accepted, if set, is
 // told of each connection; gone, if set, of each one its client closed
 // between requests.
 type keepAliveProvider struct {
 	accepted func(net.Conn)
 	gone     func()
-	serve    func(c net.Conn, req *http.Request) (more bool)
+	serve    func(c net.Conn, req *http.Request, body []byte) (more bool)
 }
 
 func (kp keepAliveProvider) start(t *testing.T) string {
@@ -358,8 +329,8 @@ func (kp keepAliveProvider) start(t *testing.T) string {
 				}
 				return
 			}
-			_, _ = io.Copy(io.Discard, req.Body)
-			if !kp.serve(c, req) {
+			body, _ := io.ReadAll(req.Body)
+			if !kp.serve(c, req, body) {
 				return
 			}
 		}

@@ -77,7 +77,7 @@ func burstProvider(t *testing.T, n int) (addr string, restart func(), closedByGa
 			conns = append(conns, c)
 		},
 		gone: func() { closedByGateway.Add(1) },
-		serve: func(c net.Conn, req *http.Request) bool {
+		serve: func(c net.Conn, req *http.Request, _ []byte) bool {
 			switch req.URL.Path {
 			case "/v1/drop":
 				return false
@@ -197,7 +197,7 @@ func callStreamWhole(p *Provider, path string) error {
 // for checked by that read, and the next call failed, 10 times in 10).
 func TestProviderAnswerReadAfterRaiseStillChecked(t *testing.T) {
 	lastAnswer := strings.Repeat("x", 64<<10)
-	addr := keepAliveProvider{serve: func(c net.Conn, req *http.Request) bool {
+	addr := keepAliveProvider{serve: func(c net.Conn, req *http.Request, _ []byte) bool {
 		switch req.URL.Path {
 		case "/v1/drop":
 			return false

@@ -42,7 +42,7 @@ func restartingProvider(t *testing.T) string {
 				old = append(old, c)
 			}
 		},
-		serve: func(c net.Conn, req *http.Request) bool {
+		serve: func(c net.Conn, req *http.Request, _ []byte) bool {
 			switch req.URL.Path {
 			case "/v1/first":
 				select {
@@ -143,14 +143,15 @@ func TestKnownLimitProviderRestartRightAfterAnswer(t *testing.T) {
 // JSON pool keeps the first read's deadline, so is right.
 func TestKnownLimitInterimAnswerThenHeaders(t *testing.T) {
 	knownlimit.Only(t)
-	addr := rawProvider(t, func(c net.Conn, _ []byte) {
+	addr := keepAliveProvider{serve: func(c net.Conn, _ *http.Request, _ []byte) bool {
 		if _, err := io.WriteString(c, "HTTP/1.1 100 Continue\r\n\r\n"); err != nil {
-			return
+			return false
 		}
 		time.Sleep(600 * time.Millisecond)
 		body := "data: {}\n\ndata: [DONE]\n\n"
 		_, _ = fmt.Fprintf(c, "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nContent-Length: %d\r\n\r\n%s", len(body), body)
-	})
+		return false
+	}}.start(t)
 	p, err := NewProvider(ProviderConfig{Name: "t", Kind: OpenAI, BaseURL: "http://" + addr,
 		Timeout: 2 * time.Second, StreamIdle: 200 * time.Millisecond})
 	if err != nil {
