@@ -95,3 +95,30 @@ func BenchmarkPrepare(b *testing.B) {
 		p.Prepare(&req, path, body, &client)
 	}
 }
+
+// BenchmarkUsageFromJSON reads the usage of an answer with the usage last,
+// as providers send it: a short one, and one with the logprobs of 500
+// tokens (76 KB); and, in usage_first, of one that must be walked.
+func BenchmarkUsageFromJSON(b *testing.B) {
+	const choices = `"choices":[{"index":0,"message":{"role":"assistant","content":"Hello from the fake provider, this is a reply of some words."},"finish_reason":"stop"}]`
+	const usage = `"usage":{"prompt_tokens":14,"completion_tokens":16,"total_tokens":30}`
+	const logprob = `{"token":" word","logprob":-0.0123,"bytes":[32,119,111,114,100],"top_logprobs":[{"token":" word","logprob":-0.0123,"bytes":[32,119,111,114,100]},{"token":" term","logprob":-4.5,"bytes":[32,116,101,114,109]}]}`
+	logprobs := `"choices":[{"index":0,"message":{"role":"assistant","content":"` + strings.Repeat(" word", 500) + `"},"logprobs":{"content":[` +
+		strings.TrimSuffix(strings.Repeat(logprob+",", 500), ",") + `]},"finish_reason":"stop"}]`
+	for _, tc := range []struct{ name, body string }{
+		{"usage_last", `{"id":"chatcmpl-1","object":"chat.completion","created":1764000000,"model":"gpt-4o-mini",` + choices + `,` + usage + `}`},
+		{"usage_last_logprobs", `{"id":"chatcmpl-1","object":"chat.completion","created":1764000000,"model":"gpt-4o-mini",` + logprobs + `,` + usage + `}`},
+		{"usage_first", `{"id":"chatcmpl-1",` + usage + `,"object":"chat.completion","created":1764000000,"model":"gpt-4o-mini",` + choices + `}`},
+	} {
+		b.Run(tc.name, func(b *testing.B) {
+			body := []byte(tc.body)
+			b.SetBytes(int64(len(body)))
+			b.ReportAllocs()
+			for b.Loop() {
+				if u := UsageFromJSON(OpenAI, body); u.Prompt != 14 {
+					b.Fatalf("usage %+v", u)
+				}
+			}
+		})
+	}
+}

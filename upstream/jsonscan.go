@@ -12,6 +12,8 @@ import (
 // of bounds. It does not validate; callers only use it on bytes produced by a
 // provider, to find a handful of fields.
 
+func isSpace(c byte) bool { return c == ' ' || c == '\t' || c == '\n' || c == '\r' }
+
 func skipWS(s []byte, i int) int {
 	for i < len(s) {
 		switch s[i] {

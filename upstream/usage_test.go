@@ -1,6 +1,13 @@
 package upstream
 
-import "testing"
+import (
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"strconv"
+	"strings"
+	"testing"
+)
 
 func TestUsageFromJSON(t *testing.T) {
 	tests := []struct {
@@ -24,6 +31,10 @@ func TestUsageFromJSON(t *testing.T) {
 		{"not json", OpenAI, `<html>`, Usage{}},
 		{"openai responses", OpenAI, `{"id":"resp_1","object":"response","status":"completed","output":[{"type":"message","content":[{"type":"output_text","text":"Hi"}]}],"usage":{"input_tokens":36,"input_tokens_details":{"cached_tokens":0},"output_tokens":87,"output_tokens_details":{"reasoning_tokens":0},"total_tokens":123}}`,
 			Usage{36, 87, true}},
+		{"openai responses usage then user and metadata", OpenAI, `{"id":"resp_1","object":"response","output":[{"type":"message","content":[{"type":"output_text","text":"Hi"}]}],"usage":{"input_tokens":36,"output_tokens":87,"total_tokens":123},"user":null,"metadata":{"usage":"x"}}`,
+			Usage{36, 87, true}},
+		{"openai usage twice, the last read", OpenAI, `{"usage":{"prompt_tokens":1},"x":[],"usage":{"prompt_tokens":2}}`, Usage{2, 0, true}},
+		{"openai nested usage last", OpenAI, `{"usage":{"prompt_tokens":3},"x":{"usage":{"prompt_tokens":4}}}`, Usage{3, 0, true}},
 		{"anthropic", Anthropic, `{"id":"msg_1","type":"message","role":"assistant","content":[{"type":"text","text":"Hi"}],"model":"claude","stop_reason":"end_turn","usage":{"input_tokens":25,"cache_creation_input_tokens":100,"cache_read_input_tokens":50,"output_tokens":12}}`,
 			Usage{175, 12, true}},
 		{"anthropic null caches", Anthropic, `{"usage":{"input_tokens":25,"cache_creation_input_tokens":null,"output_tokens":12}}`, Usage{25, 12, true}},
@@ -84,5 +95,85 @@ func TestCompletionText(t *testing.T) {
 		if got != tc.want {
 			t.Errorf("%v: %q, want %q", tc.ep, got, tc.want)
 		}
+	}
+}
+
+// TestUsageFromJSONAgreesWithDecoder checks the usage read without a walk
+// (lastMember) against encoding/json on random answers: usage first, last,
+// twice, nested, inside strings, spaced. The decoder keeps a key's last
+// value, as UsageFromJSON does.
+func TestUsageFromJSONAgreesWithDecoder(t *testing.T) {
+	rng := rand.New(rand.NewPCG(11, 12))
+	ws := func(b []byte) []byte {
+		for range rng.IntN(3) {
+			b = append(b, " \t\n\r"[rng.IntN(4)])
+		}
+		return b
+	}
+	usage := func(b []byte) []byte {
+		return fmt.Appendf(b, `{"prompt_tokens":%d,"completion_tokens":%d}`, rng.IntN(1000), rng.IntN(1000))
+	}
+	decoys := []string{`x"usage":{"prompt_tokens":7}}`, `\"usage\":`, `"usage"`, `}`, `\\`}
+	var value func(b []byte, depth int) []byte
+	object := func(b []byte, depth int, top bool) []byte {
+		b = append(ws(b), '{')
+		n := rng.IntN(5)
+		for m := range n {
+			if m > 0 {
+				b = append(ws(b), ',')
+			}
+			key := []string{"id", "choices", "usage", "model", "usage", `x"usage`}[rng.IntN(6)]
+			b = append(ws(b), strconv.Quote(key)...)
+			b = append(ws(b), ':')
+			b = ws(b)
+			if strings.HasSuffix(key, "usage") && (top || rng.IntN(2) == 0) && rng.IntN(5) > 0 {
+				b = usage(b)
+			} else {
+				b = value(b, depth+1)
+			}
+		}
+		return append(ws(b), '}')
+	}
+	value = func(b []byte, depth int) []byte {
+		switch k := rng.IntN(6); {
+		case depth < 3 && k == 0:
+			return object(b, depth, false)
+		case depth < 3 && k == 1:
+			b = append(b, '[')
+			for e := range rng.IntN(3) {
+				if e > 0 {
+					b = append(b, ',')
+				}
+				b = value(ws(b), depth+1)
+			}
+			return append(b, ']')
+		case k == 2:
+			s, _ := json.Marshal(decoys[rng.IntN(len(decoys))])
+			return append(b, s...)
+		case k == 3:
+			return append(b, "null"...)
+		default:
+			return strconv.AppendInt(b, int64(rng.IntN(100)), 10)
+		}
+	}
+	for range 20000 {
+		body := ws(object(nil, 0, true))
+		var top map[string]json.RawMessage
+		if err := json.Unmarshal(body, &top); err != nil {
+			t.Fatalf("generated invalid JSON %q: %v", body, err)
+		}
+		var want Usage
+		if v, ok := top["usage"]; ok {
+			want, _ = openAIUsage(v)
+		}
+		if got := UsageFromJSON(OpenAI, body); got != want {
+			t.Fatalf("%s\ngot %+v, want %+v", body, got, want)
+		}
+		// Cut or garbled (a provider's answer is not validated): no
+		// panic, no read out of bounds.
+		UsageFromJSON(OpenAI, body[:rng.IntN(len(body))])
+		UsageFromJSON(Anthropic, body[rng.IntN(len(body)):])
+		body[rng.IntN(len(body))] = `{}[]",:\ x`[rng.IntN(10)]
+		UsageFromJSON(OpenAI, body)
 	}
 }
