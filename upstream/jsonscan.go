@@ -332,31 +332,3 @@ func appendLimited(dst, p []byte, limit int) []byte {
 	}
 	return append(dst, p...)
 }
-
-// tooDeep reports whether JSON b nests arrays and objects deeper than max.
-// It runs before any recursive parser sees a client's body: gjson recurses
-// once per level, and a few megabytes of "[" would cost hundreds of
-// megabytes of stack.
-func tooDeep(b []byte, max int) bool {
-	depth := 0
-	for i := 0; i < len(b); i++ {
-		switch b[i] {
-		case '"':
-			for i++; i < len(b); i++ {
-				if b[i] == '\\' {
-					i++
-				} else if b[i] == '"' {
-					break
-				}
-			}
-		case '{', '[':
-			depth++
-			if depth > max {
-				return true
-			}
-		case '}', ']':
-			depth--
-		}
-	}
-	return false
-}

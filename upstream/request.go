@@ -144,13 +144,13 @@ func ParseRequest(ep Endpoint, body []byte) (Request, error) {
 	if !ep.valid() {
 		return Request{}, fmt.Errorf("upstream: ParseRequest: invalid endpoint %d", uint8(ep))
 	}
-	if tooDeep(body, maxJSONDepth) {
+	switch checkJSON(body) {
+	case jsonTooDeep:
 		return Request{}, badRequest("invalid_json", "", "JSON body nests too deeply")
-	}
-	if !gjson.ValidBytes(body) {
+	case jsonMalformed:
 		return Request{}, badRequest("invalid_json", "", "malformed JSON body")
 	}
-	// JSON text is UTF-8 (RFC 8259 §8.1), but gjson does not check the
+	// JSON text is UTF-8 (RFC 8259 §8.1), but checkJSON does not check the
 	// bytes inside strings: a provider would refuse the body, or worse,
 	// decode it otherwise than the tokenizer counts it. One pass, with an
 	// ASCII fast path; the offset is only looked for on failure.
