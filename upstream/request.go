@@ -6,7 +6,6 @@ import (
 	"strconv"
 	"unicode/utf8"
 
-	"github.com/tidwall/gjson"
 	"github.com/tidwall/sjson"
 )
 
@@ -133,7 +132,88 @@ func fieldIndex(k string) int {
 
 // present reports a field that is there and not null (the APIs treat an
 // explicit null like an absent optional field).
-func present(r gjson.Result) bool { return r.Exists() && r.Type != gjson.Null }
+func present(v []byte) bool { return len(v) > 0 && !isNull(v) }
+
+// A body checkJSON passed is read without a parse tree: a value is its raw
+// bytes (a string with its quotes), nil when absent, walked with iter.
+// Strings come from one copy of the body, src, so that the Request's
+// strings do not hold the client's buffer.
+type reqBody struct {
+	b   []byte
+	src string
+}
+
+// offset is where v, a slice of p.b (every value is one, cut from it with
+// two-index slices, which keep its end), starts in p.b.
+func (p *reqBody) offset(v []byte) int { return cap(p.b) - cap(v) }
+
+// text is the decoded string v, "" for any other value.
+func (p *reqBody) text(v []byte) string {
+	if !isString(v) {
+		return ""
+	}
+	if bytes.IndexByte(v, '\\') < 0 {
+		off := p.offset(v)
+		return p.src[off+1 : off+len(v)-1]
+	}
+	out, _ := appendString(make([]byte, 0, len(v)), v, len(v)) // decoding never lengthens
+	return string(out)
+}
+
+// raw is v as the client wrote it.
+func (p *reqBody) raw(v []byte) string {
+	off := p.offset(v)
+	return p.src[off : off+len(v)]
+}
+
+// name is an object key k (raw, between its quotes) decoded: k itself
+// unless it has an escape ("mod\u0065l" is model to a provider).
+func name(k []byte) []byte {
+	if bytes.IndexByte(k, '\\') < 0 {
+		return k
+	}
+	q := make([]byte, 0, len(k)+2)
+	q = append(append(append(q, '"'), k...), '"')
+	out, _ := appendString(nil, q, len(q))
+	return out
+}
+
+// each calls fn for each member of object v (its decoded key) or element
+// of array v (key nil) until fn returns false; nothing for another value.
+func each(v []byte, fn func(key, val []byte) bool) {
+	it, ok := iterValue(v)
+	if !ok {
+		return
+	}
+	for {
+		k, val, more := it.next()
+		if !more || !fn(name(k), val) {
+			return
+		}
+	}
+}
+
+// get is the first member of object v named key, nil when there is none
+// or v is not an object.
+func get(v []byte, key string) []byte {
+	if !isObject(v) {
+		return nil
+	}
+	var found []byte
+	each(v, func(k, val []byte) bool {
+		if string(k) == key {
+			found = val
+			return false
+		}
+		return true
+	})
+	return found
+}
+
+func isObject(v []byte) bool { return len(v) > 0 && v[0] == '{' }
+func isArray(v []byte) bool  { return len(v) > 0 && v[0] == '[' }
+func isBool(v []byte) bool   { return string(v) == "true" || string(v) == "false" }
+func isNumber(v []byte) bool { return len(v) > 0 && (v[0] == '-' || v[0] >= '0' && v[0] <= '9') }
 
 // ParseRequest validates a client's request body for endpoint ep and
 // extracts what the gateway needs. A body the provider would certainly
@@ -158,20 +238,21 @@ func ParseRequest(ep Endpoint, body []byte) (Request, error) {
 		return Request{}, badRequest("invalid_json", "",
 			fmt.Sprintf("body is not valid UTF-8 (first invalid byte at offset %d)", invalidUTF8At(body)))
 	}
-	// One copy of the body backs every string the Request keeps.
-	root := gjson.Parse(string(body))
-	if !root.IsObject() {
+	root := body[skipWS(body, 0):]
+	if !isObject(root) {
 		return Request{}, badRequest("invalid_type", "", "body must be a JSON object")
 	}
+	// One copy of the body backs every string the Request keeps.
+	p := &reqBody{b: body, src: string(body)}
 
-	var f [numFields]gjson.Result
+	var f [numFields][]byte
 	dup := -1
-	root.ForEach(func(k, v gjson.Result) bool {
-		i := fieldIndex(k.Str)
+	each(root, func(k, v []byte) bool {
+		i := fieldIndex(string(k))
 		if i < 0 {
 			return true
 		}
-		if f[i].Exists() {
+		if f[i] != nil {
 			dup = i
 			return false
 		}
@@ -188,17 +269,17 @@ func ParseRequest(ep Endpoint, body []byte) (Request, error) {
 	switch m := f[fModel]; {
 	case !present(m):
 		return r, badRequest("missing_required_parameter", "model", "you must provide a model parameter")
-	case m.Type != gjson.String || m.Str == "":
+	case !isString(m) || len(m) == 2:
 		return r, badRequest("invalid_type", "model", "model must be a non-empty string")
 	default:
-		r.Model = m.Str
+		r.Model = p.text(m)
 	}
 
 	if s := f[fStream]; present(s) {
-		if s.Type != gjson.True && s.Type != gjson.False {
+		if !isBool(s) {
 			return r, badRequest("invalid_type", "stream", "stream must be a boolean")
 		}
-		r.Stream = s.Type == gjson.True
+		r.Stream = string(s) == "true"
 	}
 
 	var err error
@@ -247,16 +328,16 @@ func ParseRequest(ep Endpoint, body []byte) (Request, error) {
 			}
 			r.Choices = max(r.Choices, bo)
 		}
-		r.streamOptions = f[fStreamOptions].Exists() // null included
+		r.streamOptions = f[fStreamOptions] != nil // null included
 		if so := f[fStreamOptions]; present(so) {
-			if !so.IsObject() {
+			if !isObject(so) {
 				return r, badRequest("invalid_type", "stream_options", "stream_options must be an object")
 			}
-			var iu gjson.Result
+			var iu []byte
 			dupIU := false
-			so.ForEach(func(k, v gjson.Result) bool {
-				if k.Str == "include_usage" {
-					if iu.Exists() {
+			each(so, func(k, v []byte) bool {
+				if string(k) == "include_usage" {
+					if iu != nil {
 						dupIU = true
 						return false
 					}
@@ -268,11 +349,11 @@ func ParseRequest(ep Endpoint, body []byte) (Request, error) {
 			case dupIU:
 				return r, badRequest("duplicate_parameter", "stream_options.include_usage",
 					`"include_usage" appears more than once in stream_options`)
-			case present(iu) && iu.Type != gjson.True && iu.Type != gjson.False:
+			case present(iu) && !isBool(iu):
 				return r, badRequest("invalid_type", "stream_options.include_usage",
 					"stream_options.include_usage must be a boolean")
 			}
-			r.ClientWantsUsage = iu.Type == gjson.True
+			r.ClientWantsUsage = string(iu) == "true"
 		}
 	}
 
@@ -282,18 +363,18 @@ func ParseRequest(ep Endpoint, body []byte) (Request, error) {
 		switch {
 		case !present(msgs):
 			return r, badRequest("missing_required_parameter", "messages", "messages is required")
-		case !msgs.IsArray():
+		case !isArray(msgs):
 			return r, badRequest("invalid_type", "messages", "messages must be an array")
 		}
 		r.Texts = make([]string, 0, 8)
 		var bad int = -1
-		msgs.ForEach(func(_, m gjson.Result) bool {
-			if !m.IsObject() {
+		each(msgs, func(_, m []byte) bool {
+			if !isObject(m) {
 				bad = r.Messages
 				return false
 			}
 			r.Messages++
-			r.Texts = messageTexts(r.Texts, &r.Media, m)
+			r.Texts = p.messageTexts(r.Texts, &r.Media, m)
 			return true
 		})
 		switch {
@@ -305,10 +386,10 @@ func ParseRequest(ep Endpoint, body []byte) (Request, error) {
 		if ep == Messages {
 			switch s := f[fSystem]; {
 			case !present(s):
-			case s.Type == gjson.String:
-				r.Texts = appendText(r.Texts, s.Str)
-			case s.IsArray():
-				r.Texts = contentTexts(r.Texts, &r.Media, s, 0)
+			case isString(s):
+				r.Texts = appendText(r.Texts, p.text(s))
+			case isArray(s):
+				r.Texts = p.contentTexts(r.Texts, &r.Media, s, 0)
 			default:
 				return r, badRequest("invalid_type", "system", "system must be a string or an array of content blocks")
 			}
@@ -317,28 +398,28 @@ func ParseRequest(ep Endpoint, body []byte) (Request, error) {
 			if t == fFunctions && ep != Chat {
 				continue
 			}
-			if v := f[t]; v.IsArray() {
-				r.Texts = appendText(r.Texts, v.Raw)
+			if v := f[t]; isArray(v) {
+				r.Texts = appendText(r.Texts, p.raw(v))
 			}
 		}
 	case Completions:
 		// prompt is optional in practice: providers default it.
-		if err := r.inputs(f[fPrompt], "prompt"); err != nil {
+		if err := r.inputs(p, f[fPrompt], "prompt"); err != nil {
 			return r, err
 		}
 	case Embeddings:
 		if !present(f[fInput]) {
 			return r, badRequest("missing_required_parameter", "input", "input is required")
 		}
-		if err := r.inputs(f[fInput], "input"); err != nil {
+		if err := r.inputs(p, f[fInput], "input"); err != nil {
 			return r, err
 		}
 	case Responses:
-		if err := r.responsesInput(f[fInput], f[fInstructions]); err != nil {
+		if err := r.responsesInput(p, f[fInput], f[fInstructions]); err != nil {
 			return r, err
 		}
-		if v := f[fTools]; v.IsArray() {
-			r.Texts = appendText(r.Texts, v.Raw)
+		if v := f[fTools]; isArray(v) {
+			r.Texts = appendText(r.Texts, p.raw(v))
 		}
 	}
 	return r, nil
@@ -349,45 +430,45 @@ func ParseRequest(ep Endpoint, body []byte) (Request, error) {
 // (role and content: a string or content parts), or another item the
 // model reads (a function call's output, a previous output item): what
 // text it has is counted, else its raw JSON.
-func (r *Request) responsesInput(input, instructions gjson.Result) error {
+func (r *Request) responsesInput(p *reqBody, input, instructions []byte) error {
 	switch {
 	case !present(instructions):
-	case instructions.Type == gjson.String:
-		r.Texts = appendText(r.Texts, instructions.Str)
+	case isString(instructions):
+		r.Texts = appendText(r.Texts, p.text(instructions))
 	default:
 		return badRequest("invalid_type", "instructions", "instructions must be a string")
 	}
 	switch {
 	case !present(input):
 		return nil // a stored prompt or a conversation may stand in for it
-	case input.Type == gjson.String:
-		r.Texts = appendText(r.Texts, input.Str)
+	case isString(input):
+		r.Texts = appendText(r.Texts, p.text(input))
 		r.Messages = 1
 		return nil
-	case !input.IsArray():
+	case !isArray(input):
 		return badRequest("invalid_type", "input", "input must be a string or an array of input items")
 	}
 	bad := -1
-	input.ForEach(func(_, item gjson.Result) bool {
-		if !item.IsObject() {
+	each(input, func(_, item []byte) bool {
+		if !isObject(item) {
 			bad = r.Messages
 			return false
 		}
 		r.Messages++
-		switch c := item.Get("content"); {
-		case c.Exists():
-			r.Texts = messageTexts(r.Texts, &r.Media, item)
-		case item.Get("output").Type == gjson.String:
-			r.Texts = appendText(r.Texts, item.Get("output").Str)
-		case item.Get("output").IsArray():
+		switch output := get(item, "output"); {
+		case get(item, "content") != nil:
+			r.Texts = p.messageTexts(r.Texts, &r.Media, item)
+		case isString(output):
+			r.Texts = appendText(r.Texts, p.text(output))
+		case isArray(output):
 			// A function call's output as content parts (text, images,
 			// files): taken as raw JSON, its images were reserved
 			// nothing (found by a reviewer).
-			r.Texts = contentTexts(r.Texts, &r.Media, item.Get("output"), 0)
-		case item.Get("arguments").Type == gjson.String:
-			r.Texts = appendText(r.Texts, item.Get("arguments").Str)
+			r.Texts = p.contentTexts(r.Texts, &r.Media, output, 0)
+		case isString(get(item, "arguments")):
+			r.Texts = appendText(r.Texts, p.text(get(item, "arguments")))
 		default:
-			r.Texts = appendText(r.Texts, item.Raw)
+			r.Texts = appendText(r.Texts, p.raw(item))
 		}
 		return true
 	})
@@ -416,15 +497,15 @@ func invalidUTF8At(b []byte) int {
 
 // intParam validates an optional integer parameter: absent or null reads as
 // 0, anything else must be a plain JSON integer in [lo, hi].
-func intParam(v gjson.Result, name string, lo, hi int) (int, error) {
+func intParam(v []byte, name string, lo, hi int) (int, error) {
 	if !present(v) {
 		return 0, nil
 	}
-	if v.Type != gjson.Number {
+	if !isNumber(v) {
 		return 0, badRequest("invalid_type", name, name+" must be an integer")
 	}
-	raw, neg := v.Raw, false
-	if raw != "" && raw[0] == '-' {
+	raw, neg := v, false
+	if raw[0] == '-' {
 		raw, neg = raw[1:], true
 	}
 	n := 0
@@ -438,7 +519,7 @@ func intParam(v gjson.Result, name string, lo, hi int) (int, error) {
 		}
 	}
 	switch {
-	case raw == "":
+	case len(raw) == 0:
 		return 0, badRequest("invalid_type", name, name+" must be an integer")
 	case neg || n < lo:
 		return 0, badRequest("integer_below_min_value", name,
@@ -452,7 +533,7 @@ func intParam(v gjson.Result, name string, lo, hi int) (int, error) {
 
 // inputs reads a completions prompt or an embeddings input: a string, an
 // array of strings, an array of token ids, or an array of arrays of token ids.
-func (r *Request) inputs(v gjson.Result, name string) error {
+func (r *Request) inputs(p *reqBody, v []byte, name string) error {
 	bad := func() error {
 		return badRequest("invalid_type", name,
 			name+" must be a string, an array of strings, an array of integers or an array of integer arrays")
@@ -460,22 +541,22 @@ func (r *Request) inputs(v gjson.Result, name string) error {
 	switch {
 	case !present(v):
 		return nil
-	case v.Type == gjson.String:
-		r.Texts = appendText(r.Texts, v.Str)
+	case isString(v):
+		r.Texts = appendText(r.Texts, p.text(v))
 		return nil
-	case !v.IsArray():
+	case !isArray(v):
 		return bad()
 	}
 	ok := true
-	v.ForEach(func(_, e gjson.Result) bool {
+	each(v, func(_, e []byte) bool {
 		switch {
-		case e.Type == gjson.String:
-			r.Texts = appendText(r.Texts, e.Str)
-		case e.Type == gjson.Number:
+		case isString(e):
+			r.Texts = appendText(r.Texts, p.text(e))
+		case isNumber(e):
 			r.TokenInputs++
-		case e.IsArray():
-			e.ForEach(func(_, t gjson.Result) bool {
-				ok = t.Type == gjson.Number
+		case isArray(e):
+			each(e, func(_, t []byte) bool {
+				ok = isNumber(t)
 				r.TokenInputs++
 				return ok
 			})
@@ -499,25 +580,25 @@ func appendText(texts []string, s string) []string {
 
 // messageTexts appends the text of one chat message (either dialect) and
 // counts its media parts in media.
-func messageTexts(texts []string, media *int, m gjson.Result) []string {
-	m.ForEach(func(k, v gjson.Result) bool {
-		switch k.Str {
+func (p *reqBody) messageTexts(texts []string, media *int, m []byte) []string {
+	each(m, func(k, v []byte) bool {
+		switch string(k) {
 		case "content":
-			texts = contentTexts(texts, media, v, 0)
+			texts = p.contentTexts(texts, media, v, 0)
 		case "tool_calls": // OpenAI assistant message
-			v.ForEach(func(_, call gjson.Result) bool {
-				fn := call.Get("function")
-				if n := fn.Get("name"); n.Type == gjson.String {
-					texts = appendText(texts, n.Str)
+			each(v, func(_, call []byte) bool {
+				fn := get(call, "function")
+				if n := get(fn, "name"); isString(n) {
+					texts = appendText(texts, p.text(n))
 				}
-				if a := fn.Get("arguments"); a.Type == gjson.String {
-					texts = appendText(texts, a.Str)
+				if a := get(fn, "arguments"); isString(a) {
+					texts = appendText(texts, p.text(a))
 				}
 				return true
 			})
 		case "refusal":
-			if v.Type == gjson.String {
-				texts = appendText(texts, v.Str)
+			if isString(v) {
+				texts = appendText(texts, p.text(v))
 			}
 		}
 		return true
@@ -529,51 +610,52 @@ func messageTexts(texts []string, media *int, m gjson.Result) []string {
 // string, or an array of parts/blocks. Anthropic tool_result and
 // search_result blocks and documents nest content of their own, followed to
 // maxContentDepth. Media parts (images, audio, files) are counted in media.
-func contentTexts(texts []string, media *int, c gjson.Result, depth int) []string {
+func (p *reqBody) contentTexts(texts []string, media *int, c []byte, depth int) []string {
 	switch {
-	case c.Type == gjson.String:
-		return appendText(texts, c.Str)
-	case !c.IsArray():
+	case isString(c):
+		return appendText(texts, p.text(c))
+	case !isArray(c):
 		return texts
 	}
-	c.ForEach(func(_, part gjson.Result) bool {
+	each(c, func(_, part []byte) bool {
 		switch {
-		case part.Type == gjson.String:
-			texts = appendText(texts, part.Str)
+		case isString(part):
+			texts = appendText(texts, p.text(part))
 			return true
-		case !part.IsObject():
+		case !isObject(part):
 			return true
 		}
-		typ, textSource := "", false
-		part.ForEach(func(k, v gjson.Result) bool {
-			switch k.Str {
+		var typ []byte
+		textSource := false
+		each(part, func(k, v []byte) bool {
+			switch string(k) {
 			case "type":
-				typ = v.Str
+				typ = v
 			case "text", "thinking":
-				if v.Type == gjson.String {
-					texts = appendText(texts, v.Str)
+				if isString(v) {
+					texts = appendText(texts, p.text(v))
 				}
 			case "input": // Anthropic tool_use: the arguments as JSON
-				if v.IsObject() {
-					texts = appendText(texts, v.Raw)
+				if isObject(v) {
+					texts = appendText(texts, p.raw(v))
 				}
 			case "content": // Anthropic tool_result, search_result
 				if depth < maxContentDepth {
-					texts = contentTexts(texts, media, v, depth+1)
+					texts = p.contentTexts(texts, media, v, depth+1)
 				}
 			case "source": // Anthropic document: text, or content blocks
-				switch v.Get("type").Str {
+				switch p.text(get(v, "type")) {
 				case "text":
-					texts, textSource = appendText(texts, v.Get("data").Str), true
+					texts, textSource = appendText(texts, p.text(get(v, "data"))), true
 				case "content":
 					if depth < maxContentDepth {
-						texts, textSource = contentTexts(texts, media, v.Get("content"), depth+1), true
+						texts, textSource = p.contentTexts(texts, media, get(v, "content"), depth+1), true
 					}
 				}
 			}
 			return true
 		})
-		if isMedia(typ) && !textSource {
+		if isMedia(p.text(typ)) && !textSource {
 			*media++
 		}
 		return true
