@@ -218,40 +218,94 @@ func IdleDialerTimeout(first, idle time.Duration, dial fasthttp.DialFuncWithTime
 
 // idleConn gives every read its own deadline, so a silent upstream fails
 // while a long stream that keeps talking is never cut (fasthttp's ReadTimeout
-// would bound the whole streamed body). The first read after a request was
-// written waits up to first; later reads up to idle, or, with idle <= 0,
-// until the first read's deadline. A deadline the caller
-// sets (fasthttp's DoTimeout does, per request) still bounds every read.
-// An HTTP/1 client connection never reads and writes at once, so fresh and
-// until need no lock.
+// would bound the whole streamed body). The answer's head (its status line
+// and headers, after any interim 1xx heads: 100 Continue, 103 Early Hints)
+// is read within first of the first read after the request was written;
+// later reads wait up to idle each, or, with idle <= 0, until the head's
+// deadline. A deadline the caller sets (fasthttp's DoTimeout does, per
+// request) still bounds every read. An HTTP/1 client connection never
+// reads and writes at once, so these fields need no lock.
 type idleConn struct {
 	net.Conn
 	first, idle time.Duration
-	fresh       bool
+	inHead      bool      // the answer's final head is not all read yet
+	headBy      time.Time // its deadline, set at its first read; zero before
+	head        headScan
 	until       time.Time // the caller's deadline; zero: none
 }
 
 func (c *idleConn) Write(p []byte) (int, error) {
-	c.fresh = true
+	c.inHead, c.headBy, c.head = true, time.Time{}, headScan{}
 	return c.Conn.Write(p)
 }
 
 func (c *idleConn) Read(p []byte) (int, error) {
-	wait := c.idle
-	if c.fresh {
-		wait, c.fresh = c.first, false
-	} else if wait <= 0 {
-		return c.Conn.Read(p) // the first read's deadline holds
+	var deadline time.Time
+	switch {
+	case c.inHead:
+		if c.headBy.IsZero() {
+			c.headBy = time.Now().Add(c.first)
+		}
+		deadline = c.headBy
+	case c.idle <= 0:
+		return c.Conn.Read(p) // the head's deadline holds
+	default:
+		deadline = time.Now().Add(c.idle)
 	}
-	deadline := time.Now().Add(wait)
 	if !c.until.IsZero() && c.until.Before(deadline) {
 		deadline = c.until
 	}
 	if err := c.Conn.SetReadDeadline(deadline); err != nil {
 		return 0, err
 	}
-	return c.Conn.Read(p)
+	n, err := c.Conn.Read(p)
+	if c.inHead && n > 0 {
+		// Without an idle budget the head's deadline holds to the
+		// end: where the head ends does not matter.
+		c.inHead = c.idle > 0 && !c.head.final(p[:n])
+	}
+	return n, err
 }
+
+// headScan follows an answer's head through the reads: interim 1xx heads,
+// then the final one, which ends at the first blank line after a status
+// line that is not 1xx.
+type headScan struct {
+	pos     int  // bytes of the current head read
+	line    int  // bytes of its current line read, CR aside
+	interim bool // the current head's status is 1xx
+}
+
+// final reports whether b, the next bytes read, ends the final head.
+func (h *headScan) final(b []byte) bool {
+	// The usual case: one read holds the whole head.
+	if h.pos == 0 && len(b) > 9 && b[9] != '1' && bytes.Contains(b, headEnd) {
+		return true
+	}
+	for _, c := range b {
+		if h.pos == len("HTTP/1.1 ") {
+			h.interim = c == '1'
+		}
+		h.pos++
+		switch c {
+		case '\n':
+			if h.line > 0 {
+				h.line = 0
+				continue
+			}
+			if !h.interim {
+				return true
+			}
+			*h = headScan{} // the next head follows
+		case '\r':
+		default:
+			h.line++
+		}
+	}
+	return false
+}
+
+var headEnd = []byte("\r\n\r\n")
 
 // SetReadDeadline keeps the caller's deadline for the reads, which set
 // their own (the earlier of it and the idle one).

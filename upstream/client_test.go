@@ -418,3 +418,89 @@ func TestPreparePassesClientHeaders(t *testing.T) {
 		})
 	}
 }
+
+// TestInterimAnswerThenHeaders (a reviewer's): timeout is the longest wait
+// for the answer to start. A provider (or a proxy in front of it) that
+// sends an interim 1xx answer at once (100 Continue, 103 Early Hints) and
+// its real headers 600 ms later, within the 2 s timeout, failed a stream
+// request at stream_idle_timeout (200 ms): fasthttp skips the 1xx within
+// one Do, and idleConn gave the reads after it the idle budget. The JSON
+// pool keeps the first read's deadline, so was right.
+func TestInterimAnswerThenHeaders(t *testing.T) {
+	addr := keepAliveProvider{serve: func(c net.Conn, _ *http.Request, _ []byte) bool {
+		if _, err := io.WriteString(c, "HTTP/1.1 100 Continue\r\n\r\n"); err != nil {
+			return false
+		}
+		time.Sleep(600 * time.Millisecond)
+		body := "data: {}\n\ndata: [DONE]\n\n"
+		_, _ = fmt.Fprintf(c, "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nContent-Length: %d\r\n\r\n%s", len(body), body)
+		return false
+	}}.start(t)
+	p, err := NewProvider(ProviderConfig{Name: "t", Kind: OpenAI, BaseURL: "http://" + addr,
+		Timeout: 2 * time.Second, StreamIdle: 200 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, stream := range []bool{false, true} {
+		req, resp := fasthttp.AcquireRequest(), fasthttp.AcquireResponse()
+		p.Prepare(req, []byte("/v1/chat/completions"), []byte(`{}`), &fasthttp.RequestHeader{})
+		start := time.Now()
+		err := p.Do(req, resp, stream)
+		if err == nil && stream {
+			_, err = io.Copy(io.Discard, resp.BodyStream())
+			_ = resp.CloseBodyStream()
+		}
+		took := time.Since(start)
+		fasthttp.ReleaseRequest(req)
+		fasthttp.ReleaseResponse(resp)
+		if err != nil {
+			t.Errorf("stream %v: 100 Continue at once, headers 600 ms later (timeout 2 s, stream idle 200 ms): %v after %v; want the answer", stream, err, took)
+			continue
+		}
+		t.Logf("stream %v: answered after %v", stream, took)
+	}
+}
+
+// TestHeadScan follows answers' heads cut into reads at every place: the
+// final head ends at its blank line, after any interim ones.
+func TestHeadScan(t *testing.T) {
+	for _, tc := range []struct {
+		name, answer string
+		bodyAt       int // where the body starts; -1: the head does not end
+	}{
+		{"final", "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n\r\ndata: x\r\n\r\n", 52},
+		{"interim then final", "HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 103 Early Hints\r\nLink: </a>\r\n\r\nHTTP/1.1 200 OK\r\n\r\nbody", 84},
+		{"bare LF", "HTTP/1.1 100 Continue\n\nHTTP/1.1 429 Too Many\nA: b\n\nbody", 51},
+		{"interim alone", "HTTP/1.1 100 Continue\r\n\r\n", -1},
+		{"head cut", "HTTP/1.1 200 OK\r\nA: b\r\n", -1},
+	} {
+		if tc.bodyAt >= 0 && !strings.HasSuffix(tc.answer[:tc.bodyAt], "\n\n") && !strings.HasSuffix(tc.answer[:tc.bodyAt], "\r\n\r\n") {
+			t.Fatalf("%s: bodyAt %d is not after a blank line", tc.name, tc.bodyAt)
+		}
+		for cut := 1; cut < len(tc.answer); cut++ {
+			var h headScan
+			end := -1
+			for at, part := range [][]byte{[]byte(tc.answer[:cut]), []byte(tc.answer[cut:])} {
+				if h.final(part) {
+					if at == 0 {
+						end = cut
+					} else {
+						end = len(tc.answer)
+					}
+					break
+				}
+			}
+			want := -1 // the end of the read the head ends in
+			switch {
+			case tc.bodyAt < 0:
+			case cut >= tc.bodyAt:
+				want = cut
+			default:
+				want = len(tc.answer)
+			}
+			if end != want {
+				t.Errorf("%s cut at %d: the head ended in the read ending at %d; want %d (the body at %d)", tc.name, cut, end, want, tc.bodyAt)
+			}
+		}
+	}
+}
