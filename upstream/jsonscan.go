@@ -132,8 +132,9 @@ func newIter(s []byte, i int) (it iter, ok bool) {
 // iterValue walks the object or array v (a whole value).
 func iterValue(v []byte) (iter, bool) { return newIter(v, 0) }
 
-// next advances to the next member. key is the raw (still escaped) key
-// between its quotes, nil in arrays.
+// next advances to the next member. key is the member's name, decoded
+// (a copy) where it has an escape, else as it lies between its quotes; nil
+// in arrays.
 func (it *iter) next() (key, val []byte, ok bool) {
 	s := it.s
 	i := skipWS(s, it.i)
@@ -153,12 +154,15 @@ func (it *iter) next() (key, val []byte, ok bool) {
 		if s[i] != '"' {
 			return nil, nil, false
 		}
-		ke := stringEnd(s, i)
+		ke, escaped := keyEnd(s, i)
 		if ke < 0 {
 			return nil, nil, false
 		}
 		it.keyStart = i
 		key = s[i+1 : ke-1]
+		if escaped {
+			key = decodeKey(key) // "us\u0061ge" is usage to any decoder
+		}
 		i = skipWS(s, ke)
 		if i >= len(s) || s[i] != ':' {
 			return nil, nil, false
@@ -174,6 +178,29 @@ func (it *iter) next() (key, val []byte, ok bool) {
 	it.i = ve
 	it.n++
 	return key, s[i:ve], true
+}
+
+// keyEnd is stringEnd for a key, short as keys are: it also reports
+// whether the key has an escape.
+func keyEnd(s []byte, i int) (end int, escaped bool) {
+	for j := i + 1; j < len(s); j++ {
+		switch s[j] {
+		case '"':
+			return j + 1, escaped
+		case '\\':
+			escaped = true
+			j++
+		}
+	}
+	return -1, false
+}
+
+// decodeKey decodes a key k written with escapes (without its quotes).
+func decodeKey(k []byte) []byte {
+	q := make([]byte, 0, len(k)+2)
+	q = append(append(append(q, '"'), k...), '"')
+	out, _ := appendString(nil, q, len(q))
+	return out
 }
 
 func isNull(v []byte) bool { return len(v) == 4 && string(v) == "null" }

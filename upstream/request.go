@@ -166,19 +166,7 @@ func (p *reqBody) raw(v []byte) string {
 	return p.src[off : off+len(v)]
 }
 
-// name is an object key k (raw, between its quotes) decoded: k itself
-// unless it has an escape ("mod\u0065l" is model to a provider).
-func name(k []byte) []byte {
-	if bytes.IndexByte(k, '\\') < 0 {
-		return k
-	}
-	q := make([]byte, 0, len(k)+2)
-	q = append(append(append(q, '"'), k...), '"')
-	out, _ := appendString(nil, q, len(q))
-	return out
-}
-
-// each calls fn for each member of object v (its decoded key) or element
+// each calls fn for each member of object v (its key decoded) or element
 // of array v (key nil) until fn returns false; nothing for another value.
 func each(v []byte, fn func(key, val []byte) bool) {
 	it, ok := iterValue(v)
@@ -187,7 +175,7 @@ func each(v []byte, fn func(key, val []byte) bool) {
 	}
 	for {
 		k, val, more := it.next()
-		if !more || !fn(name(k), val) {
+		if !more || !fn(k, val) {
 			return
 		}
 	}

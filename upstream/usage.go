@@ -23,7 +23,10 @@ type Usage struct {
 // cost is that of the members from it on, not of the answer (an answer with
 // logprobs is mostly structure: 50 µs for 500 tokens' walked, 0.2 µs so).
 // When a body has "usage" more than once at its top level, the last is read,
-// as most JSON decoders do.
+// as most JSON decoders do (a key written with escapes included). The
+// answer is not validated: one that is not valid JSON but ends with what
+// reads as a usage member has it read (a provider's broken answer is
+// charged what it says it cost, not an estimate).
 func UsageFromJSON(kind Kind, body []byte) Usage {
 	v, ok := lastMember(body, "usage")
 	if !ok {
@@ -105,7 +108,12 @@ func lastMember(body []byte, key string) (v []byte, ok bool) {
 		if i >= end || body[i] != '"' {
 			return nil, false
 		}
+		ks := i
 		if i = stringEnd(body, i); i < 0 {
+			return nil, false
+		}
+		// The key again, written with escapes: the walk reads the last.
+		if k := body[ks+1 : i-1]; bytes.IndexByte(k, '\\') >= 0 && string(decodeKey(k)) == key {
 			return nil, false
 		}
 		if i = skipWS(body, i); i >= end || body[i] != ':' {

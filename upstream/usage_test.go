@@ -35,6 +35,11 @@ func TestUsageFromJSON(t *testing.T) {
 			Usage{36, 87, true}},
 		{"openai usage twice, the last read", OpenAI, `{"usage":{"prompt_tokens":1},"x":[],"usage":{"prompt_tokens":2}}`, Usage{2, 0, true}},
 		{"openai nested usage last", OpenAI, `{"usage":{"prompt_tokens":3},"x":{"usage":{"prompt_tokens":4}}}`, Usage{3, 0, true}},
+		{"openai usage key escaped, last", OpenAI, `{"usage":{"prompt_tokens":1,"completion_tokens":1},"us\u0061ge":{"prompt_tokens":5,"completion_tokens":2}}`, Usage{5, 2, true}},
+		{"openai usage key escaped, alone", OpenAI, `{"id":"x","us\u0061ge":{"prompt_\u0074okens":5}}`, Usage{5, 0, true}},
+		{"openai usage escaped then plain", OpenAI, `{"us\u0061ge":{"prompt_tokens":5},"usage":{"prompt_tokens":6}}`, Usage{6, 0, true}},
+		// Not valid JSON: what ends it as a usage member is read.
+		{"openai malformed, usage at its end", OpenAI, `{"choices":[{"text":"x"},"usage":{"prompt_tokens":5}}`, Usage{5, 0, true}},
 		{"anthropic", Anthropic, `{"id":"msg_1","type":"message","role":"assistant","content":[{"type":"text","text":"Hi"}],"model":"claude","stop_reason":"end_turn","usage":{"input_tokens":25,"cache_creation_input_tokens":100,"cache_read_input_tokens":50,"output_tokens":12}}`,
 			Usage{175, 12, true}},
 		{"anthropic null caches", Anthropic, `{"usage":{"input_tokens":25,"cache_creation_input_tokens":null,"output_tokens":12}}`, Usage{25, 12, true}},
@@ -122,11 +127,11 @@ func TestUsageFromJSONAgreesWithDecoder(t *testing.T) {
 			if m > 0 {
 				b = append(ws(b), ',')
 			}
-			key := []string{"id", "choices", "usage", "model", "usage", `x"usage`}[rng.IntN(6)]
-			b = append(ws(b), strconv.Quote(key)...)
+			key := []string{`"id"`, `"choices"`, `"usage"`, `"model"`, `"usage"`, `"x\"usage"`, `"us\u0061ge"`}[rng.IntN(7)]
+			b = append(ws(b), key...)
 			b = append(ws(b), ':')
 			b = ws(b)
-			if strings.HasSuffix(key, "usage") && (top || rng.IntN(2) == 0) && rng.IntN(5) > 0 {
+			if strings.Contains(key, "usage") || strings.Contains(key, "u0061") && (top || rng.IntN(2) == 0) && rng.IntN(5) > 0 {
 				b = usage(b)
 			} else {
 				b = value(b, depth+1)
