@@ -1,7 +1,7 @@
 # make test is the project's test command (README, .ci/run).
 GO ?= go
 
-.PHONY: test short lint soak bench-report check unit e2e fuzz bench report build static docker-smoke cluster scale-up scale-down logs cluster-down
+.PHONY: test short lint soak bench-report bench-ab check unit e2e fuzz bench report build static docker-smoke cluster scale-up scale-down logs cluster-down
 
 test: check unit e2e
 
@@ -72,6 +72,15 @@ lint:
 # direct, on loopback; about 2 minutes.
 bench-report:
 	$(GO) run ./bench/report -out docs/bench -readme README.md
+
+# A change to the request path judged against a revision (BASE, default
+# HEAD): the saturation rounds of both builds alternated run by run, each
+# against the floor, and their medians (bench/ab); about 40 s a rep.
+BASE ?= HEAD
+CLIENTS ?= 8
+REPS ?= 4
+bench-ab:
+	$(GO) run ./bench/ab -base $(BASE) -clients $(CLIENTS) -reps $(REPS)
 
 # A soak (not in make test): a loaded cluster for SOAK, goroutines and heap
 # checked flat, no slot left held.
