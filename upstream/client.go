@@ -174,12 +174,12 @@ func NewProvider(c ProviderConfig) (*Provider, error) {
 			ReadBufferSize:         16 << 10,
 		}
 		if stream {
-			hc.Dial = IdleDialer(first, idle, dial)
+			hc.Dial = IdleDialer(first, idle, !hc.IsTLS, dial)
 		} else {
 			// An answer read whole has timeout for the whole of it: a
 			// provider that sends its headers and then dribbles the body
 			// cannot hold the call past it.
-			hc.Dial = IdleDialer(first, 0, dial)
+			hc.Dial = IdleDialer(first, 0, !hc.IsTLS, dial)
 			hc.MaxResponseBodySize = c.MaxAnswerBytes
 		}
 		hc.RetryIfErr = keepalive.RetryStale(hc)
@@ -190,29 +190,32 @@ func NewProvider(c ProviderConfig) (*Provider, error) {
 }
 
 // IdleDialer wraps dial so that every connection it makes gives each read its
-// own deadline: first for the first read after a request was written, idle
-// for the reads after it. With idle <= 0 the reads after the first keep its
-// deadline: first bounds the whole answer.
-func IdleDialer(first, idle time.Duration, dial fasthttp.DialFunc) fasthttp.DialFunc {
+// own deadline: first for the answer's head (or, with clear false, its
+// first read) after a request was written, idle for the reads after it.
+// With idle <= 0 the reads after the first keep its deadline: first bounds
+// the whole answer. clear says the connection carries HTTP in the clear:
+// under TLS (fasthttp wraps what Dial returns) the bytes read are
+// ciphertext, where no head can be followed.
+func IdleDialer(first, idle time.Duration, clear bool, dial fasthttp.DialFunc) fasthttp.DialFunc {
 	return func(addr string) (net.Conn, error) {
 		conn, err := dial(addr)
 		if err != nil {
 			return nil, err
 		}
-		return &idleConn{Conn: conn, first: first, idle: idle}, nil
+		return &idleConn{Conn: conn, first: first, idle: idle, clear: clear}, nil
 	}
 }
 
 // IdleDialerTimeout is IdleDialer for a dial that is given the request's
 // timeout (0: none), which fasthttp passes to a HostClient's DialTimeout
 // and not to its Dial.
-func IdleDialerTimeout(first, idle time.Duration, dial fasthttp.DialFuncWithTimeout) fasthttp.DialFuncWithTimeout {
+func IdleDialerTimeout(first, idle time.Duration, clear bool, dial fasthttp.DialFuncWithTimeout) fasthttp.DialFuncWithTimeout {
 	return func(addr string, timeout time.Duration) (net.Conn, error) {
 		conn, err := dial(addr, timeout)
 		if err != nil {
 			return nil, err
 		}
-		return &idleConn{Conn: conn, first: first, idle: idle}, nil
+		return &idleConn{Conn: conn, first: first, idle: idle, clear: clear}, nil
 	}
 }
 
@@ -222,12 +225,15 @@ func IdleDialerTimeout(first, idle time.Duration, dial fasthttp.DialFuncWithTime
 // and headers, after any interim 1xx heads: 100 Continue, 103 Early Hints)
 // is read within first of the first read after the request was written;
 // later reads wait up to idle each, or, with idle <= 0, until the head's
-// deadline. A deadline the caller sets (fasthttp's DoTimeout does, per
+// deadline. Under TLS (clear false) the head cannot be followed: the first
+// read alone is the head's (an interim answer then leaves the real head
+// the idle budget). A deadline the caller sets (fasthttp's DoTimeout does, per
 // request) still bounds every read. An HTTP/1 client connection never
 // reads and writes at once, so these fields need no lock.
 type idleConn struct {
 	net.Conn
 	first, idle time.Duration
+	clear       bool      // HTTP in the clear: reads follow the head
 	inHead      bool      // the answer's final head is not all read yet
 	headBy      time.Time // its deadline, set at its first read; zero before
 	head        headScan
@@ -262,38 +268,42 @@ func (c *idleConn) Read(p []byte) (int, error) {
 	if c.inHead && n > 0 {
 		// Without an idle budget the head's deadline holds to the
 		// end: where the head ends does not matter.
-		c.inHead = c.idle > 0 && !c.head.final(p[:n])
+		c.inHead = c.clear && c.idle > 0 && !c.head.final(p[:n])
 	}
 	return n, err
 }
 
 // headScan follows an answer's head through the reads: interim 1xx heads,
 // then the final one, which ends at the first blank line after a status
-// line that is not 1xx.
+// line that is not 1xx. Empty lines before a status line are skipped, and
+// spaces after its version, as fasthttp's parser does.
 type headScan struct {
-	pos     int  // bytes of the current head read
-	line    int  // bytes of its current line read, CR aside
-	interim bool // the current head's status is 1xx
+	pos  int  // bytes of the current head read, from its status line
+	line int  // bytes of its current line read, CR aside
+	code byte // the first digit of its status; 0 until read
 }
 
 // final reports whether b, the next bytes read, ends the final head.
 func (h *headScan) final(b []byte) bool {
 	// The usual case: one read holds the whole head.
-	if h.pos == 0 && len(b) > 9 && b[9] != '1' && bytes.Contains(b, headEnd) {
+	if h.pos == 0 && len(b) > 9 && b[0] == 'H' && b[8] == ' ' && b[9] != ' ' && b[9] != '1' && bytes.Contains(b, headEnd) {
 		return true
 	}
 	for _, c := range b {
-		if h.pos == len("HTTP/1.1 ") {
-			h.interim = c == '1'
+		if h.pos == 0 && (c == '\r' || c == '\n') {
+			continue
 		}
 		h.pos++
+		if h.code == 0 && h.pos > len("HTTP/1.1") && c != ' ' {
+			h.code = c
+		}
 		switch c {
 		case '\n':
 			if h.line > 0 {
 				h.line = 0
 				continue
 			}
-			if !h.interim {
+			if h.code != '1' {
 				return true
 			}
 			*h = headScan{} // the next head follows

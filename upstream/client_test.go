@@ -3,11 +3,15 @@ package upstream
 import (
 	"bufio"
 	"bytes"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"net"
 	"net/http"
+	"net/http/httptest"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -35,7 +39,7 @@ func TestIdleDialerKeepsCallerDeadline(t *testing.T) {
 			defer c.Close() // reads the request, never answers
 		}
 	}()
-	hc := &fasthttp.HostClient{Addr: ln.Addr().String(), Dial: IdleDialer(time.Minute, time.Minute, fasthttp.Dial)}
+	hc := &fasthttp.HostClient{Addr: ln.Addr().String(), Dial: IdleDialer(time.Minute, time.Minute, true, fasthttp.Dial)}
 	req, resp := fasthttp.AcquireRequest(), fasthttp.AcquireResponse()
 	defer fasthttp.ReleaseRequest(req)
 	defer fasthttp.ReleaseResponse(resp)
@@ -472,6 +476,11 @@ func TestHeadScan(t *testing.T) {
 		{"interim then final", "HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 103 Early Hints\r\nLink: </a>\r\n\r\nHTTP/1.1 200 OK\r\n\r\nbody", 84},
 		{"bare LF", "HTTP/1.1 100 Continue\n\nHTTP/1.1 429 Too Many\nA: b\n\nbody", 51},
 		{"interim alone", "HTTP/1.1 100 Continue\r\n\r\n", -1},
+		// Empty lines before a status line and spaces after the version
+		// are skipped, as fasthttp's parser does (a reviewer's).
+		{"empty line after interim", "HTTP/1.1 100 Continue\r\n\r\n\r\nHTTP/1.1 200 OK\r\n\r\nx", 46},
+		{"leading empty line", "\r\nHTTP/1.1 200 OK\r\n\r\nx", 21},
+		{"two spaces after the version", "HTTP/1.1  100 Continue\r\n\r\nHTTP/1.1 200 OK\r\n\r\nx", 45},
 		{"head cut", "HTTP/1.1 200 OK\r\nA: b\r\n", -1},
 	} {
 		if tc.bodyAt >= 0 && !strings.HasSuffix(tc.answer[:tc.bodyAt], "\n\n") && !strings.HasSuffix(tc.answer[:tc.bodyAt], "\r\n\r\n") {
@@ -500,6 +509,110 @@ func TestHeadScan(t *testing.T) {
 			}
 			if end != want {
 				t.Errorf("%s cut at %d: the head ended in the read ending at %d; want %d (the body at %d)", tc.name, cut, end, want, tc.bodyAt)
+			}
+		}
+	}
+}
+
+// TestHeadScanRandomCuts (a reviewer's): random answers (interim heads,
+// then a final one; CRLF or bare LF; HTTP/1.0; bodies that begin like a
+// head or a blank line) cut into up to 6 reads: the head ends in the read
+// holding its last byte, never before.
+func TestHeadScanRandomCuts(t *testing.T) {
+	rng := rand.New(rand.NewPCG(5, 6))
+	pick := func(xs ...string) string { return xs[rng.IntN(len(xs))] }
+	for range 50000 {
+		eol, ver := pick("\r\n", "\r\n", "\n"), pick("HTTP/1.1 ", "HTTP/1.1 ", "HTTP/1.0 ")
+		head := func(status string) string {
+			s := ver + status + eol
+			for range rng.IntN(3) {
+				s += pick("Content-Type: text/event-stream", "Link: </a>; rel=preload", "A: HTTP/1.1 100") + eol
+			}
+			return s + eol
+		}
+		var ans string
+		for range rng.IntN(3) {
+			ans += head(pick("100 Continue", "103 Early Hints", "102 Processing"))
+		}
+		ans += head(pick("200 OK", "429 Too Many Requests", "500 Internal", "204 No Content", "200"))
+		end := len(ans)
+		ans += pick("", "\r\n", "\n\n", "\r\n\r\nx", "HTTP/1.1 100 Continue\r\n\r\n", "data: x\n\n")
+		cuts := []int{0, len(ans)}
+		for range rng.IntN(5) {
+			cuts = append(cuts, rng.IntN(len(ans)+1))
+		}
+		slices.Sort(cuts)
+		var h headScan
+		got, want := -1, -1
+		for i := 1; i < len(cuts); i++ {
+			if cuts[i] == cuts[i-1] {
+				continue // a read of nothing is not scanned
+			}
+			if want < 0 && cuts[i] >= end {
+				want = cuts[i]
+			}
+			if got < 0 && h.final([]byte(ans[cuts[i-1]:cuts[i]])) {
+				got = cuts[i]
+			}
+		}
+		if got != want {
+			t.Fatalf("%q cut at %v: the head ended in the read ending at %d; want %d (it ends at %d)", ans, cuts, got, want, end)
+		}
+	}
+}
+
+// TestStreamIdleOverTLS (a reviewer's): under TLS the connection's reads
+// are ciphertext, where no head can be followed; the first version
+// scanned them, so a stream's reads kept the head's deadline: a stall was
+// noticed at timeout, not stream_idle_timeout, and a stream that kept
+// talking was cut at timeout. Each must behave as over plain HTTP.
+func TestStreamIdleOverTLS(t *testing.T) {
+	stream := func(srv *httptest.Server, timeout, idle time.Duration) (time.Duration, error) {
+		t.Helper()
+		p, err := NewProvider(ProviderConfig{Name: "t", Kind: OpenAI, BaseURL: srv.URL, Timeout: timeout, StreamIdle: idle})
+		if err != nil {
+			t.Fatal(err)
+		}
+		p.hc.TLSConfig = &tls.Config{InsecureSkipVerify: true} // the test server's own certificate
+		req, resp := fasthttp.AcquireRequest(), fasthttp.AcquireResponse()
+		defer fasthttp.ReleaseRequest(req)
+		defer fasthttp.ReleaseResponse(resp)
+		p.Prepare(req, []byte("/v1/chat/completions"), []byte(`{}`), &fasthttp.RequestHeader{})
+		start := time.Now()
+		err = p.Do(req, resp, true)
+		if err == nil {
+			_, err = io.Copy(io.Discard, resp.BodyStream())
+			_ = resp.CloseBodyStream()
+		}
+		return time.Since(start), err
+	}
+	for _, tc := range []struct {
+		name          string
+		events        int           // sent an interval apart, after the headers and a first event
+		interval      time.Duration //
+		timeout, idle time.Duration
+		wantErr       bool
+	}{
+		{"a stall past stream idle", 1, 600 * time.Millisecond, 1200 * time.Millisecond, 150 * time.Millisecond, true},
+		{"a stream that keeps talking past timeout", 24, 50 * time.Millisecond, 600 * time.Millisecond, 300 * time.Millisecond, false},
+	} {
+		h := func(w http.ResponseWriter, _ *http.Request) {
+			w.Header().Set("Content-Type", "text/event-stream")
+			_, _ = io.WriteString(w, "data: {}\n\n")
+			w.(http.Flusher).Flush()
+			for range tc.events {
+				time.Sleep(tc.interval)
+				_, _ = io.WriteString(w, "data: {}\n\n")
+				w.(http.Flusher).Flush()
+			}
+			_, _ = io.WriteString(w, "data: [DONE]\n\n")
+		}
+		for scheme, srv := range map[string]*httptest.Server{"http": httptest.NewServer(http.HandlerFunc(h)), "https": httptest.NewTLSServer(http.HandlerFunc(h))} {
+			took, err := stream(srv, tc.timeout, tc.idle)
+			srv.CloseClientConnections()
+			srv.Close()
+			if (err != nil) != tc.wantErr || (tc.wantErr && took > tc.interval*3/4) {
+				t.Errorf("%s over %s (timeout %s, stream idle %s): %v after %s; want an error %v, within stream idle", tc.name, scheme, tc.timeout, tc.idle, err, took.Round(time.Millisecond), tc.wantErr)
 			}
 		}
 	}
