@@ -57,9 +57,10 @@ func (r *Router) serveAdmin(ctx *fasthttp.RequestCtx) {
 	view := strings.HasPrefix(path, "/tenants/") || strings.HasPrefix(path, "/teams/")
 	fromPeer := len(ctx.Request.Header.Peek(hopHeader)) > 0
 	switch {
-	case fromPeer && view:
-		// A node asking the owner for its view (fromOwner), signed
-		// with the cluster secret in place of the admin token.
+	case fromPeer && (view || path == "/upstreams"):
+		// A node asking the owner for its view (fromOwner), or a member
+		// for its leases (peerUpstreams), signed with the cluster
+		// secret in place of the admin token.
 		if _, err := r.hops.verify(&ctx.Request, r.node); err != nil {
 			r.metrics.hopsRefused.Inc()
 			fail(ctx, fasthttp.StatusUnauthorized, "invalid_request_error", "invalid_peer_signature",
@@ -86,7 +87,7 @@ func (r *Router) serveAdmin(ctx *fasthttp.RequestCtx) {
 	case path == "/admin/reload":
 		r.serveReload(ctx)
 	case path == "/upstreams":
-		r.serveUpstreams(ctx)
+		r.serveUpstreams(ctx, local)
 	case strings.HasPrefix(path, "/teams/"):
 		r.serveTeam(ctx, strings.TrimPrefix(path, "/teams/"), local, fromPeer)
 	default:

@@ -360,11 +360,17 @@ func TestTenantViewPeerQuestionReplayRetarget(t *testing.T) {
 	}
 	// A valid signature on any other admin path: the admin token is still
 	// needed.
-	for _, other := range []string{"/cluster", "/metrics", "/upstreams", "/debug/pprof/", "/tenants/../cluster"} {
+	for _, other := range []string{"/cluster", "/metrics", "/debug/pprof/", "/tenants/../cluster"} {
 		req := signedAs(p, "GET", other, "b", nil)
 		if r := viewDo(t, p.addrB, req); r.status != 401 || code(r) != "invalid_admin_token" {
 			t.Errorf("signed GET %s without the admin token: %d %.200s", other, r.status, r.body)
 		}
+	}
+	// /upstreams is a peer's question too (peerUpstreams): answered with
+	// the node's own view alone, never passed on.
+	if r := viewDo(t, p.addrB, signedAs(p, "GET", "/upstreams", "b", nil)); r.status != 200 ||
+		!bytes.Contains(r.body, []byte(`"node":"b"`)) || bytes.Contains(r.body, []byte(`"peers"`)) {
+		t.Errorf("signed GET /upstreams: %d %.200s, want b's own view without peers", r.status, r.body)
 	}
 	if r := viewDo(t, p.addrB, signedAs(p, "POST", "/admin/reload", "b", []byte("{}"))); r.status != 401 {
 		t.Errorf("signed POST /admin/reload without the admin token: %d %.200s", r.status, r.body)
@@ -540,5 +546,54 @@ func TestPeerDialPatientOnlyWithoutTimeout(t *testing.T) {
 	}
 	if pc.downUntil.Load() != 0 || pc.timeouts.Load() != 0 {
 		t.Fatalf("peer state changed by the dial alone: downUntil %d, timeouts %d", pc.downUntil.Load(), pc.timeouts.Load())
+	}
+}
+
+// TestUpstreamsViewAsksEveryMember: GET /upstreams answers with this
+// node's leases and, under peers, every other member's own view, asked of
+// it with a signed GET (interface: leases per node). ?local=1 leaves the
+// peers out; a member that cannot be reached is listed with the error; a
+// peer's question without a valid signature is refused.
+func TestUpstreamsViewAsksEveryMember(t *testing.T) {
+	p := newViewPair(t, []string{"t0", "t1"}, nil)
+	get := func(addr, uri string) (viewReply, upstreamsView) {
+		t.Helper()
+		r := viewGet(t, addr, uri)
+		var uv upstreamsView
+		if r.status != fasthttp.StatusOK || json.Unmarshal(r.body, &uv) != nil {
+			t.Fatalf("GET %s: %d %s", uri, r.status, r.body)
+		}
+		return r, uv
+	}
+
+	_, uv := get(p.addrA, "/upstreams")
+	if uv.Node != "a" || len(uv.Peers) != 1 || uv.Peers[0].Node != "b" || uv.Peers[0].Error != "" ||
+		len(uv.Peers[0].Upstreams) != 1 || uv.Peers[0].Upstreams[0].Name != "openai" {
+		t.Errorf("a's /upstreams: node %q, peers %+v; want b's own view under peers", uv.Node, uv.Peers)
+	}
+	if _, local := get(p.addrA, "/upstreams?local=1"); len(local.Peers) != 0 {
+		t.Errorf("?local=1: peers %+v, want none", local.Peers)
+	}
+
+	// b gone: listed with why, within the view timeout.
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	gone := ln.Addr().String()
+	_ = ln.Close()
+	p.a.SetView(View{Ring: p.ring, Members: []Member{{Name: "a", Addr: p.addrA, State: "active"}, {Name: "b", Addr: gone, State: "active"}}})
+	r, uv := get(p.addrA, "/upstreams")
+	if len(uv.Peers) != 1 || uv.Peers[0].Error == "" || uv.Peers[0].Upstreams != nil || r.took > 3*ownerViewTimeout {
+		t.Errorf("b unreachable: peers %+v after %s; want b listed with its error", uv.Peers, r.took)
+	}
+
+	// A peer's question is taken on its signature alone.
+	req := fasthttp.AcquireRequest()
+	defer fasthttp.ReleaseRequest(req)
+	req.SetRequestURI("/upstreams?local=1")
+	req.Header.Set(hopHeader, "a")
+	if r := viewDo(t, p.addrB, req); r.status != fasthttp.StatusUnauthorized {
+		t.Errorf("an unsigned peer question: %d %s, want 401", r.status, r.body)
 	}
 }

@@ -1,6 +1,10 @@
 package router
 
 import (
+	"encoding/json"
+	"fmt"
+	"sync"
+
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/valyala/fasthttp"
 
@@ -58,6 +62,17 @@ type upstreamsView struct {
 	Node      string         `json:"node"`
 	Window    string         `json:"window"`
 	Upstreams []upstreamView `json:"upstreams"`
+	// Peers is every other member's own view, asked of it: its leases,
+	// queues and counters. Absent with ?local=1 (how a member is asked)
+	// and on a node alone.
+	Peers []peerUpstreams `json:"peers,omitempty"`
+}
+
+// peerUpstreams is a member's own /upstreams, or why it is missing.
+type peerUpstreams struct {
+	Node      string         `json:"node"`
+	Error     string         `json:"error,omitempty"`
+	Upstreams []upstreamView `json:"upstreams,omitempty"`
 }
 
 func viewOf(b *budgetLine, now int64, down string) *budgetView {
@@ -101,8 +116,54 @@ func (r *Router) upstreamsView() upstreamsView {
 	return out
 }
 
-func (r *Router) serveUpstreams(ctx *fasthttp.RequestCtx) {
-	writeJSON(ctx, fasthttp.StatusOK, r.upstreamsView())
+// serveUpstreams answers GET /upstreams: this node's view, and unless
+// local (an admin's ?local=1, or a member asking) every other member's.
+func (r *Router) serveUpstreams(ctx *fasthttp.RequestCtx, local bool) {
+	out := r.upstreamsView()
+	if !local {
+		out.Peers = r.peerUpstreams()
+	}
+	writeJSON(ctx, fasthttp.StatusOK, out)
+}
+
+// peerUpstreams asks every other member of the view for its own
+// /upstreams, all at once, each within ownerViewTimeout: a member that
+// does not answer in time is listed with the error.
+func (r *Router) peerUpstreams() []peerUpstreams {
+	v := r.view.Load()
+	if v == nil {
+		return nil
+	}
+	var out []peerUpstreams
+	for _, m := range v.members { // sorted by name
+		if m.Name != r.node {
+			out = append(out, peerUpstreams{Node: m.Name})
+		}
+	}
+	var wg sync.WaitGroup
+	for i := range out {
+		p := &out[i]
+		if !r.hops.enabled() {
+			p.Error = "no cluster secret to ask it with"
+			continue
+		}
+		wg.Go(func() {
+			status, body, err := r.peerDo(v, v.addrs[p.Node], p.Node, fasthttp.MethodGet, "/upstreams?local=1", nil, 1, ownerViewTimeout)
+			var pv upstreamsView
+			switch {
+			case err != nil:
+				p.Error = err.Error()
+			case status != fasthttp.StatusOK:
+				p.Error = fmt.Sprintf("%s answered %d: %.200s", p.Node, status, body)
+			case json.Unmarshal(body, &pv) != nil:
+				p.Error = fmt.Sprintf("%s answered what is not its view: %.200s", p.Node, body)
+			default:
+				p.Upstreams = pv.Upstreams
+			}
+		})
+	}
+	wg.Wait()
+	return out
 }
 
 // leaseCollector exports every budget's counters at scrape time; one series
