@@ -23,7 +23,7 @@ func TestSaturationProbe(t *testing.T) {
 	if err != nil || clients <= 0 {
 		t.Skip("RINGGATE_SATURATION_PROBE=<clients> runs it")
 	}
-	const rounds, total = 8, 20000
+	const rounds, total = 8, 20000 // bench/ab reads 8 rounds a run
 	env := newBenchEnv(t)
 	ts := env.targets(false)
 	floor, ringgate := ts[1], ts[2]

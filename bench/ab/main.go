@@ -20,14 +20,17 @@ package main
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"flag"
 	"fmt"
 	"log"
 	"os"
 	"os/exec"
+	"os/signal"
 	"path/filepath"
 	"slices"
 	"strings"
+	"syscall"
 )
 
 func main() {
@@ -35,16 +38,21 @@ func main() {
 	clients := flag.Int("clients", 8, "concurrent clients (64 saturate 2 cores)")
 	reps := flag.Int("reps", 4, "runs of each build, alternated (8 rounds each)")
 	flag.Parse()
-	if err := run(*base, *clients, *reps); err != nil {
+	// Interrupted, the probe running is killed and the deferred clean-up
+	// (the worktree, the temporary directory) still runs.
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	err := run(ctx, *base, *clients, *reps)
+	stop()
+	if err != nil {
 		log.Fatalf("ab: %v", err)
 	}
 }
 
-func run(base string, clients, reps int) error {
+func run(ctx context.Context, base string, clients, reps int) error {
 	if clients <= 0 || reps <= 0 {
 		return fmt.Errorf("-clients and -reps must be > 0")
 	}
-	root, err := output("", "git", "rev-parse", "--show-toplevel")
+	root, err := output(ctx, "", "git", "rev-parse", "--show-toplevel")
 	if err != nil {
 		return fmt.Errorf("not in a git work tree: %w", err)
 	}
@@ -60,10 +68,10 @@ func run(base string, clients, reps int) error {
 	}()
 
 	head := filepath.Join(tmp, "head.test")
-	if err := build(root, head); err != nil {
+	if err := build(ctx, root, head); err != nil {
 		return fmt.Errorf("build the working tree: %w", err)
 	}
-	baseBin, err := buildAt(root, tmp, base)
+	baseBin, err := buildAt(ctx, root, tmp, base)
 	if err != nil {
 		return fmt.Errorf("build %s: %w", base, err)
 	}
@@ -71,8 +79,14 @@ func run(base string, clients, reps int) error {
 	builds := []struct{ name, bin string }{{base, baseBin}, {"working tree", head}}
 	rounds := make([][]round, len(builds))
 	for rep := range reps {
-		for i, b := range builds {
-			got, err := probe(root, b.bin, clients)
+		// ABBA: neither build always runs first.
+		order := []int{0, 1}
+		if rep%2 == 1 {
+			order = []int{1, 0}
+		}
+		for _, i := range order {
+			b := builds[i]
+			got, err := probe(ctx, root, b.bin, clients)
 			if err != nil {
 				return fmt.Errorf("run %d of %s: %w", rep+1, b.name, err)
 			}
@@ -93,6 +107,9 @@ func run(base string, clients, reps int) error {
 	return nil
 }
 
+// probeRounds is how many rounds a run of TestSaturationProbe prints.
+const probeRounds = 8
+
 // round is one line of TestSaturationProbe.
 type round struct {
 	floorRPS, ringgateRPS, floorCPU, ringgateCPU float64
@@ -100,8 +117,8 @@ type round struct {
 
 // probe runs TestSaturationProbe with the test binary bin and reads its
 // rounds.
-func probe(root, bin string, clients int) ([]round, error) {
-	cmd := exec.Command(bin, "-test.run", "^TestSaturationProbe$", "-test.count", "1")
+func probe(ctx context.Context, root, bin string, clients int) ([]round, error) {
+	cmd := exec.CommandContext(ctx, bin, "-test.run", "^TestSaturationProbe$", "-test.count", "1", "-test.timeout", "20m")
 	cmd.Dir = filepath.Join(root, "node")
 	cmd.Env = append(os.Environ(), fmt.Sprintf("RINGGATE_SATURATION_PROBE=%d", clients))
 	out, err := cmd.CombinedOutput()
@@ -118,27 +135,28 @@ func probe(root, bin string, clients int) ([]round, error) {
 			rounds = append(rounds, r)
 		}
 	}
-	if len(rounds) == 0 {
-		return nil, fmt.Errorf("no probe rounds in its output: %s", tail(out))
+	if len(rounds) != probeRounds {
+		return nil, fmt.Errorf("%d probe rounds in its output, want %d: %s", len(rounds), probeRounds, tail(out))
 	}
 	return rounds, nil
 }
 
 // build compiles node's test binary in dir to bin.
-func build(dir, bin string) error {
-	_, err := output(dir, "go", "test", "-c", "-o", bin, "./node/")
+func build(ctx context.Context, dir, bin string) error {
+	_, err := output(ctx, dir, "go", "test", "-c", "-o", bin, "./node/")
 	return err
 }
 
 // buildAt builds node's test binary at git revision rev, in a worktree
 // under tmp that is removed after, and returns the binary's path.
-func buildAt(root, tmp, rev string) (string, error) {
+func buildAt(ctx context.Context, root, tmp, rev string) (string, error) {
 	wt := filepath.Join(tmp, "base")
-	if _, err := output(root, "git", "worktree", "add", "--detach", wt, rev); err != nil {
+	if _, err := output(ctx, root, "git", "worktree", "add", "--detach", wt, rev); err != nil {
 		return "", err
 	}
 	defer func() {
-		if _, err := output(root, "git", "worktree", "remove", "--force", wt); err != nil {
+		// Not under ctx: removed also when interrupted.
+		if _, err := output(context.Background(), root, "git", "worktree", "remove", "--force", wt); err != nil {
 			log.Printf("ab: remove the worktree %s: %v", wt, err)
 		}
 	}()
@@ -153,11 +171,11 @@ func buildAt(root, tmp, rev string) (string, error) {
 		}
 	}
 	bin := filepath.Join(tmp, "base.test")
-	return bin, build(wt, bin)
+	return bin, build(ctx, wt, bin)
 }
 
-func output(dir, name string, args ...string) (string, error) {
-	cmd := exec.Command(name, args...)
+func output(ctx context.Context, dir, name string, args ...string) (string, error) {
+	cmd := exec.CommandContext(ctx, name, args...)
 	cmd.Dir = dir
 	out, err := cmd.CombinedOutput()
 	if err != nil {
