@@ -18,8 +18,10 @@ const (
 // checkJSON checks that b is one JSON value (RFC 8259: strings without
 // control characters, valid escapes, numbers in JSON's grammar) nesting
 // arrays and objects at most maxJSONDepth deep, in one pass and without
-// recursion, before gjson (which recurses once per level) sees it. Strings,
-// most of a prompt, are crossed eight bytes at a time. It does not check
+// recursion, before ParseRequest walks it. Strings, most of a prompt, are
+// crossed eight bytes at a time; whitespace is skipped in place (the same
+// code through skipWS measured 10 % slower in the stream filter, by code
+// layout alone). It does not check
 // UTF-8 (utf8.Valid does, faster). The first problem met is the one
 // reported.
 func checkJSON(b []byte) jsonProblem {

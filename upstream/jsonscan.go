@@ -6,11 +6,11 @@ import (
 	"unicode/utf8"
 )
 
-// A tiny, allocation-free, non-recursive JSON walker for the hot path (the
-// stream filter and response usage). It trusts nothing: on malformed input it
-// stops early and reports what it found so far, never panics, never reads out
-// of bounds. It does not validate; callers only use it on bytes produced by a
-// provider, to find a handful of fields.
+// A tiny, non-recursive JSON walker for the hot path (the stream filter,
+// response usage, and a client's body once checkJSON passed it). It trusts
+// nothing: on malformed input it stops early and reports what it found so
+// far, never panics, never reads out of bounds. It does not validate, and
+// allocates only to decode a key written with escapes.
 
 func isSpace(c byte) bool { return c == ' ' || c == '\t' || c == '\n' || c == '\r' }
 

@@ -99,32 +99,19 @@ func lastMember(body []byte, key string) (v []byte, ok bool) {
 	if ve < 0 {
 		return nil, false
 	}
-	// The members after it, up to the root's brace.
-	for i = skipWS(body, ve); i < end-1; {
-		if body[i] != ',' {
+	// The members after it, up to the root's brace; a later one with the
+	// same name (written with escapes) is the one the walk reads.
+	after := iter{s: body[:end], i: ve, obj: true, n: 1, prevEnd: -1, valEnd: -1}
+	for {
+		k, _, more := after.next()
+		if !more {
+			break
+		}
+		if string(k) == key {
 			return nil, false
 		}
-		i = skipWS(body, i+1)
-		if i >= end || body[i] != '"' {
-			return nil, false
-		}
-		ks := i
-		if i = stringEnd(body, i); i < 0 {
-			return nil, false
-		}
-		// The key again, written with escapes: the walk reads the last.
-		if k := body[ks+1 : i-1]; bytes.IndexByte(k, '\\') >= 0 && string(decodeKey(k)) == key {
-			return nil, false
-		}
-		if i = skipWS(body, i); i >= end || body[i] != ':' {
-			return nil, false
-		}
-		if i = valueEnd(body, skipWS(body, i+1)); i < 0 {
-			return nil, false
-		}
-		i = skipWS(body, i)
 	}
-	if i != end-1 {
+	if skipWS(body, after.i) != end-1 {
 		return nil, false
 	}
 	return body[start:ve], true
