@@ -71,7 +71,7 @@ func (p *peers) get(addr string) *peer {
 	// timeout is the request's own (fasthttp passes a DoTimeout's; an
 	// admin view asked of the owner has one, a hop none: 0): it caps both
 	// tries together.
-	dial := upstream.IdleDialerTimeout(p.first, p.idle, true, func(addr string, timeout time.Duration) (net.Conn, error) {
+	dial := upstream.IdleDialerTimeout(p.first, p.idle, func(addr string, timeout time.Duration) (net.Conn, error) {
 		start := time.Now()
 		try := func(d time.Duration) (net.Conn, error) {
 			if timeout > 0 {

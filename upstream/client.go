@@ -2,6 +2,7 @@ package upstream
 
 import (
 	"bytes"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -40,6 +41,10 @@ type Provider struct {
 	// stream reader per call, ~20 µs at 2 000 requests/s on a 2-core box.
 	hc       *fasthttp.HostClient
 	buffered *fasthttp.HostClient
+
+	// tlsConfig is an https provider's, read at each dial (tests trust
+	// their own server's certificate through it).
+	tlsConfig *tls.Config
 }
 
 // staleCheckIdle: a pooled provider connection idle at least this long is
@@ -127,14 +132,19 @@ func NewProvider(c ProviderConfig) (*Provider, error) {
 	// goes on another (package keepalive).
 	suspect := new(keepalive.Suspicion)
 	check := keepalive.Options{TLS: u.Scheme == "https", MinIdle: staleCheckIdle, Suspicion: suspect}
+	var p *Provider
 	dial := func(addr string) (net.Conn, error) {
 		c, err := dialer.Dial("tcp", addr)
 		if err != nil {
 			return nil, err
 		}
-		return keepalive.Checked(c, check), nil
+		c = keepalive.Checked(c, check)
+		if u.Scheme == "https" {
+			return handshake(c, p.tlsConfig, dialer.Timeout)
+		}
+		return c, nil
 	}
-	p := &Provider{
+	p = &Provider{
 		Name:                  c.Name,
 		Kind:                  c.Kind,
 		apiKey:                c.APIKey,
@@ -145,6 +155,9 @@ func NewProvider(c ProviderConfig) (*Provider, error) {
 		suspect:               suspect,
 		scheme:                u.Scheme,
 		host:                  u.Host,
+		// Sessions resumed: a provider that closes idle connections
+		// (uvicorn after 5 s) costs a shorter handshake on the next.
+		tlsConfig: &tls.Config{ServerName: u.Hostname(), ClientSessionCache: tls.NewLRUClientSessionCache(0)},
 	}
 	if c.MaxAnswerBytes <= 0 {
 		c.MaxAnswerBytes = DefaultMaxAnswerBytes
@@ -174,12 +187,12 @@ func NewProvider(c ProviderConfig) (*Provider, error) {
 			ReadBufferSize:         16 << 10,
 		}
 		if stream {
-			hc.Dial = IdleDialer(first, idle, !hc.IsTLS, dial)
+			hc.Dial = IdleDialer(first, idle, dial)
 		} else {
 			// An answer read whole has timeout for the whole of it: a
 			// provider that sends its headers and then dribbles the body
 			// cannot hold the call past it.
-			hc.Dial = IdleDialer(first, 0, !hc.IsTLS, dial)
+			hc.Dial = IdleDialer(first, 0, dial)
 			hc.MaxResponseBodySize = c.MaxAnswerBytes
 		}
 		hc.RetryIfErr = keepalive.RetryStale(hc)
@@ -190,33 +203,71 @@ func NewProvider(c ProviderConfig) (*Provider, error) {
 }
 
 // IdleDialer wraps dial so that every connection it makes gives each read its
-// own deadline: first for the answer's head (or, with clear false, its
-// first read) after a request was written, idle for the reads after it.
-// With idle <= 0 the reads after the first keep its deadline: first bounds
-// the whole answer. clear says the connection carries HTTP in the clear:
-// under TLS (fasthttp wraps what Dial returns) the bytes read are
-// ciphertext, where no head can be followed.
-func IdleDialer(first, idle time.Duration, clear bool, dial fasthttp.DialFunc) fasthttp.DialFunc {
+// own deadline: first for the answer's head after a request was written,
+// idle for the reads after it. With idle <= 0 the reads after the head keep
+// its deadline: first bounds the whole answer. dial returns the connection
+// HTTP is spoken on: an https one has its TLS made in dial (handshake), not
+// by fasthttp, which would put it above the deadlines, where the bytes
+// read are ciphertext and no head can be followed.
+func IdleDialer(first, idle time.Duration, dial fasthttp.DialFunc) fasthttp.DialFunc {
 	return func(addr string) (net.Conn, error) {
 		conn, err := dial(addr)
 		if err != nil {
 			return nil, err
 		}
-		return &idleConn{Conn: conn, first: first, idle: idle, clear: clear}, nil
+		return newIdleConn(conn, first, idle), nil
 	}
 }
 
 // IdleDialerTimeout is IdleDialer for a dial that is given the request's
 // timeout (0: none), which fasthttp passes to a HostClient's DialTimeout
 // and not to its Dial.
-func IdleDialerTimeout(first, idle time.Duration, clear bool, dial fasthttp.DialFuncWithTimeout) fasthttp.DialFuncWithTimeout {
+func IdleDialerTimeout(first, idle time.Duration, dial fasthttp.DialFuncWithTimeout) fasthttp.DialFuncWithTimeout {
 	return func(addr string, timeout time.Duration) (net.Conn, error) {
 		conn, err := dial(addr, timeout)
 		if err != nil {
 			return nil, err
 		}
-		return &idleConn{Conn: conn, first: first, idle: idle, clear: clear}, nil
+		return newIdleConn(conn, first, idle), nil
 	}
+}
+
+// newIdleConn wraps conn; a TLS one stays known as such to fasthttp, which
+// would otherwise wrap it in TLS once more.
+func newIdleConn(conn net.Conn, first, idle time.Duration) net.Conn {
+	c := &idleConn{Conn: conn, first: first, idle: idle}
+	if _, ok := conn.(*tls.Conn); ok {
+		return tlsIdleConn{c}
+	}
+	return c
+}
+
+// tlsIdleConn is an idleConn over a TLS connection whose handshake is done
+// (handshake): fasthttp takes a connection with a Handshake method for one
+// that carries its TLS already.
+type tlsIdleConn struct{ *idleConn }
+
+func (tlsIdleConn) Handshake() error { return nil }
+
+// handshake makes c a TLS connection to the provider, its handshake within
+// timeout (connect_timeout: connecting includes it). A server that takes the
+// TCP connection and never answers the handshake fails the dial, not the
+// call's timeout later.
+func handshake(c net.Conn, cfg *tls.Config, timeout time.Duration) (net.Conn, error) {
+	tc := tls.Client(c, cfg)
+	if err := c.SetDeadline(time.Now().Add(timeout)); err != nil {
+		_ = c.Close()
+		return nil, err
+	}
+	if err := tc.Handshake(); err != nil {
+		_ = c.Close()
+		return nil, fmt.Errorf("tls handshake with %s: %w", cfg.ServerName, err)
+	}
+	if err := c.SetDeadline(time.Time{}); err != nil {
+		_ = c.Close()
+		return nil, err
+	}
+	return tc, nil
 }
 
 // idleConn gives every read its own deadline, so a silent upstream fails
@@ -225,15 +276,12 @@ func IdleDialerTimeout(first, idle time.Duration, clear bool, dial fasthttp.Dial
 // and headers, after any interim 1xx heads: 100 Continue, 103 Early Hints)
 // is read within first of the first read after the request was written;
 // later reads wait up to idle each, or, with idle <= 0, until the head's
-// deadline. Under TLS (clear false) the head cannot be followed: the first
-// read alone is the head's (an interim answer then leaves the real head
-// the idle budget). A deadline the caller sets (fasthttp's DoTimeout does, per
+// deadline. A deadline the caller sets (fasthttp's DoTimeout does, per
 // request) still bounds every read. An HTTP/1 client connection never
 // reads and writes at once, so these fields need no lock.
 type idleConn struct {
 	net.Conn
 	first, idle time.Duration
-	clear       bool      // HTTP in the clear: reads follow the head
 	inHead      bool      // the answer's final head is not all read yet
 	headBy      time.Time // its deadline, set at its first read; zero before
 	head        headScan
@@ -268,7 +316,7 @@ func (c *idleConn) Read(p []byte) (int, error) {
 	if c.inHead && n > 0 {
 		// Without an idle budget the head's deadline holds to the
 		// end: where the head ends does not matter.
-		c.inHead = c.clear && c.idle > 0 && !c.head.final(p[:n])
+		c.inHead = c.idle > 0 && !c.head.final(p[:n])
 	}
 	return n, err
 }

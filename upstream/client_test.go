@@ -39,7 +39,7 @@ func TestIdleDialerKeepsCallerDeadline(t *testing.T) {
 			defer c.Close() // reads the request, never answers
 		}
 	}()
-	hc := &fasthttp.HostClient{Addr: ln.Addr().String(), Dial: IdleDialer(time.Minute, time.Minute, true, fasthttp.Dial)}
+	hc := &fasthttp.HostClient{Addr: ln.Addr().String(), Dial: IdleDialer(time.Minute, time.Minute, fasthttp.Dial)}
 	req, resp := fasthttp.AcquireRequest(), fasthttp.AcquireResponse()
 	defer fasthttp.ReleaseRequest(req)
 	defer fasthttp.ReleaseResponse(resp)
@@ -309,6 +309,7 @@ func TestIsHopHeader(t *testing.T) {
 // told of each connection; gone, if set, of each one its client closed
 // between requests.
 type keepAliveProvider struct {
+	tls      bool // https, with a certificate of its own
 	accepted func(net.Conn)
 	gone     func()
 	serve    func(c net.Conn, req *http.Request, body []byte) (more bool)
@@ -321,6 +322,9 @@ func (kp keepAliveProvider) start(t *testing.T) string {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = ln.Close() })
+	if kp.tls {
+		ln = tls.NewListener(ln, testServerTLS(t))
+	}
 	conn := func(c net.Conn) {
 		defer c.Close()
 		_ = c.SetDeadline(time.Now().Add(10 * time.Second))
@@ -352,6 +356,16 @@ func (kp keepAliveProvider) start(t *testing.T) string {
 		}
 	}()
 	return ln.Addr().String()
+}
+
+// testServerTLS is a server TLS config with httptest's own certificate.
+func testServerTLS(t *testing.T) *tls.Config {
+	t.Helper()
+	srv := httptest.NewUnstartedServer(nil)
+	srv.StartTLS()
+	cfg := srv.TLS.Clone()
+	srv.Close()
+	return cfg
 }
 
 // callWhole sends a call to path through p, its answer read whole.
@@ -431,37 +445,41 @@ func TestPreparePassesClientHeaders(t *testing.T) {
 // one Do, and idleConn gave the reads after it the idle budget. The JSON
 // pool keeps the first read's deadline, so was right.
 func TestInterimAnswerThenHeaders(t *testing.T) {
-	addr := keepAliveProvider{serve: func(c net.Conn, _ *http.Request, _ []byte) bool {
-		if _, err := io.WriteString(c, "HTTP/1.1 100 Continue\r\n\r\n"); err != nil {
+	for _, scheme := range []string{"http", "https"} {
+		kp := keepAliveProvider{tls: scheme == "https", serve: func(c net.Conn, _ *http.Request, _ []byte) bool {
+			if _, err := io.WriteString(c, "HTTP/1.1 100 Continue\r\n\r\n"); err != nil {
+				return false
+			}
+			time.Sleep(600 * time.Millisecond)
+			body := "data: {}\n\ndata: [DONE]\n\n"
+			_, _ = fmt.Fprintf(c, "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nContent-Length: %d\r\n\r\n%s", len(body), body)
 			return false
-		}
-		time.Sleep(600 * time.Millisecond)
-		body := "data: {}\n\ndata: [DONE]\n\n"
-		_, _ = fmt.Fprintf(c, "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nContent-Length: %d\r\n\r\n%s", len(body), body)
-		return false
-	}}.start(t)
-	p, err := NewProvider(ProviderConfig{Name: "t", Kind: OpenAI, BaseURL: "http://" + addr,
-		Timeout: 2 * time.Second, StreamIdle: 200 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, stream := range []bool{false, true} {
-		req, resp := fasthttp.AcquireRequest(), fasthttp.AcquireResponse()
-		p.Prepare(req, []byte("/v1/chat/completions"), []byte(`{}`), &fasthttp.RequestHeader{})
-		start := time.Now()
-		err := p.Do(req, resp, stream)
-		if err == nil && stream {
-			_, err = io.Copy(io.Discard, resp.BodyStream())
-			_ = resp.CloseBodyStream()
-		}
-		took := time.Since(start)
-		fasthttp.ReleaseRequest(req)
-		fasthttp.ReleaseResponse(resp)
+		}}
+		addr := kp.start(t)
+		p, err := NewProvider(ProviderConfig{Name: "t", Kind: OpenAI, BaseURL: scheme + "://" + addr,
+			Timeout: 2 * time.Second, StreamIdle: 200 * time.Millisecond})
 		if err != nil {
-			t.Errorf("stream %v: 100 Continue at once, headers 600 ms later (timeout 2 s, stream idle 200 ms): %v after %v; want the answer", stream, err, took)
-			continue
+			t.Fatal(err)
 		}
-		t.Logf("stream %v: answered after %v", stream, took)
+		p.tlsConfig = &tls.Config{InsecureSkipVerify: true} // the test server's own certificate
+		for _, stream := range []bool{false, true} {
+			req, resp := fasthttp.AcquireRequest(), fasthttp.AcquireResponse()
+			p.Prepare(req, []byte("/v1/chat/completions"), []byte(`{}`), &fasthttp.RequestHeader{})
+			start := time.Now()
+			err := p.Do(req, resp, stream)
+			if err == nil && stream {
+				_, err = io.Copy(io.Discard, resp.BodyStream())
+				_ = resp.CloseBodyStream()
+			}
+			took := time.Since(start)
+			fasthttp.ReleaseRequest(req)
+			fasthttp.ReleaseResponse(resp)
+			if err != nil {
+				t.Errorf("%s, stream %v: 100 Continue at once, headers 600 ms later (timeout 2 s, stream idle 200 ms): %v after %v; want the answer", scheme, stream, err, took)
+				continue
+			}
+			t.Logf("%s, stream %v: answered after %v", scheme, stream, took)
+		}
 	}
 }
 
@@ -573,7 +591,7 @@ func TestStreamIdleOverTLS(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		p.hc.TLSConfig = &tls.Config{InsecureSkipVerify: true} // the test server's own certificate
+		p.tlsConfig = &tls.Config{InsecureSkipVerify: true} // the test server's own certificate
 		req, resp := fasthttp.AcquireRequest(), fasthttp.AcquireResponse()
 		defer fasthttp.ReleaseRequest(req)
 		defer fasthttp.ReleaseResponse(resp)
@@ -615,5 +633,44 @@ func TestStreamIdleOverTLS(t *testing.T) {
 				t.Errorf("%s over %s (timeout %s, stream idle %s): %v after %s; want an error %v, within stream idle", tc.name, scheme, tc.timeout, tc.idle, err, took.Round(time.Millisecond), tc.wantErr)
 			}
 		}
+	}
+}
+
+// TestTLSHandshakeWithinConnectTimeout: an https provider that takes the
+// TCP connection and never answers the TLS handshake fails the call at
+// connect_timeout (the handshake is part of connecting), not at timeout.
+func TestTLSHandshakeWithinConnectTimeout(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			t.Cleanup(func() { _ = c.Close() }) // held open, silent
+		}
+	}()
+	const connect, timeout = 300 * time.Millisecond, 5 * time.Second
+	p, err := NewProvider(ProviderConfig{Name: "t", Kind: OpenAI, BaseURL: "https://" + ln.Addr().String(),
+		ConnectTimeout: connect, Timeout: timeout, StreamIdle: timeout})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, stream := range []bool{false, true} {
+		req, resp := fasthttp.AcquireRequest(), fasthttp.AcquireResponse()
+		p.Prepare(req, []byte("/v1/chat/completions"), []byte(`{}`), &fasthttp.RequestHeader{})
+		start := time.Now()
+		err := p.Do(req, resp, stream)
+		took := time.Since(start)
+		fasthttp.ReleaseRequest(req)
+		fasthttp.ReleaseResponse(resp)
+		if err == nil || took > timeout/2 {
+			t.Errorf("stream %v: a silent TLS server: %v after %v; want an error within connect_timeout %v", stream, err, took.Round(time.Millisecond), connect)
+		}
+		t.Logf("stream %v: %v after %v", stream, err, took.Round(time.Millisecond))
 	}
 }
