@@ -172,6 +172,7 @@ const (
 	inUpstreamLine
 	inModelLine
 	inTenantLine
+	inLevelLine // a level of the tenant's limits: its model's, its team's (levels.go)
 )
 
 // takeBudgets takes the request from its upstream's and model's budgets,

@@ -7,6 +7,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/ringgate/ringgate/limiter"
+	"github.com/ringgate/ringgate/queue"
 )
 
 // A tenant's request counts on every level of limits that applies to it:
@@ -86,6 +87,23 @@ func (c *call) awaitLevels() bool {
 	return true
 }
 
+// levelLine is where a request that level i of c's limits refused waits
+// for the level's room, as its tenant's refusals wait in the tenant's line
+// (lineFor): the level's own line on its owner, or on this node's
+// fallback share of it for the node's own clients; nil: none (the request
+// waits in its tenant's line). Waiting there, not in the tenant's line,
+// it leaves the tenant's other requests (another model, no team limit in
+// the way) free to go: at the head of the tenant's line it held them all
+// up, and a batch request there, once its share's turn came, every
+// interactive one for as long as the level stayed full (a reviewer's).
+func (c *call) levelLine(i int) *queue.Queue {
+	l := &c.levels[i]
+	if l.away || l.lim == nil {
+		return nil
+	}
+	return l.e.lineFor(l.lim, c.hops)
+}
+
 // checkLevels is admitLevels' decision charging nothing: the first level
 // that would refuse (c.refusedBy names it), or d (the tenant's) with the
 // tightest headers.
@@ -98,7 +116,7 @@ func (r *Router) checkLevels(c *call, d limiter.Decision) limiter.Decision {
 		}
 		ld := l.lim.Check(now, int64(c.res.Total))
 		if !ld.Allowed && (ld.Moved || !l.e.shadow) {
-			c.refusedBy = l.e.label
+			c.refusedBy, c.refusedLevel = l.e.label, i+1
 			return ld
 		}
 		tighten(&d, &ld)
@@ -139,7 +157,12 @@ func (r *Router) admitLevels(c *call, d *limiter.Decision) (bool, limiter.Decisi
 			// What was taken back may have refused a waiting head.
 			c.t.c().queue.Kick()
 			c.t.c().fbQueue.Kick()
-			c.refusedBy = l.e.label
+			for j := range i {
+				if q := c.levelLine(j); q != nil {
+					q.Kick()
+				}
+			}
+			c.refusedBy, c.refusedLevel = l.e.label, i+1
 			return false, ld, l.lim
 		}
 		tighten(d, &ld)
@@ -204,6 +227,7 @@ func (r *Router) finishLevels(c *call, actual int64) {
 			if d, handed := l.lim.FinishOrHand(r.clock(), &l.tk, actual); handed {
 				r.reportDelta(l.e, d)
 			}
+			l.e.c().queue.Kick() // those waiting for the level's room
 			for _, m := range members {
 				if c := m.peek(); c != nil { // no core: no one waiting
 					c.queue.Kick()
@@ -219,6 +243,7 @@ func (r *Router) finishLevels(c *call, actual int64) {
 		if l.fb != nil {
 			r.fallbackFinished(l.e, l.fb, d)
 		}
+		l.e.c().fbQueue.Kick()
 		for _, m := range members {
 			if c := m.peek(); c != nil {
 				c.fbQueue.Kick()

@@ -43,10 +43,12 @@ type call struct {
 	nBudgets int
 	// levels: what the call holds of its tenant's other levels of
 	// limits, its model's and its team's (levels.go); refusedBy names
-	// the level that refused it.
-	levels    [2]level
-	nLevels   int
-	refusedBy string
+	// the level that refused it, refusedLevel is 1 + its index in levels
+	// (0: none; in admitQueued, the level whose line it joins).
+	levels       [2]level
+	nLevels      int
+	refusedBy    string
+	refusedLevel int
 	// prompt: how its prompt was estimated (promptTokens).
 	prompt promptEstimate
 	// shadowBudget is the provider budget in shadow mode that refused
@@ -332,6 +334,16 @@ func (r *Router) serveLocalOnce(ctx *fasthttp.RequestCtx, ep upstream.Endpoint, 
 			// Others wait already: behind them, in order (the budgets
 			// are taken again when its turn comes).
 			return r.admitQueued(ctx, ep, st, c, hops, class, nil, nil)
+		}
+	}
+	for i := range c.nLevels {
+		if line := c.levelLine(i); line != nil && line.Waiting() > 0 {
+			if class := classOf(t, &ctx.Request.Header); t.queueWait(class) > 0 {
+				// Others wait for a level's room already (its model's,
+				// its team's): behind them.
+				c.refusedLevel = i + 1
+				return r.admitQueued(ctx, ep, st, c, hops, class, nil, nil)
+			}
 		}
 	}
 	var d limiter.Decision

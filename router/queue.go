@@ -47,18 +47,46 @@ func classOf(t *tenant, h *fasthttp.RequestHeader) queue.Class {
 
 var priorityHeaders = [1][]byte{[]byte(textproto.CanonicalMIMEHeaderKey(priorityHeader))}
 
+// waitLine is a line, or one flow of it (flow != ""): a team's line is
+// shared by its tenants, one flow each.
+type waitLine struct {
+	q    *queue.Queue
+	flow string
+}
+
 // ownLines are the lines on this node where t's requests wait for its own
-// limits: its owner's, its fallback share's, its spill's.
-func (t *tenant) ownLines() []*queue.Queue {
+// limits: its owner's, its fallback share's, its spill's, and its levels'
+// (its models' lines, its flow in its team's).
+func (t *tenant) ownLines() []waitLine {
 	c := t.peek()
 	if c == nil {
 		return nil // never served here: no line
 	}
-	ls := []*queue.Queue{c.queue, c.fbQueue}
+	ls := []waitLine{{q: c.queue}, {q: c.fbQueue}}
 	if sp := c.spill.Load(); sp != nil {
-		ls = append(ls, &sp.line)
+		ls = append(ls, waitLine{q: &sp.line})
+	}
+	for _, e := range t.models {
+		if ec := e.peek(); ec != nil {
+			ls = append(ls, waitLine{q: ec.queue}, waitLine{q: ec.fbQueue})
+		}
+	}
+	if e := t.team; e != nil {
+		if ec := e.peek(); ec != nil {
+			ls = append(ls, waitLine{q: ec.queue, flow: t.name}, waitLine{q: ec.fbQueue, flow: t.name})
+		}
 	}
 	return ls
+}
+
+// waiting reports whether any of ls has requests waiting.
+func waiting(ls []waitLine) bool {
+	for _, l := range ls {
+		if l.q.Waiting() > 0 {
+			return true
+		}
+	}
+	return false
 }
 
 // fallbackOver reports whether the fallback episode a waiter on t's share
@@ -97,15 +125,17 @@ func (t *tenant) lineFor(lim *limiter.Tenant, hops int) *queue.Queue {
 // queueWait is how long a request of class may wait for t (0: it may not).
 func (t *tenant) queueWait(c queue.Class) time.Duration { return t.waits[c] }
 
-// refusalNow names what refuses a request that waited without its turn
-// coming, from the limiter's view now, and when room is due.
-func refusalNow(d limiter.Decision) limiter.Decision {
+// refusalNow names what refuses a request of tokens that waited without its
+// turn coming, from the limiter's view now, and when room is due; with
+// room for it, the others ahead of it: its concurrency (they hold the room
+// as they are let in).
+func refusalNow(d limiter.Decision, tokens int64) limiter.Decision {
 	switch {
 	case d.LimitConcurrency > 0 && d.InFlight >= d.LimitConcurrency:
 		d.Limited, d.RetryAfter = limiter.Concurrency, time.Second
 	case d.LimitRequests > 0 && d.RemainingRequests <= 0:
 		d.Limited, d.RetryAfter = limiter.Requests, d.ResetRequests
-	case d.LimitTokens > 0:
+	case d.LimitTokens > 0 && d.RemainingTokens < tokens:
 		d.Limited, d.RetryAfter = limiter.Tokens, d.ResetTokens
 	default:
 		d.Limited, d.RetryAfter = limiter.Concurrency, time.Second
@@ -134,6 +164,7 @@ const (
 	refusedForGood // too large for the limit, or room not due within the wait
 	toTenantLine   // the provider's budgets have room, the tenant not: its line next
 	toBudgetLine   // a provider's budget has no room, or a line: that line next
+	toLevelLine    // a level of the tenant's limits has no room: its line next
 	refusedByBudget
 	spillEnded    // the tenant's spill ended, or is ending: decided the usual way
 	fallbackEnded // the owner answers again: routed to it
@@ -152,13 +183,16 @@ func mayWait(concurrency bool, retryAfter time.Duration, deadline time.Time) boo
 
 // admitQueued waits for room for c and serves it once admitted. A request
 // waits in one line at a time: its tenant's (on the tenant's owner, for
-// the tenant's own limits) or a provider budget's (on any node, for the
-// upstream's or model's limits, shared fairly among tenants: flowOf). Its
-// try is the whole decision, budgets then tenant, all or none; a try that
-// finds the other kind of limit full moves the request to that line, under
-// one wait budget. first is the tenant's refusal that sent it to the
-// tenant's line; on, the budget whose line it starts in (nil: the
-// tenant's); with neither it joined the tenant's line behind others.
+// the tenant's own limits), a level's of the tenant's limits (its model's,
+// its team's: levelLine; shared fairly by a team's tenants) or a provider
+// budget's (on any node, for the upstream's or model's limits, shared
+// fairly among tenants: flowOf). Its try is the whole decision, budgets
+// then tenant and levels, all or none; a try that finds another limit full
+// moves the request to that limit's line, under one wait budget. first is
+// the refusal that sent it to its tenant's line, or to the line of the
+// level that refused it (c.refusedLevel); on, the budget whose line it
+// starts in; with neither it joined the tenant's line behind others, or
+// the line of level c.refusedLevel.
 func (r *Router) admitQueued(ctx *fasthttp.RequestCtx, ep upstream.Endpoint, st *state, c *call, hops int, class queue.Class, first *limiter.Decision, on *budgetRefusal) bool {
 	t := c.t
 	owned := c.lim == t.c().lim
@@ -181,12 +215,18 @@ func (r *Router) admitQueued(ctx *fasthttp.RequestCtx, ep upstream.Endpoint, st 
 		at     = inTenantLine
 		line   = tenantLine
 		flow   queue.Flow
+		lvl    int // at inLevelLine: the level's index in c.levels
+		next   int // toLevelLine: the level's index
 	)
 	if first != nil {
 		last, tried = *first, true
 	}
-	if on != nil {
+	switch {
+	case on != nil:
 		budget, at, line, flow = *on, on.stage, on.on.line, on.on.flowOf(c, on.d.Limited)
+	case c.refusedLevel > 0 && c.levelLine(c.refusedLevel-1) != nil:
+		lvl = c.refusedLevel - 1
+		at, line, flow = inLevelLine, c.levelLine(lvl), queue.Flow{Key: t.name}
 	}
 	// A head refused by a rate tries again one bucket after the room was
 	// due, not at its edge: requests let in the instant a charge leaves
@@ -212,7 +252,13 @@ func (r *Router) admitQueued(ctx *fasthttp.RequestCtx, ep upstream.Endpoint, st 
 			out = refusedForGood
 			return true, -1
 		}
-		if at != inTenantLine {
+		if i := c.refusedLevel - 1; i >= 0 && c.levelLine(i) != nil {
+			// A level refused it: it waits in the level's line.
+			if at != inLevelLine || lvl != i {
+				out, next = toLevelLine, i
+				return true, -1
+			}
+		} else if at != inTenantLine {
 			out = toTenantLine
 			return true, -1
 		}
@@ -265,7 +311,7 @@ func (r *Router) admitQueued(ctx *fasthttp.RequestCtx, ep upstream.Endpoint, st 
 	r.cancelBudgets(c) // each try takes them afresh
 	movedLim := c.lim  // the limiter handed over, for movedAway
 	try := func() (bool, time.Duration) {
-		c.refusedBy = ""
+		c.refusedBy, c.refusedLevel = "", 0
 		switch {
 		case r.state.Load() != st:
 			// Reloaded: its budgets and limits may be others now.
@@ -284,9 +330,9 @@ func (r *Router) admitQueued(ctx *fasthttp.RequestCtx, ep upstream.Endpoint, st 
 		if wait := time.Until(notBefore); wait > 0 {
 			return false, wait
 		}
-		if at == inTenantLine && waits && c.sp == nil && !t.shadow {
-			// Its tenant first: the head of the tenant's line waits
-			// here for the tenant's room, not in a provider's line it
+		if (at == inTenantLine || at == inLevelLine) && waits && c.sp == nil && !t.shadow {
+			// Its tenant and levels first: the head of their line
+			// waits here for their room, not in a provider's line it
 			// would only leave again when its turn came there.
 			d := c.lim.Check(r.clock(), int64(c.res.Total))
 			if !d.Allowed && !d.Moved {
@@ -319,8 +365,10 @@ func (r *Router) admitQueued(ctx *fasthttp.RequestCtx, ep upstream.Endpoint, st 
 		if c.sp != nil {
 			return spillTry()
 		}
-		if waits && at != inTenantLine && tenantLine.Waiting() > 0 {
+		if waits && at != inTenantLine && at != inLevelLine && tenantLine.Waiting() > 0 {
 			// The tenant's own line has others waiting: behind them.
+			// (From a level's line it goes on: it left the tenant's
+			// line for the level, its turn there had come.)
 			r.cancelBudgets(c)
 			out = toTenantLine
 			return true, -1
@@ -370,12 +418,15 @@ func (r *Router) admitQueued(ctx *fasthttp.RequestCtx, ep upstream.Endpoint, st 
 		out = stillWaiting
 		d, err = line.Wait(class, flow, st.cfg.Queue.MaxDepth, deadline, gone, try)
 		waited += d
-		if err != nil || (out != toTenantLine && out != toBudgetLine) {
+		if err != nil || (out != toTenantLine && out != toBudgetLine && out != toLevelLine) {
 			break
 		}
-		if out == toTenantLine {
+		switch out {
+		case toTenantLine:
 			at, line, flow = inTenantLine, tenantLine, queue.Flow{}
-		} else {
+		case toLevelLine:
+			at, lvl, line, flow = inLevelLine, next, c.levelLine(next), queue.Flow{Key: t.name}
+		default:
 			at, line, flow = budget.stage, budget.on.line, budget.on.flowOf(c, budget.d.Limited)
 		}
 		notBefore = time.Time{}
@@ -392,7 +443,7 @@ func (r *Router) admitQueued(ctx *fasthttp.RequestCtx, ep upstream.Endpoint, st 
 		fail(ctx, statusClientClosed, "invalid_request_error", "client_closed_request",
 			"The client closed the connection while the request waited for capacity; it was not sent.")
 		return false
-	case err != nil && at != inTenantLine:
+	case err != nil && at != inTenantLine && at != inLevelLine:
 		// Full, or the wait budget spent, waiting for a provider's limit.
 		d := c.lim.Peek(r.clock())
 		setRateHeaders(&ctx.Response.Header, &d)
@@ -403,7 +454,12 @@ func (r *Router) admitQueued(ctx *fasthttp.RequestCtx, ep upstream.Endpoint, st 
 		// Full, or the wait budget spent: refused with what the limiter
 		// says of the room (when it frees).
 		if !tried {
-			last = refusalNow(c.lim.Peek(r.clock()))
+			lim := c.lim
+			if at == inLevelLine {
+				l := &c.levels[lvl]
+				lim, c.refusedBy = l.lim, l.e.label
+			}
+			last = refusalNow(lim.Peek(r.clock()), int64(c.res.Total))
 		}
 		setRateHeaders(&ctx.Response.Header, &last)
 		t.counters().queue.Inc()
@@ -500,14 +556,14 @@ func (c queueCollector) Describe(ch chan<- *prometheus.Desc) { ch <- tenantQueue
 
 func (c queueCollector) Collect(ch chan<- prometheus.Metric) {
 	for name, t := range c.r.state.Load().byName {
-		tc := t.peek()
-		if tc == nil {
-			continue // never served here: no line
+		if t.kind != kindTenant {
+			continue // a level's waiters are its tenants' (ownLines)
 		}
-		if sp := tc.spill.Load(); tc.queue.Waiting()+tc.fbQueue.Waiting() == 0 && (sp == nil || sp.line.Waiting() == 0) {
+		ls := t.ownLines()
+		if !waiting(ls) {
 			continue
 		}
-		v := viewQueue(t.ownLines()...)
+		v := viewQueue(ls...)
 		ch <- prometheus.MustNewConstMetric(tenantQueued, prometheus.GaugeValue, float64(v.Interactive.Waiting), name, queue.Interactive.String())
 		ch <- prometheus.MustNewConstMetric(tenantQueued, prometheus.GaugeValue, float64(v.Batch.Waiting), name, queue.Batch.String())
 	}
