@@ -89,7 +89,9 @@ func TestTeamLimitWaiterQueuedForItsTenant(t *testing.T) {
 	}
 	defer resp.Body.Close()
 	done := make(chan reply, 1)
-	go func() { done <- e.post("/v1/chat/completions", keyOf("beta"), chatBody(openAIModel, 5, false, false), nil) }()
+	go func() {
+		done <- e.post("/v1/chat/completions", keyOf("beta"), chatBody(openAIModel, 5, false, false), nil)
+	}()
 	e.waitTenant("beta", "its request queued for the team's slot", func(v tenantView) bool { return v.Queued == 1 })
 	if v, err := e.tenant("alpha"); err != nil || v.Queued != 0 {
 		t.Errorf("alpha: queued %d (%v), want 0: the waiter is beta's", v.Queued, err)
