@@ -120,6 +120,10 @@ type Budget struct {
 	seeding bool
 	seeded  chan struct{}
 	carried int64 // slots of calls admitted before the seed, still running
+	// next: the budget that replaced this one (a reload changed the
+	// window), which counts this one's calls in flight as carried: a
+	// slot freed here is freed there too, and nothing more is taken here.
+	next *Budget
 	// retired: taken from no more (Leaser.Retire): its blocks go back,
 	// none is asked for, its slots are held for the calls still running.
 	retired bool
@@ -331,6 +335,12 @@ func (b *Budget) take(now, tokens int64, asked bool) (Ticket, Decision) {
 	defer b.mu.Unlock()
 	var tk Ticket
 	var d Decision
+	if b.next != nil {
+		// Replaced (a reload): the request is decided on the config in
+		// force, on the budget that replaced this one.
+		d.Limited, d.RetryAfter = limiter.Concurrency, time.Millisecond
+		return tk, d
+	}
 	if b.seeding {
 		// Nothing before the store holds the seed.
 		d.Limited, d.RetryAfter, d.Renewal = limiter.Requests, time.Duration(b.width), b.seeded
@@ -428,7 +438,7 @@ func (b *Budget) Cancel(now int64, tk *Ticket) {
 	defer b.roomAfter(b.room)
 	defer b.mu.Unlock()
 	if tk.slot {
-		b.slotsUsed--
+		b.freeSlot()
 		tk.slot = false
 	}
 	a := Amount{Tokens: tk.tokens}
@@ -460,7 +470,7 @@ func (b *Budget) Finish(now int64, tk *Ticket, actual int64) {
 	defer b.roomAfter(b.room)
 	defer b.mu.Unlock()
 	if tk.slot {
-		b.slotsUsed--
+		b.freeSlot()
 		tk.slot = false
 	}
 	if !b.cfg.Settles || b.cfg.Limits.Tokens <= 0 {
@@ -692,9 +702,32 @@ func (b *Budget) ReleaseCarried() {
 	b.mu.Lock()
 	if b.carried > 0 {
 		b.carried--
-		b.slotsUsed--
+		b.freeSlot()
 	}
 	b.mu.Unlock()
+}
+
+// freeSlot frees one slot of a call counted here, and in the budget that
+// replaced this one (a chain, after reloads in a row); b.mu is held.
+// Locks are taken along the chain, never back: a budget's next is newer.
+func (b *Budget) freeSlot() {
+	b.slotsUsed--
+	if b.next != nil {
+		b.next.ReleaseCarried()
+	}
+}
+
+// replaceBy makes n, not yet in use, count b's calls in flight as its own
+// until they end (carried), and b take nothing more: the provider's
+// concurrency has no window, so a reload of the window must not forget
+// the calls running at the provider (a reviewer's: with every slot held
+// by streams, a reload let as many again in).
+func (b *Budget) replaceBy(n *Budget) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	n.carried += b.slotsUsed
+	n.slotsUsed += b.slotsUsed
+	b.next = n
 }
 
 // Degraded reports whether the store is down for this budget. It takes no
@@ -1155,8 +1188,9 @@ func (b *Budget) giveBack(ctx context.Context, st Store, node string, now int64)
 	}
 	b.mu.Lock()
 	used, limit := b.slotsUsed, b.cfg.Limits.Concurrency
+	replaced := b.next != nil
 	b.mu.Unlock()
-	if limit > 0 {
+	if limit > 0 && !replaced { // else the budget that replaced it holds them
 		if _, err := st.HoldSlots(ctx, b.cfg.Key, node, used, limit, now, b.cfg.SlotTTL); err != nil {
 			return err
 		}

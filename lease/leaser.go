@@ -62,16 +62,19 @@ func (l *Leaser) Budget(cfg Config, members func() int) *Budget {
 			b.SetLimits(cfg.Limits, cfg.OnStoreDown)
 			return b
 		}
-		// Another window (a reload): a budget on the new buckets; the
-		// old one's blocks go back.
-		old := b
+	}
+	b := NewBudget(cfg, members)
+	if old := l.budgets[cfg.Key]; old != nil {
+		// Another window (a reload): a budget on the new buckets, which
+		// carries the old one's calls in flight; the old one's blocks
+		// go back.
+		old.replaceBy(b)
 		go func() {
 			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 			defer cancel()
 			_ = old.giveBack(ctx, l.store, l.node, l.clock())
 		}()
 	}
-	b := NewBudget(cfg, members)
 	b.storeless = l.store == nil
 	if b.storeless {
 		// On its share from the first request, not from the first round
