@@ -3,6 +3,7 @@ package lease
 import (
 	"context"
 	"fmt"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -21,8 +22,9 @@ func TestWindowReloadCarriesCallsInFlight(t *testing.T) {
 		for _, reloads := range []int{1, 2} {
 			t.Run(fmt.Sprintf("%s/%d reloads", name, reloads), func(t *testing.T) {
 				ctx := context.Background()
-				now := int64(1000 * time.Hour)
-				clock := func() int64 { return now }
+				var at atomic.Int64 // read by the old budget's give-back too
+				at.Store(int64(1000 * time.Hour))
+				clock := at.Load
 				const limit = 4
 				cfg := Config{Key: "winreload-" + name + string(rune('0'+reloads)), Limits: limiter.Limits{Concurrency: limit}, Window: 3 * time.Second}
 				a := NewLeaser(LeaserConfig{Store: st, Node: "a", Clock: clock})
@@ -30,12 +32,12 @@ func TestWindowReloadCarriesCallsInFlight(t *testing.T) {
 				fill := func(l *Leaser, b *Budget) []Ticket {
 					var running []Ticket
 					for range 40 {
-						if tk, d := b.Take(now, 1); d.Allowed {
+						if tk, d := b.Take(at.Load(), 1); d.Allowed {
 							running = append(running, tk) // a stream: runs on
 							continue
 						}
 						l.Maintain(ctx)
-						now += int64(time.Millisecond)
+						at.Add(int64(time.Millisecond))
 					}
 					return running
 				}
@@ -56,7 +58,7 @@ func TestWindowReloadCarriesCallsInFlight(t *testing.T) {
 				// The calls from before end: their slots free on the
 				// budget in force, which admits as many again.
 				for i := range before {
-					old.Finish(now, &before[i], 0)
+					old.Finish(at.Load(), &before[i], 0)
 				}
 				if again := fill(a, b); len(again) != len(before) {
 					t.Errorf("%d admitted once the %d calls from before the reload ended", len(again), len(before))
