@@ -118,21 +118,6 @@ type waiter struct {
 // Waiting reports how many requests wait. It takes no lock.
 func (q *Queue) Waiting() int { return int(q.waiting.Load()) }
 
-// FlowDepth reports how many requests of class wait for the flow key, and
-// how long the longest-waiting of them has waited.
-func (q *Queue) FlowDepth(c Class, key string) (int, time.Duration) {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	if q.lines == nil {
-		return 0, 0
-	}
-	f := q.lines[c].flows[key]
-	if f == nil || f.waiters.Len() == 0 {
-		return 0, 0
-	}
-	return f.waiters.Len(), time.Since(f.waiters.Front().Value.(*waiter).since)
-}
-
 // Depth reports how many requests of class wait.
 func (q *Queue) Depth(c Class) int {
 	q.mu.Lock()

@@ -313,36 +313,3 @@ func TestFlowsShareByWeight(t *testing.T) {
 	}
 }
 
-// FlowDepth counts one flow's waiters of a class, and how long its first
-// has waited.
-func TestFlowDepth(t *testing.T) {
-	var q Queue
-	s := &slots{}
-	var wg sync.WaitGroup
-	for _, w := range []struct {
-		c   Class
-		key string
-	}{{Interactive, "a"}, {Interactive, "a"}, {Interactive, "b"}, {Batch, "a"}} {
-		wg.Go(func() {
-			_, _ = q.Wait(w.c, Flow{Key: w.key}, 10, time.Now().Add(3*time.Second), nil, s.try(w.key))
-		})
-	}
-	waitUntil(t, func() bool { return q.Waiting() == 4 })
-	for _, tc := range []struct {
-		c    Class
-		key  string
-		want int
-	}{{Interactive, "a", 2}, {Interactive, "b", 1}, {Batch, "a", 1}, {Batch, "b", 0}, {Interactive, "c", 0}} {
-		n, oldest := q.FlowDepth(tc.c, tc.key)
-		if n != tc.want || (n > 0) != (oldest > 0) {
-			t.Errorf("%s flow %q: %d waiting (oldest %v), want %d", tc.c, tc.key, n, oldest, tc.want)
-		}
-	}
-	for range 4 {
-		s.release(&q)
-	}
-	wg.Wait()
-	if n, _ := q.FlowDepth(Interactive, "a"); n != 0 {
-		t.Errorf("%d still waiting for flow a once all were admitted", n)
-	}
-}

@@ -251,17 +251,13 @@ type classQueue struct {
 	OldestMs int64 `json:"oldest_ms"` // how long the longest-waiting one has waited
 }
 
-// viewQueue is the lines ls together, by class.
-func viewQueue(ls ...waitLine) queueView {
+// viewQueue is the lines qs together, by class.
+func viewQueue(qs ...*queue.Queue) queueView {
 	class := func(c queue.Class) classQueue {
 		var cq classQueue
-		for _, l := range ls {
-			n, oldest := l.q.Depth(c), l.q.Oldest(c)
-			if l.flow != "" {
-				n, oldest = l.q.FlowDepth(c, l.flow)
-			}
-			cq.Waiting += n
-			cq.OldestMs = max(cq.OldestMs, oldest.Milliseconds())
+		for _, q := range qs {
+			cq.Waiting += q.Depth(c)
+			cq.OldestMs = max(cq.OldestMs, q.Oldest(c).Milliseconds())
 		}
 		return cq
 	}

@@ -89,16 +89,19 @@ func (c *call) awaitLevels() bool {
 
 // levelLine is where a request that level i of c's limits refused waits
 // for the level's room, as its tenant's refusals wait in the tenant's line
-// (lineFor): the level's own line on its owner, or on this node's
+// (lineFor): a model limit's own line on its owner, or on this node's
 // fallback share of it for the node's own clients; nil: none (the request
 // waits in its tenant's line). Waiting there, not in the tenant's line,
-// it leaves the tenant's other requests (another model, no team limit in
-// the way) free to go: at the head of the tenant's line it held them all
-// up, and a batch request there, once its share's turn came, every
-// interactive one for as long as the level stayed full (a reviewer's).
+// it leaves the tenant's requests for other models free to go: at the
+// head of the tenant's line it held them all up, and a batch request
+// there, once its share's turn came, every interactive one for as long as
+// the model stayed full (a reviewer's). A team's refusals wait in the
+// tenant's line, as before: the team limits all of the tenant's requests,
+// and a line shared by its tenants let one tenant's large request, at its
+// head, hold up another's small one that had room (a second reviewer's).
 func (c *call) levelLine(i int) *queue.Queue {
 	l := &c.levels[i]
-	if l.away || l.lim == nil {
+	if l.away || l.lim == nil || l.e.kind != kindModel {
 		return nil
 	}
 	return l.e.lineFor(l.lim, c.hops)

@@ -47,42 +47,30 @@ func classOf(t *tenant, h *fasthttp.RequestHeader) queue.Class {
 
 var priorityHeaders = [1][]byte{[]byte(textproto.CanonicalMIMEHeaderKey(priorityHeader))}
 
-// waitLine is a line, or one flow of it (flow != ""): a team's line is
-// shared by its tenants, one flow each.
-type waitLine struct {
-	q    *queue.Queue
-	flow string
-}
-
 // ownLines are the lines on this node where t's requests wait for its own
-// limits: its owner's, its fallback share's, its spill's, and its levels'
-// (its models' lines, its flow in its team's).
-func (t *tenant) ownLines() []waitLine {
+// limits: its owner's, its fallback share's, its spill's, and its model
+// limits' (levelLine).
+func (t *tenant) ownLines() []*queue.Queue {
 	c := t.peek()
 	if c == nil {
 		return nil // never served here: no line
 	}
-	ls := []waitLine{{q: c.queue}, {q: c.fbQueue}}
+	ls := []*queue.Queue{c.queue, c.fbQueue}
 	if sp := c.spill.Load(); sp != nil {
-		ls = append(ls, waitLine{q: &sp.line})
+		ls = append(ls, &sp.line)
 	}
 	for _, e := range t.models {
 		if ec := e.peek(); ec != nil {
-			ls = append(ls, waitLine{q: ec.queue}, waitLine{q: ec.fbQueue})
-		}
-	}
-	if e := t.team; e != nil {
-		if ec := e.peek(); ec != nil {
-			ls = append(ls, waitLine{q: ec.queue, flow: t.name}, waitLine{q: ec.fbQueue, flow: t.name})
+			ls = append(ls, ec.queue, ec.fbQueue)
 		}
 	}
 	return ls
 }
 
-// waiting reports whether any of ls has requests waiting.
-func waiting(ls []waitLine) bool {
-	for _, l := range ls {
-		if l.q.Waiting() > 0 {
+// waiting reports whether any of qs has requests waiting.
+func waiting(qs []*queue.Queue) bool {
+	for _, q := range qs {
+		if q.Waiting() > 0 {
 			return true
 		}
 	}
@@ -127,8 +115,8 @@ func (t *tenant) queueWait(c queue.Class) time.Duration { return t.waits[c] }
 
 // refusalNow names what refuses a request of tokens that waited without its
 // turn coming, from the limiter's view now, and when room is due; with
-// room for it, the others ahead of it: its concurrency (they hold the room
-// as they are let in).
+// room for it, the limit the others ahead of it take as they are let in
+// (concurrency first, then requests, then tokens: one that is set).
 func refusalNow(d limiter.Decision, tokens int64) limiter.Decision {
 	switch {
 	case d.LimitConcurrency > 0 && d.InFlight >= d.LimitConcurrency:
@@ -137,6 +125,11 @@ func refusalNow(d limiter.Decision, tokens int64) limiter.Decision {
 		d.Limited, d.RetryAfter = limiter.Requests, d.ResetRequests
 	case d.LimitTokens > 0 && d.RemainingTokens < tokens:
 		d.Limited, d.RetryAfter = limiter.Tokens, d.ResetTokens
+	case d.LimitConcurrency <= 0 && d.LimitRequests > 0:
+		// Behind others, where the limit is on requests: they take them.
+		d.Limited, d.RetryAfter = limiter.Requests, max(d.ResetRequests, time.Second)
+	case d.LimitConcurrency <= 0 && d.LimitTokens > 0:
+		d.Limited, d.RetryAfter = limiter.Tokens, max(d.ResetTokens, time.Second)
 	default:
 		d.Limited, d.RetryAfter = limiter.Concurrency, time.Second
 	}
@@ -226,7 +219,7 @@ func (r *Router) admitQueued(ctx *fasthttp.RequestCtx, ep upstream.Endpoint, st 
 		budget, at, line, flow = *on, on.stage, on.on.line, on.on.flowOf(c, on.d.Limited)
 	case c.refusedLevel > 0 && c.levelLine(c.refusedLevel-1) != nil:
 		lvl = c.refusedLevel - 1
-		at, line, flow = inLevelLine, c.levelLine(lvl), queue.Flow{Key: t.name}
+		at, line = inLevelLine, c.levelLine(lvl)
 	}
 	// A head refused by a rate tries again one bucket after the room was
 	// due, not at its edge: requests let in the instant a charge leaves
@@ -425,7 +418,7 @@ func (r *Router) admitQueued(ctx *fasthttp.RequestCtx, ep upstream.Endpoint, st 
 		case toTenantLine:
 			at, line, flow = inTenantLine, tenantLine, queue.Flow{}
 		case toLevelLine:
-			at, lvl, line, flow = inLevelLine, next, c.levelLine(next), queue.Flow{Key: t.name}
+			at, lvl, line, flow = inLevelLine, next, c.levelLine(next), queue.Flow{}
 		default:
 			at, line, flow = budget.stage, budget.on.line, budget.on.flowOf(c, budget.d.Limited)
 		}

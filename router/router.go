@@ -240,8 +240,10 @@ func (r *Router) Reload(cfg *config.Config) error {
 	// limiter.Tenant.Rebucket): what the cores count and the tickets of
 	// calls in flight carry over to the new bucket widths.
 	r.cores.install(st, r.clock())
+	var gone []*tenant
 	for name, t := range prev.byName {
 		if st.byName[name] == nil {
+			gone = append(gone, t)
 			// Gone from the config: its spill (if any) ends with it. One
 			// this node owns ends as any owner's spill does (its limiter
 			// unsealed, the members told, the budget retired): the core
@@ -260,18 +262,25 @@ func (r *Router) Reload(cfg *config.Config) error {
 	r.trackOwnership(r.view.Load())
 	r.reloadSpills(st)
 	// New limits, budgets: the heads of every line try again now, on the
-	// config in force (a request that waited is decided on it). A tenant
-	// with no core has no one waiting.
-	for _, t := range st.byName {
+	// config in force (a request that waited is decided on it), those of
+	// an entity gone too (a model limit removed: nothing else wakes its
+	// line). A tenant with no core has no one waiting.
+	kick := func(t *tenant) {
 		c := t.peek()
 		if c == nil {
-			continue
+			return
 		}
 		c.queue.Kick()
 		c.fbQueue.Kick()
 		if sp := c.spill.Load(); sp != nil {
 			sp.line.Kick()
 		}
+	}
+	for _, t := range st.byName {
+		kick(t)
+	}
+	for _, t := range gone {
+		kick(t)
 	}
 	r.kickBudgetLines()
 	r.log.Info("reload", "tenants", len(cfg.Tenants), "upstreams", len(cfg.Upstreams), "config_version", r.ConfigVersion())

@@ -78,7 +78,7 @@ type peerUpstreams struct {
 func viewOf(b *budgetLine, now int64, down string) *budgetView {
 	s := b.Stats(now)
 	v := &budgetView{}
-	v.Queue = viewQueue(waitLine{q: b.line})
+	v.Queue = viewQueue(b.line)
 	v.Limits.Requests, v.Limits.Tokens, v.Limits.Concurrency = s.Limits.Requests, s.Limits.Tokens, s.Limits.Concurrency
 	v.InForce.Requests, v.InForce.Tokens, v.Corrections = s.Learned.Requests, s.Learned.Tokens, s.Corrections
 	v.Lease.Blocks, v.Lease.LeftRequests, v.Lease.LeftTokens = s.Blocks, s.Left.Requests, s.Left.Tokens
