@@ -57,8 +57,12 @@ type Budget struct {
 	windowKey string // the store key of the window (slots use cfg.Key)
 	members   func() int
 	// storeless: there is no store at all (no Redis): the share from the
-	// start, with nothing admitted before it to allow for.
+	// start. born is when this node's leaser was made (the process
+	// started): within a window of it, in a cluster, what this node's
+	// previous process or the others at their larger shares admitted is
+	// still in the provider's window, and unknown here.
 	storeless bool
+	born      int64
 
 	mu     sync.Mutex
 	blocks []*block // oldest first
@@ -558,8 +562,9 @@ func (b *Budget) shareLimits(n int64) limiter.Limits {
 }
 
 // shareLimiter is the local window of the share, made on first use and
-// resized when the members change. Made after an outage, it is charged as
-// if this node's share of the whole window had been used just now: what
+// resized when the members change. Made after an outage (or, without a
+// store, within a window of the node's start, in a cluster), it is charged
+// as if this node's share of the whole window had been used just now: what
 // the cluster admitted before the store went silent is unknown here. When
 // the members drop (the share grows), the growth is charged the same way.
 func (b *Budget) shareLimiter(now int64) *limiter.Tenant {
@@ -567,7 +572,13 @@ func (b *Budget) shareLimiter(now int64) *limiter.Tenant {
 	if b.share == nil {
 		b.share = limiter.NewTenant(b.shareLimits(n), b.cfg.Window, b.cfg.Window)
 		b.shareN = n
-		if !b.storeless {
+		if !b.storeless || (n > 1 && now-b.born < int64(b.cfg.Window)) {
+			// A storeless node that started less than a window ago in
+			// a cluster charges its share the same way: it restarted
+			// (its previous process admitted up to it), or joined
+			// (the others admitted up to their larger shares before);
+			// 450 and 400 requests in a window for 300 before (a
+			// reviewer's).
 			l := b.shareLimits(n)
 			b.share.ChargeAt(now, now, l.Requests, l.Tokens)
 		}

@@ -17,6 +17,7 @@ type Leaser struct {
 	clock func() int64
 	log   *slog.Logger
 	tick  time.Duration
+	born  int64 // when it was made: the process's start
 
 	mu      sync.Mutex
 	budgets map[string]*Budget
@@ -47,7 +48,7 @@ func NewLeaser(c LeaserConfig) *Leaser {
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
-	return &Leaser{store: c.Store, node: c.Node, clock: c.Clock, log: c.Logger, tick: c.Tick,
+	return &Leaser{store: c.Store, node: c.Node, clock: c.Clock, log: c.Logger, tick: c.Tick, born: c.Clock(),
 		budgets: make(map[string]*Budget), retiring: make(map[string]*Budget), wake: make(chan struct{}, 1)}
 }
 
@@ -75,7 +76,7 @@ func (l *Leaser) Budget(cfg Config, members func() int) *Budget {
 			_ = old.giveBack(ctx, l.store, l.node, l.clock())
 		}()
 	}
-	b.storeless = l.store == nil
+	b.storeless, b.born = l.store == nil, l.born
 	if b.storeless {
 		// On its share from the first request, not from the first round
 		// of the loop (a request before it found no slot at all).
