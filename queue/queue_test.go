@@ -312,4 +312,3 @@ func TestFlowsShareByWeight(t *testing.T) {
 		})
 	}
 }
-
