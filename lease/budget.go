@@ -273,6 +273,7 @@ func (b *Budget) spendBlocks() {
 // Ticket is what an admitted request keeps for Finish. The zero Ticket
 // took nothing.
 type Ticket struct {
+	on     *Budget // the budget that took it, when not the one asked (replaced); nil: that one
 	blk    *block
 	lt     limiter.Ticket // on the share
 	bucket int64
@@ -336,15 +337,19 @@ func (b *Budget) Retake(now, tokens int64) (Ticket, Decision) { return b.take(no
 
 func (b *Budget) take(now, tokens int64, asked bool) (Ticket, Decision) {
 	b.mu.Lock()
+	if n := b.next; n != nil {
+		// Replaced (a reload, the router's state not yet swapped): the
+		// budget in force decides, and its ticket says so for Finish.
+		b.mu.Unlock()
+		tk, d := n.take(now, tokens, asked)
+		if tk.on == nil {
+			tk.on = n
+		}
+		return tk, d
+	}
 	defer b.mu.Unlock()
 	var tk Ticket
 	var d Decision
-	if b.next != nil {
-		// Replaced (a reload): the request is decided on the config in
-		// force, on the budget that replaced this one.
-		d.Limited, d.RetryAfter = limiter.Concurrency, time.Millisecond
-		return tk, d
-	}
 	if b.seeding {
 		// Nothing before the store holds the seed.
 		d.Limited, d.RetryAfter, d.Renewal = limiter.Requests, time.Duration(b.width), b.seeded
@@ -438,6 +443,10 @@ func (b *Budget) record(now, bucket int64, a Amount) {
 // Cancel undoes a Take whose request was not sent after all (another
 // budget refused it): nothing of it reached the provider.
 func (b *Budget) Cancel(now int64, tk *Ticket) {
+	if tk.on != nil && tk.on != b {
+		tk.on.Cancel(now, tk)
+		return
+	}
 	b.mu.Lock()
 	defer b.roomAfter(b.room)
 	defer b.mu.Unlock()
@@ -470,6 +479,10 @@ func (b *Budget) Cancel(now int64, tk *Ticket) {
 // Finish ends a request taken at tk: its slot is freed and, for a provider
 // that settles, its tokens are corrected to actual.
 func (b *Budget) Finish(now int64, tk *Ticket, actual int64) {
+	if tk.on != nil && tk.on != b {
+		tk.on.Finish(now, tk, actual)
+		return
+	}
 	b.mu.Lock()
 	defer b.roomAfter(b.room)
 	defer b.mu.Unlock()
@@ -572,15 +585,20 @@ func (b *Budget) shareLimiter(now int64) *limiter.Tenant {
 	if b.share == nil {
 		b.share = limiter.NewTenant(b.shareLimits(n), b.cfg.Window, b.cfg.Window)
 		b.shareN = n
-		if !b.storeless || (n > 1 && now-b.born < int64(b.cfg.Window)) {
-			// A storeless node that started less than a window ago in
-			// a cluster charges its share the same way: it restarted
-			// (its previous process admitted up to it), or joined
-			// (the others admitted up to their larger shares before);
-			// 450 and 400 requests in a window for 300 before (a
-			// reviewer's).
-			l := b.shareLimits(n)
+		switch l := b.shareLimits(n); {
+		case !b.storeless:
 			b.share.ChargeAt(now, now, l.Requests, l.Tokens)
+		case n > 1 && now-b.born < int64(b.cfg.Window):
+			// A storeless node that started less than a window ago in
+			// a cluster charges its share as used when it started: it
+			// restarted (its previous process admitted up to it), or
+			// joined (the others admitted up to their larger shares
+			// before); 450 and 400 requests in a window for 300 before
+			// (a reviewer's). Charged at the start, not at the first
+			// request: what it stands for leaves the window a window
+			// after the start (a second reviewer's: a first request
+			// late in that window was refused for a window more).
+			b.share.ChargeAt(now, b.born, l.Requests, l.Tokens)
 		}
 		return b.share
 	}
@@ -846,8 +864,11 @@ func (b *Budget) maintain(ctx context.Context, st Store, node string, now int64)
 		// they reach it: no grant before they had the time to, also on
 		// a node that had no share of its own (no demand meanwhile:
 		// its demand may rise first, before theirs is told; 450
-		// requests for 300 in a reviewer's test).
-		b.retryAt = max(b.retryAt, now+int64(rebuildWait))
+		// requests for 300 in a reviewer's test). open and closed
+		// admit on no share: nothing to wait for.
+		if b.cfg.OnStoreDown == Share {
+			b.retryAt = max(b.retryAt, now+int64(rebuildWait))
+		}
 		// Admissions on the share since the report are reported with
 		// the next round (the store answers again: the share is over).
 		b.late = append(b.late, b.shareUses...)
@@ -959,7 +980,11 @@ func (b *Budget) maintain(ctx context.Context, st Store, node string, now int64)
 		b.external = Amount{} // the window holds what was sent of it now
 		g := reply.Granted
 		fresh := b.newGenLocked(now, reply.Gen)
-		usable := (want.Requests == 0 || g.Requests > 0) && (want.Tokens == 0 || g.Tokens > 0) && !fresh
+		// A grant to a budget replaced meanwhile (a reload while the
+		// round was under way) goes back at once: nothing takes from
+		// it, and its give-back is done (a reviewer's: a block held so
+		// kept a reload back to the old window at nothing for a window).
+		usable := (want.Requests == 0 || g.Requests > 0) && (want.Tokens == 0 || g.Tokens > 0) && !fresh && b.next == nil
 		b.saturated = g.Requests < want.Requests || g.Tokens < want.Tokens
 		if usable {
 			b.needed = Amount{}

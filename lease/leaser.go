@@ -58,6 +58,18 @@ func NewLeaser(c LeaserConfig) *Leaser {
 func (l *Leaser) Budget(cfg Config, members func() int) *Budget {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	if b := l.retiring[cfg.Key]; b != nil && l.budgets[cfg.Key] == nil {
+		// Asked for again while calls taken from it still run (a spill
+		// rejoined): taken back, so that one budget holds the node's
+		// slots for the key in the store. Beside a fresh one, each
+		// wrote its own count over the other's: 7 calls at once for 4
+		// (a reviewer's).
+		delete(l.retiring, cfg.Key)
+		b.mu.Lock()
+		b.retired = false
+		b.mu.Unlock()
+		l.budgets[cfg.Key] = b
+	}
 	if b := l.budgets[cfg.Key]; b != nil {
 		if b.cfg.Window == cfg.Window && (cfg.LeaseFor == 0 || cfg.LeaseFor == b.cfg.LeaseFor) {
 			b.SetLimits(cfg.Limits, cfg.OnStoreDown)
@@ -65,17 +77,6 @@ func (l *Leaser) Budget(cfg Config, members func() int) *Budget {
 		}
 	}
 	b := NewBudget(cfg, members)
-	if old := l.budgets[cfg.Key]; old != nil {
-		// Another window (a reload): a budget on the new buckets, which
-		// carries the old one's calls in flight; the old one's blocks
-		// go back.
-		old.replaceBy(b)
-		go func() {
-			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-			defer cancel()
-			_ = old.giveBack(ctx, l.store, l.node, l.clock())
-		}()
-	}
 	b.storeless, b.born = l.store == nil, l.born
 	if b.storeless {
 		// On its share from the first request, not from the first round
@@ -84,6 +85,18 @@ func (l *Leaser) Budget(cfg Config, members func() int) *Budget {
 		b.down.Store(true)
 	}
 	b.wake = l.kick
+	if old := l.budgets[cfg.Key]; old != nil {
+		// Another window (a reload): a budget on the new buckets, which
+		// carries the old one's calls in flight and takes what is asked
+		// of the old one (made whole first: it is reached through it at
+		// once); the old one's blocks go back.
+		old.replaceBy(b)
+		go func() {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+			defer cancel()
+			_ = old.giveBack(ctx, l.store, l.node, l.clock())
+		}()
+	}
 	l.budgets[cfg.Key] = b
 	return b
 }
