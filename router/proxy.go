@@ -555,6 +555,16 @@ func (r *Router) promptTokens(c *call) int {
 	if req.Messages > 0 {
 		fixed += 3*req.Messages + 3
 	}
+	if over := req.Uncounted - uncountedAllowance - uncountedPerMessage*req.Messages; over > 0 {
+		// More of the body than JSON's syntax and parameters take is
+		// neither counted text nor media: text in a field the parse
+		// does not read (a new API field, a nested key given twice).
+		// Reserved as text, so that it counts before the provider's
+		// usage says what it cost; a reviewer's 54 KB so hidden were
+		// admitted on a reservation of a few tokens, 120 times the
+		// tenant's tpm over a few windows.
+		fixed += over / uncountedBytesPerToken
+	}
 	size, largest := 0, ""
 	for _, text := range req.Texts {
 		size += len(text)
@@ -573,6 +583,16 @@ func (r *Router) promptTokens(c *call) int {
 	c.prompt = promptEstimate{key: k, bytes: size, fixed: fixed}
 	return fixed + r.ratios.Estimate(r.tok, k, req.Texts, size, largest)
 }
+
+// The bytes of a body that are neither counted text nor media that JSON's
+// syntax and a request's parameters are allowed (the bench's chat body has
+// 58; four messages with tools and an image 442), and how many of the
+// rest make a token of the reservation (English text's usual 4).
+const (
+	uncountedAllowance     = 512
+	uncountedPerMessage    = 64
+	uncountedBytesPerToken = 4
+)
 
 // exactPrompt is c's prompt as the tokenizer counts it: its estimate when
 // it was counted, else counted now (off the decision's path), for a call
@@ -673,7 +693,7 @@ func (r *Router) forward(ctx *fasthttp.RequestCtx, c *call) bool {
 	}
 	if err != nil {
 		fasthttp.ReleaseResponse(resp)
-		r.finish(c, upstream.Usage{}, false, 0)
+		r.finish(c, failedUsage(c, err), false, 0)
 		r.upstreamFailed(ctx, c.prov, err)
 		return false
 	}
@@ -708,7 +728,7 @@ func (r *Router) forward(ctx *fasthttp.RequestCtx, c *call) bool {
 	fasthttp.ReleaseResponse(resp)
 	if err != nil {
 		ctx.Response.ResetBody()
-		r.finish(c, upstream.Usage{}, false, 0)
+		r.finish(c, failedUsage(c, err), false, 0)
 		r.upstreamFailed(ctx, c.prov, err)
 		return false
 	}
@@ -724,12 +744,51 @@ func (r *Router) forward(ctx *fasthttp.RequestCtx, c *call) bool {
 		})
 		ctx.Response.SetBodyRaw(out)
 		r.finish(c, u, ok, completion)
+		r.answerWriteDeadline(ctx)
 		return false
 	}
 	u, ok, completion := r.answerUsage(c, status, ctx.Response.Body())
 	r.finish(c, u, ok, completion)
+	r.answerWriteDeadline(ctx)
 	return false
 }
+
+// answerWriteDeadline has a large answer read whole written as a stream's
+// is: each part of it may take clientWriteIdle, so a client that stops
+// reading it is cut, and a slow one that reads on is not. It held the
+// connection's goroutine and the answer (up to 64 MiB) for as long as it
+// kept the connection open (a reviewer's). An answer that fits the
+// socket's buffers is written without waiting: left as it is, no cost.
+func (r *Router) answerWriteDeadline(ctx *fasthttp.RequestCtx) {
+	if len(ctx.Response.Body()) < answerBuffered {
+		return
+	}
+	body := ctx.Response.SwapBody(nil)
+	ctx.Response.SetBodyStream(&progressBody{ctx: ctx, b: body, idle: r.clientWriteIdle}, len(body))
+}
+
+// progressBody moves the connection's write deadline on at each read
+// fasthttp makes of it to write the next part; fasthttp clears it once
+// the answer is written.
+type progressBody struct {
+	ctx  *fasthttp.RequestCtx
+	b    []byte
+	idle time.Duration
+}
+
+func (p *progressBody) Read(b []byte) (int, error) {
+	if len(p.b) == 0 {
+		return 0, io.EOF
+	}
+	_ = p.ctx.SetWriteDeadline(time.Now().Add(p.idle))
+	n := copy(b, p.b)
+	p.b = p.b[n:]
+	return n, nil
+}
+
+// answerBuffered: an answer smaller than this fits a loopback or LAN
+// socket's send buffer (Linux starts it at 16 KiB and grows it to 4 MiB).
+const answerBuffered = 256 << 10
 
 // newFilter is the filter c's stream goes through. It hides the usage
 // only from a client the gateway asked for it on behalf of: a JSON
@@ -762,6 +821,19 @@ func (r *Router) answerUsage(c *call, status int, answer []byte) (u upstream.Usa
 	return u, ok, completion
 }
 
+// failedUsage is what a call that failed with err is charged: nothing when
+// the provider did not answer; its reservation, or max_tokens on every
+// choice if more, when it answered past maxAnswerBytes (it generated the answer, and bills it; charged nothing,
+// a reviewer's answer of 60 500 tokens was free, repeated at the rpm).
+func failedUsage(c *call, err error) upstream.Usage {
+	if !errors.Is(err, upstream.ErrAnswerTooLarge) {
+		return upstream.Usage{}
+	}
+	// So large, it likely ran to max_tokens on every choice.
+	completion := max(c.res.Total-c.res.Prompt, c.req.MaxTokens*max(1, c.req.Choices))
+	return upstream.Usage{Prompt: c.res.Prompt, Completion: completion, Reported: true}
+}
+
 // readAnswer moves an answer into the client's response, failing past
 // maxAnswerBytes: read whole already, its bytes change hands without a copy.
 func readAnswer(dst, resp *fasthttp.Response) error {
@@ -778,7 +850,7 @@ func readAnswer(dst, resp *fasthttp.Response) error {
 		return upstream.ReadError(err)
 	}
 	if n > maxAnswerBytes {
-		return fmt.Errorf("%w: answer over %d bytes", upstream.ErrUnreachable, maxAnswerBytes)
+		return fmt.Errorf("%w: %w: over %d bytes", upstream.ErrUnreachable, upstream.ErrAnswerTooLarge, maxAnswerBytes)
 	}
 	return nil
 }
@@ -1004,6 +1076,14 @@ func (r *Router) learn(c *call, prompt, completion int) {
 	if n := c.req.Choices; n > 1 {
 		res.Completion /= n
 		completion /= n
+	}
+	if m := c.req.MaxTokens; m > 0 && completion >= m {
+		// Cut short by its max_tokens: it says nothing of how long an
+		// answer runs without one. Learned, calls with max_tokens 1
+		// taught an average of 1, and calls without one were then
+		// reserved 2 tokens each (a reviewer's: 8 at once, 20 times the
+		// tpm in a window).
+		return
 	}
 	r.est.Settle(res, reserve.Usage{Prompt: prompt, Completion: completion})
 }

@@ -92,6 +92,9 @@ type ProviderConfig struct {
 var (
 	ErrTimeout     = errors.New("upstream timed out")
 	ErrUnreachable = errors.New("upstream unreachable")
+	// ErrAnswerTooLarge (with ErrUnreachable): the provider answered, past
+	// MaxAnswerBytes. It generated the answer, and bills it.
+	ErrAnswerTooLarge = errors.New("answer too large")
 )
 
 // NewProvider builds a provider and its connection pool.
@@ -453,6 +456,9 @@ func (p *Provider) Do(req *fasthttp.Request, resp *fasthttp.Response, stream boo
 		// one found closed sends the call on another, one found open is
 		// kept.
 		p.suspect.Raise()
+	}
+	if errors.Is(err, fasthttp.ErrBodyTooLarge) {
+		return fmt.Errorf("%w: %w: %v", ErrUnreachable, ErrAnswerTooLarge, err)
 	}
 	return classify(err)
 }

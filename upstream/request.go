@@ -41,6 +41,13 @@ type Request struct {
 	TokenInputs int
 	// Messages is the number of messages, for the per-message overhead.
 	Messages int
+	// Uncounted is how many bytes of the body are neither counted text
+	// (Texts, TokenInputs) nor media: JSON's own syntax, parameters, and
+	// whatever text sits in a field the parse does not read (a new API
+	// field, a nested key given twice, of which a provider reads the
+	// last). The reservation counts them past an allowance for syntax, so
+	// that text the parse misses is still reserved.
+	Uncounted int
 	// Generates is false for embeddings, which produce no completion tokens.
 	Generates bool
 	// streamOptions: the body has a top-level stream_options (PrepareBody
@@ -73,6 +80,8 @@ const (
 	fBestOf
 	fInstructions
 	fMaxOutputTokens
+	fSuffix
+	fBackground
 	numFields
 )
 
@@ -92,6 +101,8 @@ var fieldNames = [numFields]string{
 	fBestOf:              "best_of",
 	fInstructions:        "instructions",
 	fMaxOutputTokens:     "max_output_tokens",
+	fSuffix:              "suffix",
+	fBackground:          "background",
 }
 
 func fieldIndex(k string) int {
@@ -126,6 +137,10 @@ func fieldIndex(k string) int {
 		return fInstructions
 	case "max_output_tokens":
 		return fMaxOutputTokens
+	case "suffix":
+		return fSuffix
+	case "background":
+		return fBackground
 	}
 	return -1
 }
@@ -141,6 +156,22 @@ func present(v []byte) bool { return len(v) > 0 && !isNull(v) }
 type reqBody struct {
 	b   []byte
 	src string
+	// counted and media are the bytes of the values counted as prompt
+	// text (as the body has them: escapes and quotes included) and of
+	// the media parts.
+	counted, media int
+}
+
+// addText appends string value v's text, counted.
+func (p *reqBody) addText(texts []string, v []byte) []string {
+	p.counted += len(v)
+	return appendText(texts, p.text(v))
+}
+
+// addRaw appends value v's raw JSON, counted.
+func (p *reqBody) addRaw(texts []string, v []byte) []string {
+	p.counted += len(v)
+	return appendText(texts, p.raw(v))
 }
 
 // offset is where v, a slice of p.b (every value is one, cut from it with
@@ -375,7 +406,7 @@ func ParseRequest(ep Endpoint, body []byte) (Request, error) {
 			switch s := f[fSystem]; {
 			case !present(s):
 			case isString(s):
-				r.Texts = appendText(r.Texts, p.text(s))
+				r.Texts = p.addText(r.Texts, s)
 			case isArray(s):
 				r.Texts = p.contentTexts(r.Texts, &r.Media, s, 0)
 			default:
@@ -387,13 +418,16 @@ func ParseRequest(ep Endpoint, body []byte) (Request, error) {
 				continue
 			}
 			if v := f[t]; isArray(v) {
-				r.Texts = appendText(r.Texts, p.raw(v))
+				r.Texts = p.addRaw(r.Texts, v)
 			}
 		}
 	case Completions:
 		// prompt is optional in practice: providers default it.
 		if err := r.inputs(p, f[fPrompt], "prompt"); err != nil {
 			return r, err
+		}
+		if v := f[fSuffix]; isString(v) {
+			r.Texts = p.addText(r.Texts, v) // text after the completion, in the prompt
 		}
 	case Embeddings:
 		if !present(f[fInput]) {
@@ -403,13 +437,23 @@ func ParseRequest(ep Endpoint, body []byte) (Request, error) {
 			return r, err
 		}
 	case Responses:
+		if v := f[fBackground]; present(v) && string(v) != "false" {
+			// Answered "queued" at once, generated and billed after:
+			// the tokens cannot be counted when they are used, and the
+			// answer is fetched with a GET ringgate does not serve (a
+			// reviewer's: 10 of 32 000 output tokens each were charged
+			// their prompt alone).
+			return r, badRequest("unsupported_parameter", "background",
+				"Background responses are not supported through the gateway: send the request without background.")
+		}
 		if err := r.responsesInput(p, f[fInput], f[fInstructions]); err != nil {
 			return r, err
 		}
 		if v := f[fTools]; isArray(v) {
-			r.Texts = appendText(r.Texts, p.raw(v))
+			r.Texts = p.addRaw(r.Texts, v)
 		}
 	}
+	r.Uncounted = max(0, len(body)-p.counted-p.media)
 	return r, nil
 }
 
@@ -422,7 +466,7 @@ func (r *Request) responsesInput(p *reqBody, input, instructions []byte) error {
 	switch {
 	case !present(instructions):
 	case isString(instructions):
-		r.Texts = appendText(r.Texts, p.text(instructions))
+		r.Texts = p.addText(r.Texts, instructions)
 	default:
 		return badRequest("invalid_type", "instructions", "instructions must be a string")
 	}
@@ -430,7 +474,7 @@ func (r *Request) responsesInput(p *reqBody, input, instructions []byte) error {
 	case !present(input):
 		return nil // a stored prompt or a conversation may stand in for it
 	case isString(input):
-		r.Texts = appendText(r.Texts, p.text(input))
+		r.Texts = p.addText(r.Texts, input)
 		r.Messages = 1
 		return nil
 	case !isArray(input):
@@ -447,16 +491,16 @@ func (r *Request) responsesInput(p *reqBody, input, instructions []byte) error {
 		case get(item, "content") != nil:
 			r.Texts = p.messageTexts(r.Texts, &r.Media, item)
 		case isString(output):
-			r.Texts = appendText(r.Texts, p.text(output))
+			r.Texts = p.addText(r.Texts, output)
 		case isArray(output):
 			// A function call's output as content parts (text, images,
 			// files): taken as raw JSON, its images were reserved
 			// nothing (found by a reviewer).
 			r.Texts = p.contentTexts(r.Texts, &r.Media, output, 0)
 		case isString(get(item, "arguments")):
-			r.Texts = appendText(r.Texts, p.text(get(item, "arguments")))
+			r.Texts = p.addText(r.Texts, get(item, "arguments"))
 		default:
-			r.Texts = appendText(r.Texts, p.raw(item))
+			r.Texts = p.addRaw(r.Texts, item)
 		}
 		return true
 	})
@@ -530,7 +574,7 @@ func (r *Request) inputs(p *reqBody, v []byte, name string) error {
 	case !present(v):
 		return nil
 	case isString(v):
-		r.Texts = appendText(r.Texts, p.text(v))
+		r.Texts = p.addText(r.Texts, v)
 		return nil
 	case !isArray(v):
 		return bad()
@@ -539,10 +583,12 @@ func (r *Request) inputs(p *reqBody, v []byte, name string) error {
 	each(v, func(_, e []byte) bool {
 		switch {
 		case isString(e):
-			r.Texts = appendText(r.Texts, p.text(e))
+			r.Texts = p.addText(r.Texts, e)
 		case isNumber(e):
 			r.TokenInputs++
+			p.counted += len(e)
 		case isArray(e):
+			p.counted += len(e)
 			each(e, func(_, t []byte) bool {
 				ok = isNumber(t)
 				r.TokenInputs++
@@ -577,16 +623,22 @@ func (p *reqBody) messageTexts(texts []string, media *int, m []byte) []string {
 			each(v, func(_, call []byte) bool {
 				fn := get(call, "function")
 				if n := get(fn, "name"); isString(n) {
-					texts = appendText(texts, p.text(n))
+					texts = p.addText(texts, n)
 				}
 				if a := get(fn, "arguments"); isString(a) {
-					texts = appendText(texts, p.text(a))
+					texts = p.addText(texts, a)
 				}
 				return true
 			})
 		case "refusal":
 			if isString(v) {
-				texts = appendText(texts, p.text(v))
+				texts = p.addText(texts, v)
+			}
+		case "function_call": // OpenAI's deprecated form of tool_calls
+			for _, k := range [2]string{"name", "arguments"} {
+				if a := get(v, k); isString(a) {
+					texts = p.addText(texts, a)
+				}
 			}
 		}
 		return true
@@ -601,14 +653,14 @@ func (p *reqBody) messageTexts(texts []string, media *int, m []byte) []string {
 func (p *reqBody) contentTexts(texts []string, media *int, c []byte, depth int) []string {
 	switch {
 	case isString(c):
-		return appendText(texts, p.text(c))
+		return p.addText(texts, c)
 	case !isArray(c):
 		return texts
 	}
 	each(c, func(_, part []byte) bool {
 		switch {
 		case isString(part):
-			texts = appendText(texts, p.text(part))
+			texts = p.addText(texts, part)
 			return true
 		case !isObject(part):
 			return true
@@ -619,13 +671,14 @@ func (p *reqBody) contentTexts(texts []string, media *int, c []byte, depth int) 
 			switch string(k) {
 			case "type":
 				typ = v
-			case "text", "thinking":
+			case "text", "thinking", "refusal", // refusal: an assistant's part
+				"context", "title": // an Anthropic document's
 				if isString(v) {
-					texts = appendText(texts, p.text(v))
+					texts = p.addText(texts, v)
 				}
 			case "input": // Anthropic tool_use: the arguments as JSON
 				if isObject(v) {
-					texts = appendText(texts, p.raw(v))
+					texts = p.addRaw(texts, v)
 				}
 			case "content": // Anthropic tool_result, search_result
 				if depth < maxContentDepth {
@@ -634,7 +687,7 @@ func (p *reqBody) contentTexts(texts []string, media *int, c []byte, depth int) 
 			case "source": // Anthropic document: text, or content blocks
 				switch p.text(get(v, "type")) {
 				case "text":
-					texts, textSource = appendText(texts, p.text(get(v, "data"))), true
+					texts, textSource = p.addText(texts, get(v, "data")), true
 				case "content":
 					if depth < maxContentDepth {
 						texts, textSource = p.contentTexts(texts, media, get(v, "content"), depth+1), true
@@ -645,6 +698,7 @@ func (p *reqBody) contentTexts(texts []string, media *int, c []byte, depth int) 
 		})
 		if isMedia(p.text(typ)) && !textSource {
 			*media++
+			p.media += len(part)
 		}
 		return true
 	})

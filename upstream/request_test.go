@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 
@@ -180,6 +181,7 @@ func TestParseRequestValid(t *testing.T) {
 			// Whether stream_options is there only tells PrepareBody how
 			// to merge (TestPrepareBody).
 			got.streamOptions = false
+			got.Uncounted = 0 // TestParseRequestUncounted
 			if !reflect.DeepEqual(got, tc.want) {
 				t.Errorf("got  %+v\nwant %+v", got, tc.want)
 			}
@@ -200,6 +202,8 @@ func TestParseRequestInvalid(t *testing.T) {
 		{Responses, `{"model":"m","input":"x","instructions":["y"]}`, "invalid_type", "instructions"},
 		{Responses, `{"model":"m","input":"x","max_output_tokens":0}`, "integer_below_min_value", "max_output_tokens"},
 		{Responses, `{"model":"m","input":"x","input":"y"}`, "duplicate_parameter", "input"},
+		{Responses, `{"model":"m","input":"x","background":true}`, "unsupported_parameter", "background"},
+		{Responses, `{"model":"m","input":"x","background":true,"background":false}`, "duplicate_parameter", "background"},
 		{Chat, ``, "invalid_json", ""},
 		{Chat, `{`, "invalid_json", ""},
 		{Chat, `{"model":"m",}`, "invalid_json", ""},
@@ -448,7 +452,7 @@ func TestParseRequestNestedTextAndMedia(t *testing.T) {
 			nil, 1},
 		{"search_result in a tool_result", Messages,
 			`{"model":"c","max_tokens":5,"messages":[{"role":"user","content":[{"type":"tool_result","tool_use_id":"t","content":[{"type":"search_result","source":"https://x","title":"T","content":[{"type":"text","text":"found it"}]}]}]}]}`,
-			[]string{"found it"}, 0},
+			[]string{"T", "found it"}, 0}, // its title is read too
 		{"responses output parts", Responses,
 			`{"model":"gpt-4o","input":[{"type":"function_call_output","call_id":"c1","output":[{"type":"input_text","text":"a screenshot"},{"type":"input_image","image_url":"data:x"}]}]}`,
 			[]string{"a screenshot"}, 1},
@@ -464,6 +468,61 @@ func TestParseRequestNestedTextAndMedia(t *testing.T) {
 			}
 			if !reflect.DeepEqual(r.Texts, tc.texts) || r.Media != tc.media {
 				t.Errorf("texts %q, media %d; want %q, %d", r.Texts, r.Media, tc.texts, tc.media)
+			}
+		})
+	}
+}
+
+// Uncounted is the body's bytes that are neither counted text nor media:
+// JSON's syntax and parameters, and text in fields the parse does not
+// read, so that the reservation covers them (a reviewer's: text in a field
+// it missed reached the provider on a reservation of a few tokens).
+func TestParseRequestUncounted(t *testing.T) {
+	hidden := strings.Repeat("apple ", 1000)
+	for _, tc := range []struct {
+		name     string
+		ep       Endpoint
+		body     string
+		min, max int // bounds on Uncounted
+	}{
+		{"plain chat: syntax only", Chat, `{"model":"m","messages":[{"role":"user","content":"` + hidden + `"}]}`, 40, 60},
+		{"an image's bytes are media", Chat, `{"model":"m","messages":[{"role":"user","content":[{"type":"image_url","image_url":{"url":"data:image/png;base64,` + hidden + `"}}]}]}`, 40, 60},
+		{"token ids are counted", Completions, `{"model":"m","prompt":[[1,2,3],[4,5]]}`, 20, 30},
+		{"a field the parse does not read", Chat, `{"model":"m","messages":[{"role":"user","content":"hi"}],"x_note":"` + hidden + `"}`, 6000, 6100},
+		{"a nested key given twice: the last uncounted", Chat,
+			`{"model":"m","messages":[{"role":"assistant","tool_calls":[{"function":{"name":"f","arguments":"{}","arguments":"` + hidden + `"}}]}]}`, 6000, 6150},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r, err := ParseRequest(tc.ep, []byte(tc.body))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if r.Uncounted < tc.min || r.Uncounted > tc.max {
+				t.Errorf("Uncounted %d of a %d-byte body, want %d..%d", r.Uncounted, len(tc.body), tc.min, tc.max)
+			}
+		})
+	}
+}
+
+// Text in the fields a reviewer found uncounted is counted.
+func TestParseRequestCountsEveryPromptField(t *testing.T) {
+	for _, tc := range []struct {
+		name, body string
+		ep         Endpoint
+	}{
+		{"an assistant's refusal part", `{"model":"m","messages":[{"role":"assistant","content":[{"type":"refusal","refusal":"SECRET"}]}]}`, Chat},
+		{"a deprecated function_call", `{"model":"m","messages":[{"role":"assistant","function_call":{"name":"f","arguments":"SECRET"}}]}`, Chat},
+		{"a completion's suffix", `{"model":"m","prompt":"a","suffix":"SECRET"}`, Completions},
+		{"an Anthropic document's context", `{"model":"m","max_tokens":5,"messages":[{"role":"user","content":[{"type":"document","source":{"type":"text","media_type":"text/plain","data":"d"},"context":"SECRET"}]}]}`, Messages},
+		{"an Anthropic document's title", `{"model":"m","max_tokens":5,"messages":[{"role":"user","content":[{"type":"document","source":{"type":"text","media_type":"text/plain","data":"d"},"title":"SECRET"}]}]}`, Messages},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r, err := ParseRequest(tc.ep, []byte(tc.body))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !slices.Contains(r.Texts, "SECRET") {
+				t.Errorf("texts %q: the field's text is not counted", r.Texts)
 			}
 		})
 	}
