@@ -763,7 +763,8 @@ func (r *Router) answerWriteDeadline(ctx *fasthttp.RequestCtx) {
 	if len(ctx.Response.Body()) < answerBuffered {
 		return
 	}
-	body := ctx.Response.SwapBody(nil)
+	body := ctx.Response.Body() // a raw body too (SetBodyRaw: an SSE read whole), which SwapBody drops
+	ctx.Response.SwapBody(nil)  // the buffer is body's now, not the pool's
 	ctx.Response.SetBodyStream(&progressBody{ctx: ctx, b: body, idle: r.clientWriteIdle}, len(body))
 }
 
@@ -1077,12 +1078,16 @@ func (r *Router) learn(c *call, prompt, completion int) {
 		res.Completion /= n
 		completion /= n
 	}
-	if m := c.req.MaxTokens; m > 0 && completion >= m {
-		// Cut short by its max_tokens: it says nothing of how long an
-		// answer runs without one. Learned, calls with max_tokens 1
-		// taught an average of 1, and calls without one were then
-		// reserved 2 tokens each (a reviewer's: 8 at once, 20 times the
-		// tpm in a window).
+	if m := c.req.MaxTokens; m > 0 && completion >= m &&
+		completion < r.est.Estimate(res.Key, 0, 0, true).Completion {
+		// Cut short by its max_tokens, below what a call without one
+		// is reserved: a bound, not a length, it must not lower that.
+		// Learned, calls with max_tokens 1 taught an average of 1, and
+		// calls without one were then reserved 2 tokens each (a
+		// reviewer's: 8 at once, 20 times the tpm in a window). One
+		// cut above it still teaches: ignored, calls that ran to a
+		// max_tokens of 8 000 were reserved 256 each (a second
+		// reviewer's: 10 at once for a tpm of 10 000).
 		return
 	}
 	r.est.Settle(res, reserve.Usage{Prompt: prompt, Completion: completion})

@@ -82,6 +82,7 @@ const (
 	fMaxOutputTokens
 	fSuffix
 	fBackground
+	fPrediction
 	numFields
 )
 
@@ -103,6 +104,7 @@ var fieldNames = [numFields]string{
 	fMaxOutputTokens:     "max_output_tokens",
 	fSuffix:              "suffix",
 	fBackground:          "background",
+	fPrediction:          "prediction",
 }
 
 func fieldIndex(k string) int {
@@ -141,6 +143,8 @@ func fieldIndex(k string) int {
 		return fSuffix
 	case "background":
 		return fBackground
+	case "prediction":
+		return fPrediction
 	}
 	return -1
 }
@@ -449,9 +453,29 @@ func ParseRequest(ep Endpoint, body []byte) (Request, error) {
 		if err := r.responsesInput(p, f[fInput], f[fInstructions]); err != nil {
 			return r, err
 		}
+		if pr := f[fPrompt]; isObject(pr) {
+			// A stored prompt's variables: text, or input parts
+			// (an image is media, not 300 KB of text: a reviewer's).
+			each(get(pr, "variables"), func(_, v []byte) bool {
+				switch {
+				case isString(v):
+					r.Texts = p.addText(r.Texts, v)
+				case isObject(v):
+					r.Texts = p.partTexts(r.Texts, &r.Media, v, 0)
+				}
+				return true
+			})
+		}
 		if v := f[fTools]; isArray(v) {
 			r.Texts = p.addRaw(r.Texts, v)
 		}
+	}
+	if v := f[fPrediction]; present(v) {
+		// Predicted output: not read by the model as prompt (its
+		// rejected tokens are billed as completion, within max_tokens).
+		// Reserved as prompt, a predicted file doubled the reservation
+		// of an edit (a reviewer's).
+		p.media += len(v)
 	}
 	r.Uncounted = max(0, len(body)-p.counted-p.media)
 	return r, nil
@@ -580,15 +604,14 @@ func (r *Request) inputs(p *reqBody, v []byte, name string) error {
 		return bad()
 	}
 	ok := true
+	strs := p.counted
 	each(v, func(_, e []byte) bool {
 		switch {
 		case isString(e):
 			r.Texts = p.addText(r.Texts, e)
 		case isNumber(e):
 			r.TokenInputs++
-			p.counted += len(e)
 		case isArray(e):
-			p.counted += len(e)
 			each(e, func(_, t []byte) bool {
 				ok = isNumber(t)
 				r.TokenInputs++
@@ -601,6 +624,11 @@ func (r *Request) inputs(p *reqBody, v []byte, name string) error {
 	})
 	if !ok {
 		return bad()
+	}
+	if r.TokenInputs > 0 {
+		// Token ids with their separators, whatever the spacing: all of
+		// the array but its strings' bytes (counted as text already).
+		p.counted += len(v) - (p.counted - strs)
 	}
 	return nil
 }
@@ -658,51 +686,88 @@ func (p *reqBody) contentTexts(texts []string, media *int, c []byte, depth int) 
 		return texts
 	}
 	each(c, func(_, part []byte) bool {
-		switch {
-		case isString(part):
-			texts = p.addText(texts, part)
-			return true
-		case !isObject(part):
-			return true
-		}
-		var typ []byte
-		textSource := false
-		each(part, func(k, v []byte) bool {
-			switch string(k) {
-			case "type":
-				typ = v
-			case "text", "thinking", "refusal", // refusal: an assistant's part
-				"context", "title": // an Anthropic document's
-				if isString(v) {
-					texts = p.addText(texts, v)
-				}
-			case "input": // Anthropic tool_use: the arguments as JSON
-				if isObject(v) {
-					texts = p.addRaw(texts, v)
-				}
-			case "content": // Anthropic tool_result, search_result
-				if depth < maxContentDepth {
-					texts = p.contentTexts(texts, media, v, depth+1)
-				}
-			case "source": // Anthropic document: text, or content blocks
-				switch p.text(get(v, "type")) {
-				case "text":
-					texts, textSource = p.addText(texts, get(v, "data")), true
-				case "content":
-					if depth < maxContentDepth {
-						texts, textSource = p.contentTexts(texts, media, get(v, "content"), depth+1), true
-					}
-				}
-			}
-			return true
-		})
-		if isMedia(p.text(typ)) && !textSource {
-			*media++
-			p.media += len(part)
-		}
+		texts = p.partTexts(texts, media, part, depth)
 		return true
 	})
 	return texts
+}
+
+// partTexts appends the text of one content part (contentTexts).
+func (p *reqBody) partTexts(texts []string, media *int, part []byte, depth int) []string {
+	switch {
+	case isString(part):
+		return p.addText(texts, part)
+	case !isObject(part):
+		return texts
+	}
+	var typ, source []byte
+	textSource := false
+	before := p.counted
+	each(part, func(k, v []byte) bool {
+		switch string(k) {
+		case "type":
+			typ = v
+		case "text", "thinking", "refusal", // refusal: an assistant's part
+			"context", "title": // an Anthropic document's
+			if isString(v) {
+				texts = p.addText(texts, v)
+			}
+		case "input": // Anthropic tool_use: the arguments as JSON
+			if isObject(v) {
+				texts = p.addRaw(texts, v)
+			}
+		case "content": // Anthropic tool_result, search_result
+			if depth < maxContentDepth {
+				texts = p.contentTexts(texts, media, v, depth+1)
+			}
+		case "source": // Anthropic document: text, or content blocks
+			source = v
+			switch p.text(get(v, "type")) {
+			case "text":
+				texts, textSource = p.addText(texts, get(v, "data")), true
+			case "content":
+				if depth < maxContentDepth {
+					texts, textSource = p.contentTexts(texts, media, get(v, "content"), depth+1), true
+				}
+			}
+		}
+		return true
+	})
+	if isMedia(p.text(typ)) && !textSource {
+		*media++
+		// Its bytes are the media's, but what was counted in it as
+		// text (a document's context) is not subtracted twice; and
+		// a part or source with a key given twice is left to
+		// Uncounted: a provider that reads the last copy may see a
+		// text document where the first said base64 (a reviewer's:
+		// 540 KB of text so passed as a PDF).
+		if !dupKeys(part) && (source == nil || !dupKeys(source)) {
+			p.media += len(part) - (p.counted - before)
+		}
+	}
+	return texts
+}
+
+// dupKeys reports whether object o has a key more than once.
+func dupKeys(o []byte) bool {
+	var seen [16]string
+	n, dup := 0, false
+	each(o, func(k, _ []byte) bool {
+		for _, s := range seen[:n] {
+			if s == string(k) {
+				dup = true
+				return false
+			}
+		}
+		if n == len(seen) {
+			dup = true // a media part has a few keys: this many is suspect
+			return false
+		}
+		seen[n] = string(k)
+		n++
+		return true
+	})
+	return dup
 }
 
 // maxContentDepth is how deep contentTexts follows content nested in
