@@ -5,7 +5,13 @@
 // cluster, scale-up, scale-down) runs it so that an operator watches
 // tenants stay within their limits while nodes come and go.
 //
-// It knows nothing of ringgate's insides: only the client API.
+// Its output explains itself: a legend first (lines starting with #),
+// then a table of what came back each second, all keys together, and,
+// with -window, a block per window of each key's 200s and the node that
+// enforced its limits, which shows a tenant moving to another node.
+//
+// It knows nothing of ringgate's insides: only the client API and its
+// headers (x-ringgate-node, x-ringgate-queued-ms).
 package loadgen
 
 import (
@@ -17,6 +23,7 @@ import (
 	"maps"
 	"net/http"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -30,6 +37,9 @@ type Config struct {
 	Duration time.Duration // how long; bounded
 	Model    string
 	Timeout  time.Duration // one request's
+	// Window, if > 0, is the tenants' limit window: every Window, a block
+	// of each key's 200s in it and the nodes that enforced its limits.
+	Window time.Duration
 }
 
 // maxInFlight bounds the requests a key has in flight: past it a due
@@ -37,7 +47,7 @@ type Config struct {
 const maxInFlight = 64
 
 // Run parses args (flags) and runs the load until ctx ends or the duration
-// passes, writing a line a second and a total to out.
+// passes, writing a legend, a line a second and a total to out.
 func Run(ctx context.Context, args []string, out io.Writer) error {
 	fs := flag.NewFlagSet("load", flag.ContinueOnError)
 	fs.SetOutput(out)
@@ -48,6 +58,7 @@ func Run(ctx context.Context, args []string, out io.Writer) error {
 	fs.DurationVar(&c.Duration, "duration", 10*time.Minute, "how long to run (at most 24h)")
 	fs.StringVar(&c.Model, "model", "gpt-4o-mini", "the model asked for")
 	fs.DurationVar(&c.Timeout, "timeout", 30*time.Second, "one request's timeout")
+	fs.DurationVar(&c.Window, "window", 0, "the tenants' limit window (limits.window): every window, each key's 200s in it and the node that enforced it; 0: none")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -63,6 +74,8 @@ func Run(ctx context.Context, args []string, out io.Writer) error {
 		return fmt.Errorf("load: -rate must be in [0.01, 10000] (got %v)", c.Rate)
 	case c.Duration <= 0 || c.Duration > 24*time.Hour:
 		return fmt.Errorf("load: -duration must be in (0, 24h] (got %v)", c.Duration)
+	case c.Window != 0 && (c.Window < time.Second || c.Window > time.Hour):
+		return fmt.Errorf("load: -window must be 0 or in [1s, 1h] (got %v)", c.Window)
 	}
 	return c.Run(ctx, out)
 }
@@ -70,6 +83,50 @@ func Run(ctx context.Context, args []string, out io.Writer) error {
 // counts are one key's answers by status (0: no answer; -1: skipped, too
 // many in flight).
 type counts map[int]int
+
+// answer is what came back for one request.
+type answer struct {
+	status int           // 0: no answer; -1: skipped, too many in flight
+	node   string        // x-ringgate-node: the node that enforced the tenant's limits
+	queued bool          // it carried x-ringgate-queued-ms: it waited for room
+	waited time.Duration // how long, then
+}
+
+// tally is what came back in one second, all keys together.
+type tally struct {
+	sent, ok, refused, waited, failed, skipped int
+	longest                                    time.Duration // longest wait among them
+	other                                      counts        // any other status
+}
+
+func (s *tally) add(a answer) {
+	switch a.status {
+	case http.StatusOK:
+		s.ok++
+	case http.StatusTooManyRequests:
+		s.refused++
+	case 0:
+		s.failed++
+	case -1:
+		s.skipped++
+	default:
+		if s.other == nil {
+			s.other = counts{}
+		}
+		s.other[a.status]++
+	}
+	if a.queued {
+		s.waited++
+		s.longest = max(s.longest, a.waited)
+	}
+}
+
+// keyWindow is one key's 200s in the current window and the nodes that
+// enforced its limits, in the order they were first seen.
+type keyWindow struct {
+	ok    int
+	nodes []string
+}
 
 // Run runs the load.
 func (c Config) Run(ctx context.Context, out io.Writer) error {
@@ -81,18 +138,35 @@ func (c Config) Run(ctx context.Context, out io.Writer) error {
 	defer cancel()
 	client := &http.Client{Timeout: c.Timeout, Transport: &http.Transport{MaxIdleConnsPerHost: maxInFlight}}
 	defer client.CloseIdleConnections()
-	var mu sync.Mutex
-	second, total := make([]counts, len(c.Keys)), make([]counts, len(c.Keys))
+	var (
+		mu     sync.Mutex
+		second tally
+		window = make([]keyWindow, len(c.Keys))
+		total  = make([]counts, len(c.Keys))
+	)
 	for i := range c.Keys {
-		second[i], total[i] = counts{}, counts{}
+		total[i] = counts{}
 	}
-	note := func(i, status int) {
+	note := func(i int, a answer) {
 		mu.Lock()
-		second[i][status]++
-		total[i][status]++
+		defer mu.Unlock()
+		second.add(a)
+		total[i][a.status]++
+		if a.status == http.StatusOK {
+			window[i].ok++
+		}
+		if w := &window[i]; a.node != "" && !slices.Contains(w.nodes, a.node) {
+			w.nodes = append(w.nodes, a.node)
+		}
+	}
+	sent := func() {
+		mu.Lock()
+		second.sent++
 		mu.Unlock()
 	}
 	body := fmt.Sprintf(`{"model":%q,"max_tokens":16,"messages":[{"role":"user","content":"Say hello from the load generator."}]}`, c.Model)
+	c.legend(out)
+	fmt.Fprintln(out, header)
 	var wg sync.WaitGroup
 	for i, key := range c.Keys {
 		wg.Go(func() {
@@ -110,9 +184,10 @@ func (c Config) Run(ctx context.Context, out io.Writer) error {
 				select {
 				case sem <- struct{}{}:
 				default:
-					note(i, -1)
+					note(i, answer{status: -1})
 					continue
 				}
+				sent()
 				inflight.Go(func() {
 					defer func() { <-sem }()
 					note(i, c.post(sendCtx, client, key, body))
@@ -121,6 +196,7 @@ func (c Config) Run(ctx context.Context, out io.Writer) error {
 		})
 	}
 	start := time.Now()
+	windowStart := time.Duration(0)
 	report := time.NewTicker(time.Second)
 	defer report.Stop()
 	for done := false; !done; {
@@ -130,9 +206,18 @@ func (c Config) Run(ctx context.Context, out io.Writer) error {
 		case <-report.C:
 		}
 		mu.Lock()
-		fmt.Fprintf(out, "%6.1fs %s\n", time.Since(start).Seconds(), c.line(second))
-		for i := range second {
-			second[i] = counts{}
+		at := time.Since(start)
+		fmt.Fprintln(out, row(at, second))
+		second = tally{}
+		if c.Window > 0 && (at-windowStart >= c.Window-100*time.Millisecond || done) {
+			c.windowBlock(out, windowStart, at, window)
+			if !done {
+				fmt.Fprintln(out, header)
+			}
+			windowStart = at
+			for i := range window {
+				window[i] = keyWindow{}
+			}
 		}
 		mu.Unlock()
 	}
@@ -141,21 +226,103 @@ func (c Config) Run(ctx context.Context, out io.Writer) error {
 	return nil
 }
 
-// post sends one request and returns its status (0: no answer).
-func (c Config) post(ctx context.Context, client *http.Client, key, body string) int {
+// header names the columns of the line a second (legend explains them).
+const header = "   time   sent    200    429 waited longest failed skipped  other"
+
+// row is one second's line under header.
+func row(at time.Duration, s tally) string {
+	longest := "-"
+	if s.waited > 0 {
+		longest = fmt.Sprintf("%.1fs", s.longest.Seconds())
+	}
+	other := "-"
+	if len(s.other) > 0 {
+		var parts []string
+		for _, status := range slices.Sorted(maps.Keys(s.other)) {
+			parts = append(parts, fmt.Sprintf("%d:%d", status, s.other[status]))
+		}
+		other = strings.Join(parts, " ")
+	}
+	return fmt.Sprintf("%6.1fs %6d %6d %6d %6d %7s %6d %7d  %s",
+		at.Seconds(), s.sent, s.ok, s.refused, s.waited, longest, s.failed, s.skipped, other)
+}
+
+// legend says what the load does and what each number means.
+func (c Config) legend(out io.Writer) {
+	lines := []string{
+		fmt.Sprintf("ringgate load: %d keys, %g requests a second each, to %s/v1/chat/completions (timeout %v).",
+			len(c.Keys), c.Rate, c.URL, c.Timeout),
+		"Every second, a line of the answers that came back in that second, all keys together",
+		"(answers, not requests: a request that waited is counted when its answer came):",
+		"  sent     requests sent in that second",
+		"  200      answered: the tenant's limits admitted it",
+		"  429      refused: the tenant was over a limit (its rpm, tpm or concurrency per window)",
+		"  waited   answers (200 or 429) to requests that first waited for room in their tenant's queue",
+		"           (they carry x-ringgate-queued-ms). A request over its tenant's limit waits there when",
+		"           room is due within queue.interactive_wait (2s by default) and is admitted the moment it",
+		"           frees; if room does not come in time it gets its 429 at the end of that wait, and if",
+		"           room is not due by then it gets its 429 at once. So a second can show few answers",
+		"           while requests wait, then a burst as the waits end.",
+		"  longest  the longest of those waits",
+		"  failed   no answer (timeout, connection refused or cut); skipped: not sent, 64 already in flight",
+		"  other    any other status, as status:count (503 while a tenant moves, 502/504 from the provider)",
+	}
+	if c.Window > 0 {
+		lines = append(lines,
+			fmt.Sprintf("Every %v (the tenants' limit window), each key's 200s in that window, which its tenant's", c.Window),
+			"rpm caps, and the node that enforced its limits (x-ringgate-node); \"node-2 -> node-4\": the tenant moved",
+			"in that window. A tenant that moves with its state keeps to its limit in the window it moves in.",
+			"Keys sent at twice their limit from the start get their limit's worth in the first half of each",
+			"window, then 429s until those requests leave the window: 200s and 429s take turns.")
+	}
+	for _, l := range lines {
+		fmt.Fprintln(out, "# "+l)
+	}
+}
+
+// windowBlock writes each key's 200s in the window [from, to) and the
+// nodes that enforced it.
+func (c Config) windowBlock(out io.Writer, from, to time.Duration, w []keyWindow) {
+	fmt.Fprintf(out, "window %s-%s: 200s per key in the window, and the node that enforced its limits\n",
+		seconds(from), seconds(to))
+	width := 0
+	for _, k := range c.Keys {
+		width = max(width, len(k))
+	}
+	for i, k := range c.Keys {
+		nodes := "-"
+		if len(w[i].nodes) > 0 {
+			nodes = strings.Join(w[i].nodes, " -> ")
+		}
+		fmt.Fprintf(out, "  %-*s %6d  %s\n", width, k, w[i].ok, nodes)
+	}
+}
+
+// seconds is d to a tenth of a second: "10s", "12.5s".
+func seconds(d time.Duration) string {
+	return strconv.FormatFloat(d.Round(100*time.Millisecond).Seconds(), 'f', -1, 64) + "s"
+}
+
+// post sends one request and returns what came back (status 0: no
+// answer).
+func (c Config) post(ctx context.Context, client *http.Client, key, body string) answer {
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.URL+"/v1/chat/completions", strings.NewReader(body))
 	if err != nil {
-		return 0
+		return answer{}
 	}
 	req.Header.Set("Authorization", "Bearer "+key)
 	req.Header.Set("Content-Type", "application/json")
 	resp, err := client.Do(req)
 	if err != nil {
-		return 0
+		return answer{}
 	}
 	_, _ = io.Copy(io.Discard, resp.Body)
 	_ = resp.Body.Close()
-	return resp.StatusCode
+	a := answer{status: resp.StatusCode, node: resp.Header.Get("x-ringgate-node")}
+	if ms, err := strconv.ParseInt(resp.Header.Get("x-ringgate-queued-ms"), 10, 64); err == nil {
+		a.queued, a.waited = true, time.Duration(ms)*time.Millisecond
+	}
+	return a
 }
 
 // line is each key's counts: "sk-acme-1 200:20 429:4 | …".
