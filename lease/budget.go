@@ -33,6 +33,9 @@ type Config struct {
 	OnStoreDown OnStoreDown
 	LeaseFor    time.Duration // a block's life; default Window/8
 	SlotTTL     time.Duration // a slot holding's life unless renewed; default 3s
+	// BandFloor is the least part of the limit batch flows get while
+	// they want it, however much interactive ones want (fair.Divide).
+	BandFloor float64
 }
 
 func (c *Config) defaults() {
@@ -68,10 +71,8 @@ type Budget struct {
 	blocks []*block // oldest first
 	late   []Use    // charged after its block was given back: for the next Return
 
-	// Demand: what was asked (admitted or not) since since, and in the
-	// interval before it.
-	asked, askedPrev Amount
-	since, prevSince int64
+	// What was asked of the budget (admitted or not), by interval.
+	demand
 
 	// renewal is closed when the next grant attempt ends (made by a Take
 	// that found no room, for its caller to wait on); renewing: a grant
@@ -135,9 +136,13 @@ type Budget struct {
 	// A line of requests waiting for this budget (the router's): room
 	// is told when something may have freed; backlog is how many wait,
 	// counted in the demand a block is sized for.
-	room    func()
-	backlog func() int
-	roomed  bool // a round brought room (a block, slots, the store back or gone): room is told after it
+	room         func()
+	backlog      func() int
+	flowsWaiting Backlog
+	roomed       bool // a round brought room (a block, slots, the store back or gone): room is told after it
+
+	// fair is the budget's division among the cluster's flows (fair.go).
+	fair fairState
 }
 
 // Stats are a budget's counters and state, for /upstreams and /metrics.
@@ -151,12 +156,21 @@ type Stats struct {
 	Grants, Returns      uint64
 	Empty                uint64 // grants that found no room
 	StoreErrors          uint64
-	Rebuilt              uint64         // times the store had lost the window and was told this node's part
-	Corrections          uint64         // times the provider said less was left than the window did
-	Learned              limiter.Limits // the limits in force: configured, or lower as the provider said
-	Degraded             bool           // the store is down
-	DegradedFor          time.Duration  // in total
-	degradedNs           int64
+	Rebuilt              uint64 // times the store had lost the window and was told this node's part
+	Corrections          uint64 // times the provider said less was left than the window did
+	PartSpent            uint64 // grants not asked for: this node's part of the window was used
+	// Part is this node's part of the budget in the last division among
+	// the cluster's flows (fair.go), Demand what it reported wanting,
+	// Nodes how many nodes reported; Divided is false before the first.
+	Divided      bool
+	Part, Demand Amount
+	PartSlots    int64
+	DemandSlots  int64
+	Nodes        int
+	Learned      limiter.Limits // the limits in force: configured, or lower as the provider said
+	Degraded     bool           // the store is down
+	DegradedFor  time.Duration  // in total
+	degradedNs   int64
 }
 
 type block struct {
@@ -176,6 +190,17 @@ func appendUse(us []Use, bucket int64, a Amount) []Use {
 		return us
 	}
 	return append(us, Use{Bucket: bucket, Amount: a})
+}
+
+// takeBack takes a off what us used at bucket, if it is still there.
+func takeBack(us []Use, bucket int64, a Amount) {
+	for i := len(us) - 1; i >= 0; i-- {
+		if u := &us[i]; u.Bucket == bucket {
+			u.Requests -= a.Requests
+			u.Tokens -= a.Tokens
+			return
+		}
+	}
 }
 
 // adjustUse changes the tokens used at bucket (it is in us).
@@ -208,11 +233,12 @@ func NewBudget(cfg Config, members func() int) *Budget {
 
 // Watch tells the budget of the requests waiting for it: room is called
 // (outside the budget's lock) when it may have room again — a slot or
-// tokens given back, a round of store work done — and backlog reports how
-// many wait, for the size of the next block.
-func (b *Budget) Watch(room func(), backlog func() int) {
+// tokens given back, a round of store work done — backlog reports how
+// many wait, for the size of the next block, and flows how many wait for
+// each flow, for the demand it reports.
+func (b *Budget) Watch(room func(), backlog func() int, flows Backlog) {
 	b.mu.Lock()
-	b.room, b.backlog = room, backlog
+	b.room, b.backlog, b.flowsWaiting = room, backlog, flows
 	b.mu.Unlock()
 }
 
@@ -274,6 +300,9 @@ func (b *Budget) spendBlocks() {
 // took nothing.
 type Ticket struct {
 	on     *Budget // the budget that took it, when not the one asked (replaced); nil: that one
+	flow   *flowState
+	at     int64 // when it was taken
+	asked  int64 // the tokens it counted in its flow's demand
 	blk    *block
 	lt     limiter.Ticket // on the share
 	bucket int64
@@ -329,19 +358,45 @@ func (b *Budget) grace() int64 {
 // Take admits one request estimated at tokens, at now (ns): on a block and
 // a slot, or with the store down on what OnStoreDown says; all of them or
 // none.
-func (b *Budget) Take(now, tokens int64) (Ticket, Decision) { return b.take(now, tokens, true) }
+func (b *Budget) Take(now, tokens int64) (Ticket, Decision) { return b.take(now, tokens, true, nil) }
 
 // Retake is Take for a request asked before (the head of a line trying
 // again): not counted in the demand again, only kept in it.
-func (b *Budget) Retake(now, tokens int64) (Ticket, Decision) { return b.take(now, tokens, false) }
+func (b *Budget) Retake(now, tokens int64) (Ticket, Decision) { return b.take(now, tokens, false, nil) }
 
-func (b *Budget) take(now, tokens int64, asked bool) (Ticket, Decision) {
+// AskFor counts a request of flow f in the budget's demand without taking
+// anything: it waits behind others, and takes with RetakeFor when its turn
+// comes.
+func (b *Budget) AskFor(now, tokens int64, f *Flow) {
+	b.mu.Lock()
+	if n := b.next; n != nil {
+		b.mu.Unlock()
+		n.AskFor(now, tokens, f)
+		return
+	}
+	b.noteAsked(now, tokens)
+	b.flowAsked(b.flowLocked(f), now, tokens)
+	b.mu.Unlock()
+}
+
+// TakeFor is Take for a request of flow f, counted in f's demand for the
+// division of the budget among the cluster's flows (fair.go).
+func (b *Budget) TakeFor(now, tokens int64, f *Flow) (Ticket, Decision) {
+	return b.take(now, tokens, true, f)
+}
+
+// RetakeFor is Retake for a request of flow f.
+func (b *Budget) RetakeFor(now, tokens int64, f *Flow) (Ticket, Decision) {
+	return b.take(now, tokens, false, f)
+}
+
+func (b *Budget) take(now, tokens int64, asked bool, f *Flow) (Ticket, Decision) {
 	b.mu.Lock()
 	if n := b.next; n != nil {
 		// Replaced (a reload, the router's state not yet swapped): the
 		// budget in force decides, and its ticket says so for Finish.
 		b.mu.Unlock()
-		tk, d := n.take(now, tokens, asked)
+		tk, d := n.take(now, tokens, asked, f)
 		if tk.on == nil {
 			tk.on = n
 		}
@@ -359,6 +414,12 @@ func (b *Budget) take(now, tokens int64, asked bool) (Ticket, Decision) {
 		// A line's retries count once an interval: the line is
 		// still demand, its size counted in want.
 		b.noteAsked(now, tokens)
+	}
+	var fs *flowState
+	if f != nil {
+		if fs = b.flowLocked(f); asked {
+			b.flowAsked(fs, now, tokens)
+		}
 	}
 	d.Degraded = b.downSince != 0
 	d.Used = b.stats.Used
@@ -426,7 +487,11 @@ func (b *Budget) take(now, tokens int64, asked bool) (Ticket, Decision) {
 	if b.cfg.Limits.Concurrency > 0 {
 		b.slotsUsed++
 		tk.slot = true
+		if fs != nil {
+			fs.inflight++
+		}
 	}
+	tk.flow, tk.at, tk.asked = fs, now, tokens
 	d.Allowed = true
 	return tk, d
 }
@@ -450,6 +515,12 @@ func (b *Budget) Cancel(now int64, tk *Ticket) {
 	b.mu.Lock()
 	defer b.roomAfter(b.room)
 	defer b.mu.Unlock()
+	if fs := tk.flow; fs != nil {
+		fs.unask(tk.asked)
+		if tk.slot {
+			fs.inflight--
+		}
+	}
 	if tk.slot {
 		b.freeSlot()
 		tk.slot = false
@@ -462,13 +533,10 @@ func (b *Budget) Cancel(now int64, tk *Ticket) {
 	case tk.blk != nil && !tk.blk.returned:
 		tk.blk.left.Requests += a.Requests
 		tk.blk.left.Tokens += a.Tokens
-		for i := len(tk.blk.uses) - 1; i >= 0; i-- {
-			if u := &tk.blk.uses[i]; u.Bucket == tk.bucket {
-				u.Requests -= a.Requests
-				u.Tokens -= a.Tokens
-				break
-			}
-		}
+		takeBack(tk.blk.uses, tk.bucket, a)
+		// Nor in this node's charge of the window (capLocked): a part
+		// spent on requests never sent is a part another tenant lacks.
+		takeBack(b.hist, tk.bucket, a)
 	case tk.share && b.share != nil:
 		// The request stays counted on the share: conservative.
 		b.share.Finish(now, &tk.lt, 0)
@@ -487,6 +555,10 @@ func (b *Budget) Finish(now int64, tk *Ticket, actual int64) {
 	defer b.roomAfter(b.room)
 	defer b.mu.Unlock()
 	if tk.slot {
+		if tk.flow != nil {
+			tk.flow.inflight--
+			b.holdTime(now - tk.at)
+		}
 		b.freeSlot()
 		tk.slot = false
 	}
@@ -495,6 +567,9 @@ func (b *Budget) Finish(now int64, tk *Ticket, actual int64) {
 	}
 	diff := actual - tk.tokens
 	tk.tokens = actual
+	if diff != 0 && (tk.blk != nil || tk.share) {
+		adjustUse(b.hist, tk.bucket, diff) // this node's part of the window (capLocked)
+	}
 	switch {
 	case diff == 0:
 	case tk.blk != nil && !tk.blk.returned:
@@ -553,7 +628,9 @@ func (b *Budget) retryAfter(now int64) time.Duration {
 func (b *Budget) slotLimit(now int64) int64 {
 	switch {
 	case now < b.slotsUntil:
-		return b.slotsHeld
+		// Past its part (the division moved) the node admits no call
+		// until enough of its own end; its holding shrinks with them.
+		return min(b.slotsHeld, b.slotPartLocked(b.cfg.Limits.Concurrency))
 	case b.downSince == 0:
 		// The holding lapsed in the store without a failed call (the
 		// lease loop stalled): other nodes may have the slots now.
@@ -622,17 +699,28 @@ func (b *Budget) noteAsked(now, tokens int64) {
 
 // roll starts a new demand interval when a block's life has passed: a
 // node asked nothing for two intervals wants no block.
-func (b *Budget) roll(now int64) {
-	if b.since == 0 {
-		b.since = now
+func (b *Budget) roll(now int64) { b.demand.roll(now, int64(b.cfg.LeaseFor)) }
+
+// demand is what was asked, admitted or not: since since, and in the
+// interval of the same length before it (from prevSince).
+type demand struct {
+	asked, askedPrev Amount
+	since, prevSince int64
+}
+
+// roll starts a new interval when one of length life has passed; after two
+// without a roll, nothing was asked in the one before.
+func (d *demand) roll(now, life int64) {
+	if d.since == 0 {
+		d.since = now
 	}
-	if life := int64(b.cfg.LeaseFor); now-b.since >= life {
-		if now-b.since < 2*life {
-			b.askedPrev, b.prevSince = b.asked, b.since
+	if now-d.since >= life {
+		if now-d.since < 2*life {
+			d.askedPrev, d.prevSince = d.asked, d.since
 		} else {
-			b.askedPrev, b.prevSince = Amount{}, now-life
+			d.askedPrev, d.prevSince = Amount{}, now-life
 		}
-		b.asked, b.since = Amount{}, now
+		d.asked, d.since = Amount{}, now
 	}
 }
 
@@ -675,6 +763,28 @@ func (b *Budget) want(now int64) Amount {
 		w.Tokens = min(w.Tokens, l.Tokens)
 	}
 	return w
+}
+
+// blockWant is the block to ask for now, and the least worth granting;
+// ok is false when none is needed, or this node's part of the window
+// (fair.go) has no room for one: then no grant is asked for until its
+// oldest charge leaves the window or the next division, and a request
+// waiting for a grant waits no more. b.mu is held.
+func (b *Budget) blockWant(now int64) (want, least Amount, ok bool) {
+	if !b.needsBlock(now) {
+		return Amount{}, Amount{}, false
+	}
+	want, least = b.want(now), b.amount(b.perRequest())
+	if !b.capLocked(now, &want, least) {
+		b.retryAt = b.partFreesAt(now)
+		b.stats.PartSpent++
+		if b.renewal != nil {
+			close(b.renewal)
+			b.renewal = nil
+		}
+		return Amount{}, Amount{}, false
+	}
+	return want, least, true
 }
 
 // needsBlock reports whether a new block should be asked for now.
@@ -943,10 +1053,17 @@ func (b *Budget) maintain(ctx context.Context, st Store, node string, now int64)
 		}
 	}
 
+	// This node's demand told, the budget divided.
+	b.mu.Lock()
+	flows := b.flowsWaiting
+	b.mu.Unlock()
+	if !b.exchange(ctx, st, node, now, flows) {
+		return
+	}
+
 	// A new block.
 	b.mu.Lock()
-	if b.needsBlock(now) {
-		want := b.want(now)
+	if want, least, ok := b.blockWant(now); ok {
 		expires := now + int64(b.cfg.LeaseFor)
 		if b.saturated {
 			// Short blocks while the budget is in demand: what a node
@@ -954,7 +1071,6 @@ func (b *Budget) maintain(ctx context.Context, st Store, node string, now int64)
 			expires = now + min(int64(b.cfg.LeaseFor), 4*b.width)
 		}
 		b.renewing = true
-		least := b.amount(b.perRequest())
 		el := b.limitsLocked()
 		limit := Amount{el.Requests, el.Tokens}
 		b.mu.Unlock()
@@ -1022,10 +1138,18 @@ func (b *Budget) maintain(ctx context.Context, st Store, node string, now int64)
 	// Slots.
 	b.mu.Lock()
 	if c := b.cfg.Limits.Concurrency; c > 0 {
+		// Room for one more call beside those running, but none on a
+		// node nobody asks: an idle node's slot is one a busy one lacks.
 		headroom := max(1, b.slotsUsed/4, b.slotsRefused)
-		want := min(c, b.slotsUsed+headroom)
-		renew := now >= b.slotsUntil-int64(b.cfg.SlotTTL)*2/3 || b.slotsRefused > 0 ||
-			b.slotsUsed >= b.slotsHeld || b.slotsHeld > want+headroom
+		if b.roll(now); b.slotsUsed == 0 && b.slotsRefused == 0 && b.asked.Requests+b.askedPrev.Requests == 0 {
+			headroom = 0
+		}
+		// Never fewer than the calls running: a slot given up under a
+		// call still at the provider would be another node's at once.
+		part := b.slotPartLocked(c)
+		want := min(c, max(b.slotsUsed, min(part, b.slotsUsed+headroom)))
+		renew := now >= b.slotsUntil-int64(b.cfg.SlotTTL)*2/3 || b.slotsRefused > 0 && b.slotsHeld < part ||
+			b.slotsUsed >= b.slotsHeld && b.slotsHeld < part || b.slotsHeld > want+headroom || b.slotsHeld > max(part, b.slotsUsed)
 		if renew {
 			b.slotsRefused = 0
 			b.mu.Unlock()
@@ -1231,6 +1355,12 @@ func (b *Budget) giveBack(ctx context.Context, st Store, node string, now int64)
 			return err
 		}
 	}
+	b.mu.Lock()
+	told := b.fair.reportedEmpty || b.fair.reportedAt == 0
+	b.mu.Unlock()
+	if !told && !b.tellEmpty(ctx, st, node, now) {
+		return ErrStoreDown // the report lapses by itself
+	}
 	return nil
 }
 
@@ -1267,6 +1397,9 @@ func (b *Budget) Stats(now int64) Stats {
 	}
 	s.Left = b.liveLeft(now)
 	s.SlotsHeld, s.SlotsUsed = b.slotsHeld, b.slotsUsed
+	if d := b.fair.div; d.known {
+		s.Divided, s.Part, s.PartSlots, s.Demand, s.DemandSlots, s.Nodes = true, d.rate, d.slots, d.demand, d.demandSlots, d.nodes
+	}
 	s.Degraded = b.downSince != 0
 	d := s.degradedNs
 	if b.downSince != 0 {

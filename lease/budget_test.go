@@ -503,7 +503,7 @@ func TestBudgetBacklog(t *testing.T) {
 				l := NewLeaser(LeaserConfig{Store: st, Node: node, Clock: clock})
 				b := l.Budget(cfg, func() int { return 2 })
 				rooms := new(int)
-				b.Watch(func() { *rooms++ }, func() int { return waiting })
+				b.Watch(func() { *rooms++ }, func() int { return waiting }, nil)
 				return l, b, rooms
 			}
 			la, a, _ := mk("a", 0)

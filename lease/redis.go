@@ -129,6 +129,32 @@ redis.call('PEXPIRE', k, ttl + 1000)
 return h
 `)
 
+// demandScript: a hash of node → "until:report" (until in Unix ms). ARGV
+// node, report, now (ms), ttl (ms). It sets node's report, removes the
+// lapsed ones as it meets them, and returns node, report, node, report...
+// for the live ones: the hash has one field per node.
+var demandScript = redis.NewScript(`
+local k = KEYS[1]
+local node, rep = ARGV[1], ARGV[2]
+local now, ttl = tonumber(ARGV[3]), tonumber(ARGV[4])
+redis.call('HSET', k, node, string.format('%d', now + ttl) .. ':' .. rep)
+local all = redis.call('HGETALL', k)
+local out = {}
+for i = 1, #all, 2 do
+  local v = all[i+1]
+  local c = string.find(v, ':', 1, true)
+  local untl = c and tonumber(string.sub(v, 1, c - 1))
+  if untl == nil or untl <= now then
+    redis.call('HDEL', k, all[i])
+  else
+    out[#out+1] = all[i]
+    out[#out+1] = string.sub(v, c + 1)
+  end
+end
+redis.call('PEXPIRE', k, ttl + 1000)
+return out
+`)
+
 // RedisStore is the Store in Redis, through a redisconn.Conn (its budget
 // per call and its breaker). Keys are Prefix+":lease:{"+key+"}".
 type RedisStore struct {
@@ -148,7 +174,7 @@ func NewRedisStore(conn *redisconn.Conn, prefix string) *RedisStore {
 // failover: Run falls back to EVAL on NOSCRIPT anyway).
 func (s *RedisStore) Load(ctx context.Context) error {
 	return s.conn.Call(ctx, 20*time.Millisecond, func(ctx context.Context) error {
-		for _, sc := range []*redis.Script{grantScript, returnScript, slotsScript} {
+		for _, sc := range []*redis.Script{grantScript, returnScript, slotsScript, demandScript} {
 			if err := sc.Load(ctx, s.conn.Client()).Err(); err != nil {
 				return err
 			}
@@ -216,4 +242,23 @@ func (s *RedisStore) HoldSlots(ctx context.Context, key, node string, want, limi
 		return 0, fmt.Errorf("hold slots %s: %w", key, err)
 	}
 	return held, nil
+}
+
+func (s *RedisStore) Demand(ctx context.Context, key, node string, report []byte, now int64, ttl time.Duration) (map[string][]byte, error) {
+	var vals []any
+	err := s.conn.CallKey(ctx, s.key(key), 0, func(ctx context.Context) (err error) {
+		vals, err = demandScript.Run(ctx, s.conn.Client(), []string{s.key(key) + ":demand"},
+			node, report, now/int64(time.Millisecond), ms(ttl)).Slice()
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("demand %s: %w", key, err)
+	}
+	out := make(map[string][]byte, len(vals)/2)
+	for i := 0; i+1 < len(vals); i += 2 {
+		n, _ := vals[i].(string)
+		r, _ := vals[i+1].(string)
+		out[n] = []byte(r)
+	}
+	return out, nil
 }

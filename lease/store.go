@@ -1,6 +1,7 @@
 package lease
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"sync"
@@ -76,6 +77,10 @@ type Store interface {
 	// what it holds now; a holding lapses ttl after now (nodes' clock,
 	// Unix ns) unless held again.
 	HoldSlots(ctx context.Context, key, node string, want, limit, now int64, ttl time.Duration) (int64, error)
+	// Demand sets node's demand report for key, which lapses ttl after
+	// now (nodes' clock, Unix ns) unless set again, and returns every
+	// live report by node, this one's included.
+	Demand(ctx context.Context, key, node string, report []byte, now int64, ttl time.Duration) (map[string][]byte, error)
 }
 
 // ErrStoreDown is what InmemStore answers while Down.
@@ -89,6 +94,7 @@ type InmemStore struct {
 	down  bool
 	wins  map[string]*inmemWindow
 	slots map[string]map[string]inmemHold
+	wants map[string]map[string]inmemReport
 	gens  int64
 	Calls int // calls answered, for tests to count round trips
 }
@@ -103,9 +109,15 @@ type inmemWindow struct {
 
 type inmemHold struct{ held, until int64 }
 
+type inmemReport struct {
+	report []byte
+	until  int64
+}
+
 // NewInmemStore returns an empty store.
 func NewInmemStore() *InmemStore {
-	return &InmemStore{wins: make(map[string]*inmemWindow), slots: make(map[string]map[string]inmemHold)}
+	return &InmemStore{wins: make(map[string]*inmemWindow), slots: make(map[string]map[string]inmemHold),
+		wants: make(map[string]map[string]inmemReport)}
 }
 
 // Down makes every call fail with ErrStoreDown (true) or work again.
@@ -207,6 +219,7 @@ func (s *InmemStore) Lose() {
 	defer s.mu.Unlock()
 	s.wins = make(map[string]*inmemWindow)
 	s.slots = make(map[string]map[string]inmemHold)
+	s.wants = make(map[string]map[string]inmemReport)
 }
 
 func (s *InmemStore) HoldSlots(_ context.Context, key, node string, want, limit, now int64, ttl time.Duration) (int64, error) {
@@ -233,4 +246,28 @@ func (s *InmemStore) HoldSlots(_ context.Context, key, node string, want, limit,
 	held := max(0, min(want, limit-others))
 	hs[node] = inmemHold{held: held, until: now + int64(ttl)}
 	return held, nil
+}
+
+func (s *InmemStore) Demand(_ context.Context, key, node string, report []byte, now int64, ttl time.Duration) (map[string][]byte, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.down {
+		return nil, ErrStoreDown
+	}
+	s.Calls++
+	rs := s.wants[key]
+	if rs == nil {
+		rs = make(map[string]inmemReport)
+		s.wants[key] = rs
+	}
+	rs[node] = inmemReport{report: bytes.Clone(report), until: now + int64(ttl)}
+	out := make(map[string][]byte, len(rs))
+	for n, r := range rs {
+		if r.until <= now {
+			delete(rs, n)
+			continue
+		}
+		out[n] = bytes.Clone(r.report)
+	}
+	return out, nil
 }

@@ -119,6 +119,9 @@ type clCluster struct {
 	nodes   []*clNode
 	hc      *http.Client
 	opts    clOptions
+	// body, if set, makes the chat completion post sends (clChatBody
+	// otherwise).
+	body func(tenant string, stream bool) []byte
 
 	decidedMu sync.Mutex
 	decidedAt map[string][]time.Time // admissions the nodes decided, by tenant
@@ -525,8 +528,12 @@ func clChatBody(tenant string, stream bool) []byte {
 func (c *clCluster) post(nd *clNode, tenant string, stream bool, hdr map[string]string) (clReply, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), clReqTimeout)
 	defer cancel()
+	mk := clChatBody
+	if c.body != nil {
+		mk = c.body
+	}
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+nd.Addr()+"/v1/chat/completions",
-		bytes.NewReader(clChatBody(tenant, stream)))
+		bytes.NewReader(mk(tenant, stream)))
 	if err != nil {
 		return clReply{}, err
 	}

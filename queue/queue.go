@@ -128,6 +128,22 @@ func (q *Queue) Depth(c Class) int {
 	return q.lines[c].n
 }
 
+// EachFlow calls fn for every flow with requests waiting, with its class
+// and how many wait. fn runs under the queue's lock: it must not call the
+// queue.
+func (q *Queue) EachFlow(fn func(key string, c Class, waiting int)) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.lines == nil {
+		return
+	}
+	for c := range q.lines {
+		for _, f := range q.lines[c].active {
+			fn(f.key, Class(c), f.waiters.Len())
+		}
+	}
+}
+
 // Oldest reports how long the longest-waiting request of class has waited
 // (0: none waits).
 func (q *Queue) Oldest(c Class) time.Duration {

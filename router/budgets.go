@@ -2,7 +2,9 @@ package router
 
 import (
 	"fmt"
+	"slices"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/valyala/fasthttp"
@@ -24,9 +26,15 @@ import (
 
 // provBudgets are one upstream's budgets on this node.
 type provBudgets struct {
+	name   string
 	single bool                   // the upstream serves one model: its answers' limits are the upstream's
 	up     *budgetLine            // nil: no upstream-wide limit
 	models map[string]*budgetLine // per model, for the models limited
+	// learned are the models' limits its answers stated (learned.go);
+	// base and shadow are what their budgets are made with.
+	learned *learnedModels
+	base    lease.Config
+	shadow  bool
 }
 
 // budgetLine is one budget and the line of requests waiting for it on this
@@ -46,8 +54,9 @@ type budgetLine struct {
 
 // budgetTake is what one request took of one budget.
 type budgetTake struct {
-	b  *lease.Budget
-	tk lease.Ticket
+	b     *lease.Budget
+	tk    lease.Ticket
+	which int // 0: its upstream's budget, 1: its model's
 }
 
 // maxRenewalWait bounds how long a request whose budget has no block left
@@ -65,45 +74,68 @@ func onStoreDown(s string) lease.OnStoreDown {
 }
 
 // buildBudgets gets this node's budgets of every limited upstream and model
-// from the leaser (a reload keeps their blocks) and drops the others.
+// from the leaser (a reload keeps their blocks), and the models' learned
+// ones (learned.go), and drops the others. Every upstream has its
+// provBudgets: one without limits may still learn a model's.
 func (r *Router) buildBudgets(cfg *config.Config, provs []*upstream.Provider) map[*upstream.Provider]*provBudgets {
 	out := make(map[*upstream.Provider]*provBudgets)
 	keep := make(map[string]bool)
-	members := func() int { return r.view.Load().liveMembers() }
-	r.linesMu.Lock()
-	defer r.linesMu.Unlock()
-	if r.lines == nil {
-		r.lines = make(map[string]*queue.Queue)
-	}
-	lineOf := func(c lease.Config, what, name string, shadow bool) *budgetLine {
-		b := r.leaser.Budget(c, members)
-		q := r.lines[c.Key]
-		if q == nil {
-			q = &queue.Queue{}
-			r.lines[c.Key] = q
+	var held []*sync.Mutex // the upstreams' learnedModels, until Retain kept their budgets
+	defer func() {
+		for _, mu := range held {
+			mu.Unlock()
 		}
-		b.Watch(q.Kick, q.Waiting)
+	}()
+	line := func(c lease.Config, what, name string, shadow bool) *budgetLine {
 		keep[c.Key] = true
-		return &budgetLine{Budget: b, line: q, limits: c.Limits, what: what, closed: c.OnStoreDown == lease.Closed, shadow: shadow, shadowName: name}
+		return r.budgetLine(c, what, name, shadow)
 	}
 	for i, uc := range cfg.Upstreams {
-		pb := &provBudgets{models: make(map[string]*budgetLine), single: len(uc.Models) <= 1}
-		shadow := uc.Mode == config.ModeShadow
-		base := lease.Config{Window: cfg.Limits.Window, Settles: uc.Kind == config.KindAnthropic, OnStoreDown: onStoreDown(uc.OnRedisDown)}
+		pb := &provBudgets{name: uc.Name, models: make(map[string]*budgetLine), single: len(uc.Models) <= 1,
+			shadow: uc.Mode == config.ModeShadow, learned: r.learnedOf(uc.Name)}
+		pb.base = lease.Config{Window: cfg.Limits.Window, Settles: uc.Kind == config.KindAnthropic, OnStoreDown: onStoreDown(uc.OnRedisDown),
+			BandFloor: 1.0 / queue.BatchShare} // batch's share of a line, cluster-wide
 		if uc.RPM > 0 || uc.TPM > 0 || uc.Concurrency > 0 {
-			c := base
+			c := pb.base
 			c.Key = "up:" + uc.Name
 			c.Limits = limiter.Limits{Requests: int64(uc.RPM), Tokens: int64(uc.TPM), Concurrency: int64(uc.Concurrency)}
-			pb.up = lineOf(c, "upstream "+uc.Name, "upstream/"+uc.Name, shadow)
+			pb.up = line(c, "upstream "+uc.Name, "upstream/"+uc.Name, pb.shadow)
 		}
 		for _, ml := range uc.ModelLimits {
-			c := base
+			c := pb.base
 			c.Key = "up:" + uc.Name + ":model:" + ml.Model
 			c.Limits = limiter.Limits{Requests: int64(ml.RPM), Tokens: int64(ml.TPM), Concurrency: int64(ml.Concurrency)}
-			pb.models[ml.Model] = lineOf(c, "model "+ml.Model, "upstream/"+uc.Name+"/model/"+ml.Model, shadow)
+			pb.models[ml.Model] = line(c, "model "+ml.Model, "upstream/"+uc.Name+"/model/"+ml.Model, pb.shadow)
 		}
-		if pb.up != nil || len(pb.models) > 0 {
-			out[provs[i]] = pb
+		// The learned budgets on the new window and mode; a model now
+		// configured is on its configured limit. Held until the leaser
+		// kept them (learnedModels).
+		l := pb.learned
+		l.mu.Lock()
+		held = append(held, &l.mu)
+		l.name, l.base, l.shadow = uc.Name, pb.base, pb.shadow
+		l.applied = limiter.Limits{Requests: int64(uc.RPM), Tokens: int64(uc.TPM)}
+		l.configured = make(map[string]bool, len(pb.models))
+		for m := range pb.models {
+			l.configured[m] = true
+		}
+		for model, lb := range l.all() {
+			if l.configured[model] || pb.single {
+				l.set(model, nil)
+				continue
+			}
+			c := pb.base
+			c.Key, c.Limits = lb.Key(), lb.limits
+			nb := *lb
+			nb.budgetLine = line(c, lb.what, lb.shadowName, pb.shadow)
+			l.set(model, &nb)
+		}
+		out[provs[i]] = pb
+	}
+	r.linesMu.Lock()
+	for name := range r.learned {
+		if !slices.ContainsFunc(cfg.Upstreams, func(u config.Upstream) bool { return u.Name == name }) {
+			delete(r.learned, name)
 		}
 	}
 	for key, q := range r.lines {
@@ -114,11 +146,43 @@ func (r *Router) buildBudgets(cfg *config.Config, provs []*upstream.Provider) ma
 			r.droppedLines = append(r.droppedLines, q)
 		}
 	}
+	r.linesMu.Unlock()
 	if st := r.state.Load(); st != nil {
 		st.spillKeys(keep) // a reload keeps the spills
 	}
 	r.leaser.Retain(keep)
 	return out
+}
+
+// budgetLine is the node's budget for c, from the leaser, with its line
+// (kept across reloads by the budget's key).
+func (r *Router) budgetLine(c lease.Config, what, name string, shadow bool) *budgetLine {
+	b := r.leaser.Budget(c, func() int { return r.view.Load().liveMembers() })
+	r.linesMu.Lock()
+	if r.lines == nil {
+		r.lines = make(map[string]*queue.Queue)
+	}
+	q := r.lines[c.Key]
+	if q == nil {
+		q = &queue.Queue{}
+		r.lines[c.Key] = q
+	}
+	r.linesMu.Unlock()
+	b.Watch(q.Kick, q.Waiting, lineBacklog(q))
+	return &budgetLine{Budget: b, line: q, limits: c.Limits, what: what, closed: c.OnStoreDown == lease.Closed, shadow: shadow, shadowName: name}
+}
+
+// limited reports whether any budget of the upstream's may take a request.
+func (pb *provBudgets) limited() bool {
+	return pb != nil && (pb.up != nil || len(pb.models) > 0 || len(pb.learned.all()) > 0)
+}
+
+// lineBacklog reports the requests waiting in a budget's line by flow
+// (tenant) and band, for the demand the budget reports.
+func lineBacklog(q *queue.Queue) lease.Backlog {
+	return func(fn func(key string, band, waiting int)) {
+		q.EachFlow(func(key string, c queue.Class, n int) { fn(key, int(c), n) })
+	}
 }
 
 // kickBudgetLines has the head of every budget's line try again, and of
@@ -181,31 +245,45 @@ const (
 // back what it took.
 func (r *Router) takeBudgets(st *state, c *call, at stage) (budgetRefusal, bool) {
 	pb := st.budgets[c.prov]
-	if pb == nil {
+	if !pb.limited() {
 		return budgetRefusal{}, true
 	}
 	tokens := providerTokens(c)
 	c.shadowBudget = nil
-	for i, b := range [2]*budgetLine{pb.up, pb.models[c.req.Model]} {
+	for i, b := range [2]*budgetLine{pb.up, pb.model(c.req.Model)} {
 		if b == nil {
 			continue
 		}
 		passed := (at == inUpstreamLine || at == inModelLine) && stage(i+1) <= at
 		if !passed && stage(i+1) != at && !b.shadow && b.line.Waiting() > 0 {
 			r.cancelBudgets(c)
+			if !c.budgetAsked[i] {
+				// Wanted from its arrival, not from its turn: the
+				// budget's division follows what tenants ask.
+				c.budgetAsked[i] = true
+				f := b.leaseFlow(c)
+				b.AskFor(r.clock(), tokens, &f)
+			}
 			return budgetRefusal{d: b.behindDecision(r.clock()), on: b, stage: stage(i + 1), behind: true}, false
 		}
-		take := b.Take
-		if at != notQueued {
-			take = b.Retake // asked once already: not counted as demand again
+		// A request counts once in a budget's demand, however many
+		// tries it takes: asked until it is cancelled there (refused by
+		// another limit, which then bounds it).
+		f := b.leaseFlow(c)
+		var tk lease.Ticket
+		var d lease.Decision
+		if c.budgetAsked[i] {
+			tk, d = b.RetakeFor(r.clock(), tokens, &f)
+		} else {
+			tk, d = b.TakeFor(r.clock(), tokens, &f)
 		}
-		tk, d := take(r.clock(), tokens)
+		c.budgetAsked[i] = true
 		if !d.Allowed && d.Renewal != nil {
 			// No block left and a grant on its way: worth a short wait.
 			timer := time.NewTimer(maxRenewalWait)
 			select {
 			case <-d.Renewal:
-				tk, d = b.Retake(r.clock(), tokens)
+				tk, d = b.RetakeFor(r.clock(), tokens, &f)
 			case <-timer.C:
 			}
 			timer.Stop()
@@ -221,7 +299,7 @@ func (r *Router) takeBudgets(st *state, c *call, at stage) (budgetRefusal, bool)
 			r.cancelBudgets(c)
 			return budgetRefusal{d: d, on: b, stage: stage(i + 1)}, false
 		}
-		c.budgets[c.nBudgets] = budgetTake{b.Budget, tk}
+		c.budgets[c.nBudgets] = budgetTake{b.Budget, tk, i}
 		c.nBudgets++
 	}
 	return budgetRefusal{}, true
@@ -260,23 +338,38 @@ func (b *budgetLine) behindDecision(now int64) lease.Decision {
 // provider's limit split it as their own limits do, whatever each sends.
 // Refused on tokens, a request costs its tokens.
 func (b *budgetLine) flowOf(c *call, dim limiter.Dimension) queue.Flow {
-	tl := c.t.c().lim.Limits()
+	w := b.weights(c)
 	f := queue.Flow{Key: c.t.name, Cost: 1}
+	switch {
+	case dim == limiter.Tokens && b.limits.Tokens > 0, b.limits.Requests <= 0 && b.limits.Tokens > 0:
+		f.Weight, f.Cost = w.Tokens, float64(providerTokens(c))
+	case dim == limiter.Requests && b.limits.Requests > 0, b.limits.Concurrency <= 0:
+		f.Weight = w.Requests
+	default:
+		f.Weight = w.Concurrency
+	}
+	return f
+}
+
+// weights are a tenant's weights on a budget, for its line (flowOf) and
+// for the budget's division among the cluster's tenants (leaseFlow): on
+// each dimension its own limit, capped at the budget's.
+func (b *budgetLine) weights(c *call) lease.Weights {
+	tl := c.t.limits // configured, read without the limiter's lock: per request
 	weight := func(tenant, budget int64) float64 {
 		if tenant > 0 && tenant < budget {
 			return float64(tenant)
 		}
-		return float64(budget)
+		return float64(max(budget, 1))
 	}
-	switch {
-	case dim == limiter.Tokens && b.limits.Tokens > 0, b.limits.Requests <= 0 && b.limits.Tokens > 0:
-		f.Weight, f.Cost = weight(tl.Tokens, b.limits.Tokens), float64(providerTokens(c))
-	case dim == limiter.Requests && b.limits.Requests > 0, b.limits.Concurrency <= 0:
-		f.Weight = weight(tl.Requests, b.limits.Requests)
-	default:
-		f.Weight = weight(tl.Concurrency, b.limits.Concurrency)
-	}
-	return f
+	return lease.Weights{Requests: weight(tl.Requests, b.limits.Requests), Tokens: weight(tl.Tokens, b.limits.Tokens),
+		Concurrency: weight(tl.Concurrency, b.limits.Concurrency)}
+}
+
+// leaseFlow is the call's flow in the budget's division: its tenant, in
+// the band of its class, with its weights.
+func (b *budgetLine) leaseFlow(c *call) lease.Flow {
+	return lease.Flow{Key: c.t.name, Band: int(c.class), Weight: b.weights(c)}
 }
 
 // cancelBudgets gives back what the call took of its budgets: it was not
@@ -284,7 +377,8 @@ func (b *budgetLine) flowOf(c *call, dim limiter.Dimension) queue.Flow {
 func (r *Router) cancelBudgets(c *call) {
 	now := r.clock()
 	for i := range c.nBudgets {
-		c.budgets[i].b.Cancel(now, &c.budgets[i].tk)
+		c.budgets[i].b.Cancel(now, &c.budgets[i].tk) // its ask too
+		c.budgetAsked[c.budgets[i].which] = false
 	}
 	c.nBudgets = 0
 	if c.spill.b != nil {
@@ -335,36 +429,35 @@ func refuseBudget(ctx *fasthttp.RequestCtx, d *lease.Decision, what string) {
 	fail(ctx, fasthttp.StatusTooManyRequests, typ, "rate_limit_exceeded", msg)
 }
 
-// learnProvider passes what the provider's answer says is left of its
-// limits to the budget the call was charged on (the model's when it has
-// one: providers report per model), so that a provider allowing less than
-// configured (a key shared with others) shrinks the cluster's budget. A
-// 429 without rate-limit headers says nothing is left until retry-after.
+// learnProvider passes what the provider's answer says of its limits to the
+// budget they are about: the model's configured one, the upstream's when it
+// serves one model, else the model's learned one (learnModel), made when
+// the answer states a limit below the applied one. A provider allowing
+// less than configured (a key shared with others, a lower tier) so shrinks
+// the cluster's budget. A 429 without rate-limit headers says nothing is
+// left until retry-after.
 func (r *Router) learnProvider(c *call, h *fasthttp.ResponseHeader, status int) {
-	if c.nBudgets == 0 {
+	pb := r.state.Load().budgets[c.prov]
+	if pb == nil {
 		return
 	}
-	b := c.budgets[c.nBudgets-1].b
-	pb := r.state.Load().budgets[c.prov]
-	model := pb == nil || pb.up == nil || b != pb.up.Budget // charged on a model's budget
 	var reqs, toks lease.Observed
+	var from string
 	if c.prov.Kind == upstream.Anthropic {
+		from = "anthropic-ratelimit-requests-limit"
 		reqs = observedAnthropic(h, "anthropic-ratelimit-requests-limit", "anthropic-ratelimit-requests-remaining", "anthropic-ratelimit-requests-reset")
 		toks = observedAnthropic(h, "anthropic-ratelimit-tokens-limit", "anthropic-ratelimit-tokens-remaining", "anthropic-ratelimit-tokens-reset")
-	} else {
-		reqs = observedOpenAI(h, "x-ratelimit-limit-requests", "x-ratelimit-remaining-requests", "x-ratelimit-reset-requests")
-		toks = observedOpenAI(h, "x-ratelimit-limit-tokens", "x-ratelimit-remaining-tokens", "x-ratelimit-reset-tokens")
-	}
-	if c.prov.Kind == upstream.Anthropic {
 		// Anthropic's token headers are those of its tightest token
 		// limit (input or output), not of the prompt + max_tokens
 		// budget kept here: its remaining is listened to, not its limit.
 		toks.Limit = 0
-	}
-	if !model && !pb.single {
-		// The provider reports per model: the limit one model's answer
-		// states is not the upstream's.
-		reqs.Limit, toks.Limit = 0, 0
+	} else {
+		from = "x-ratelimit-limit-requests"
+		reqs = observedOpenAI(h, "x-ratelimit-limit-requests", "x-ratelimit-remaining-requests", "x-ratelimit-reset-requests")
+		toks = observedOpenAI(h, "x-ratelimit-limit-tokens", "x-ratelimit-remaining-tokens", "x-ratelimit-reset-tokens")
+		if !reqs.Limited || reqs.Limit <= 0 {
+			from = "x-ratelimit-limit-tokens"
+		}
 	}
 	if status == fasthttp.StatusTooManyRequests && !reqs.Limited && !toks.Limited {
 		after := time.Second
@@ -373,7 +466,24 @@ func (r *Router) learnProvider(c *call, h *fasthttp.ResponseHeader, status int) 
 		}
 		reqs = lease.Observed{Limited: true, Remaining: 0, Reset: after}
 	}
-	if reqs.Limited || toks.Limited {
+	if !reqs.Limited && !toks.Limited {
+		return
+	}
+	var b *budgetLine
+	switch {
+	case pb.models[c.req.Model] != nil:
+		b = pb.models[c.req.Model]
+	case pb.single:
+		b = pb.up
+	case r.learnModel(pb.learned, c.req.Model, reqs, toks, from):
+		return
+	default:
+		// No budget of the model's: what is left of it, low, is taken
+		// from the upstream's (the limit it states is the model's).
+		b = pb.up
+		reqs.Limit, toks.Limit = 0, 0
+	}
+	if b != nil {
 		b.Observe(r.clock(), reqs, toks)
 	}
 }

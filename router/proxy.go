@@ -16,6 +16,7 @@ import (
 
 	"github.com/ringgate/ringgate/lease"
 	"github.com/ringgate/ringgate/limiter"
+	"github.com/ringgate/ringgate/queue"
 	"github.com/ringgate/ringgate/reserve"
 	"github.com/ringgate/ringgate/upstream"
 )
@@ -41,6 +42,10 @@ type call struct {
 	// (budgets.go).
 	budgets  [2]budgetTake
 	nBudgets int
+	class    queue.Class // its band in the budgets' division (leaseFlow)
+	// budgetAsked: the call is counted in the demand of its upstream's
+	// (0) and model's (1) budget (takeBudgets).
+	budgetAsked [2]bool
 	// levels: what the call holds of its tenant's other levels of
 	// limits, its model's and its team's (levels.go); refusedBy names
 	// the level that refused it, refusedLevel is 1 + its index in levels
@@ -259,6 +264,9 @@ func (r *Router) serveLocalOnce(ctx *fasthttp.RequestCtx, ep upstream.Endpoint, 
 	}
 	c := callPool.Get().(*call)
 	*c = call{t: t, lim: lim, prov: prov, req: req, hops: hops, again: again, sp: sp}
+	if st.budgets[prov].limited() {
+		c.class = classOf(t, &ctx.Request.Header) // its band in the budgets' division
+	}
 	c.res = r.est.Estimate(reserve.Key{Tenant: t.name, Model: req.Model}, r.promptTokens(c), req.MaxTokens, req.Generates)
 	if c.prompt.bytes > 0 {
 		if l := lim.Limits(); l.Tokens > 0 && (int64(c.res.Prompt) > l.Tokens/2 || int64(c.res.Total) > l.Tokens ||

@@ -52,7 +52,7 @@ func BenchmarkBudgetEmptyLine(b *testing.B) {
 			bud := l.Budget(lease.Config{Key: "up:bench", Limits: limiter.Limits{Requests: 1 << 40, Concurrency: 1 << 30}, Window: time.Minute}, nil)
 			var q queue.Queue
 			if withLine {
-				bud.Watch(q.Kick, q.Waiting)
+				bud.Watch(q.Kick, q.Waiting, nil)
 			}
 			bud.Take(now, 100)
 			l.Maintain(context.Background()) // a block
@@ -93,7 +93,7 @@ func TestBudgetLineDoesNotSpin(t *testing.T) {
 	l := lease.NewLeaser(lease.LeaserConfig{Store: store, Node: "here", Clock: clock, Tick: 10 * time.Millisecond})
 	b := l.Budget(cfg, nil)
 	var q queue.Queue
-	b.Watch(q.Kick, q.Waiting)
+	b.Watch(q.Kick, q.Waiting, nil)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	go l.Run(ctx)

@@ -97,8 +97,9 @@ type Router struct {
 	changed      []string
 	leaser       *lease.Leaser
 	linesMu      sync.Mutex
-	lines        map[string]*queue.Queue // the budgets' lines, by budget key (budgets.go)
-	droppedLines []*queue.Queue          // lines a reload dropped, until kicked
+	lines        map[string]*queue.Queue   // the budgets' lines, by budget key (budgets.go)
+	droppedLines []*queue.Queue            // lines a reload dropped, until kicked
+	learned      map[string]*learnedModels // by upstream name, across reloads (learned.go)
 	// handOver answers a peer asking for tenants' state (peerstate.go).
 	handOver atomic.Pointer[func(asker string, tenants []string) []handoff.Reply]
 	// takeBack takes a tenant back from a node it bounced with

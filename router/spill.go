@@ -232,7 +232,7 @@ func (r *Router) newSpill(t *tenant, owner string, epoch int64, limits limiter.L
 // watchLine has the spill's budget tell its line of room: once the spill
 // is the tenant's (a spill that lost the race for it must not take the
 // budget's watch from the one that won).
-func (sp *spill) watchLine() { sp.budget.Watch(sp.line.Kick, sp.line.Waiting) }
+func (sp *spill) watchLine() { sp.budget.Watch(sp.line.Kick, sp.line.Waiting, nil) }
 
 // lapsed reports whether the spill is over for this node: closed, or on a
 // member, not renewed by its owner in time.
@@ -341,7 +341,7 @@ func (r *Router) takeSpill(sp *spill, c *call, again bool) lease.Decision {
 		timer.Stop()
 	}
 	if d.Allowed {
-		c.spill = budgetTake{sp.budget, tk}
+		c.spill = budgetTake{b: sp.budget, tk: tk}
 	}
 	return d
 }

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"sync"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/valyala/fasthttp"
@@ -41,14 +42,45 @@ type budgetView struct {
 		Requests int64 `json:"requests"`
 		Tokens   int64 `json:"tokens"`
 	} `json:"cluster_window"`
-	Grants      uint64    `json:"grants"`
-	EmptyGrants uint64    `json:"empty_grants"`
-	GiveBacks   uint64    `json:"give_backs"`
-	StoreErrors uint64    `json:"store_errors"`
-	Degraded    bool      `json:"degraded"`
-	DegradedMs  int64     `json:"degraded_ms"`
-	OnRedisDown string    `json:"on_redis_down"`
-	Queue       queueView `json:"queue"` // requests waiting on this node for the budget
+	// Learned: the budget was made from what the provider's answers
+	// stated of the model's limit (learned.go), not from the config.
+	Learned *learnedView `json:"learned,omitempty"`
+	// Share is this node's part of the budget in the cluster-wide
+	// division among the tenants that want it, and what its tenants
+	// want; absent before the first division, or with no demand here.
+	Share       *shareView `json:"fair_share,omitempty"`
+	Grants      uint64     `json:"grants"`
+	EmptyGrants uint64     `json:"empty_grants"`
+	GiveBacks   uint64     `json:"give_backs"`
+	StoreErrors uint64     `json:"store_errors"`
+	Degraded    bool       `json:"degraded"`
+	DegradedMs  int64      `json:"degraded_ms"`
+	OnRedisDown string     `json:"on_redis_down"`
+	Queue       queueView  `json:"queue"` // requests waiting on this node for the budget
+}
+
+// learnedView is a learned model limit: what the provider stated, in
+// which header, since when.
+type learnedView struct {
+	Requests int64  `json:"requests,omitempty"`
+	Tokens   int64  `json:"tokens,omitempty"`
+	From     string `json:"from"`
+	Since    string `json:"since"`
+}
+
+// shareView is a node's part of a budget divided among the cluster's
+// tenants by weight: per window, and slots.
+type shareView struct {
+	Requests    int64 `json:"requests"`
+	Tokens      int64 `json:"tokens"`
+	Concurrency int64 `json:"concurrency"`
+	Wanted      struct {
+		Requests    int64 `json:"requests"`
+		Tokens      int64 `json:"tokens"`
+		Concurrency int64 `json:"concurrency"`
+	} `json:"wanted"`
+	Nodes     int    `json:"nodes"` // nodes whose tenants want it
+	PartSpent uint64 `json:"part_spent"`
 }
 
 type upstreamView struct {
@@ -87,6 +119,11 @@ func viewOf(b *budgetLine, now int64, down string) *budgetView {
 	v.Grants, v.EmptyGrants, v.GiveBacks, v.StoreErrors = s.Grants, s.Empty, s.Returns, s.StoreErrors
 	v.Degraded, v.DegradedMs = s.Degraded, s.DegradedFor.Milliseconds()
 	v.OnRedisDown = down
+	if s.Divided {
+		sv := &shareView{Requests: s.Part.Requests, Tokens: s.Part.Tokens, Concurrency: s.PartSlots, Nodes: s.Nodes, PartSpent: s.PartSpent}
+		sv.Wanted.Requests, sv.Wanted.Tokens, sv.Wanted.Concurrency = s.Demand.Requests, s.Demand.Tokens, s.DemandSlots
+		v.Share = sv
+	}
 	return v
 }
 
@@ -109,6 +146,14 @@ func (r *Router) upstreamsView() upstreamsView {
 					uv.Models = make(map[string]*budgetView)
 				}
 				uv.Models[m] = viewOf(b, now, down)
+			}
+			for m, lb := range pb.learned.all() {
+				if uv.Models == nil {
+					uv.Models = make(map[string]*budgetView)
+				}
+				v := viewOf(lb.budgetLine, now, down)
+				v.Learned = &learnedView{Requests: lb.limits.Requests, Tokens: lb.limits.Tokens, From: lb.from, Since: lb.since.UTC().Format(time.RFC3339)}
+				uv.Models[m] = v
 			}
 		}
 		out.Upstreams = append(out.Upstreams, uv)
@@ -181,10 +226,12 @@ var (
 	leaseLeft     = prometheus.NewDesc("ringgate_lease_left", "What this node's live blocks have left.", []string{"budget", "dimension"}, nil)
 	leaseSlots    = prometheus.NewDesc("ringgate_lease_slots", "Provider slots this node holds, and fills.", []string{"budget", "state"}, nil)
 	leaseQueued   = prometheus.NewDesc("ringgate_lease_queued", "Requests waiting on this node for room in a provider budget, by class.", []string{"budget", "class"}, nil)
+	leaseShare    = prometheus.NewDesc("ringgate_lease_fair_share", "This node's part of a provider budget, divided among the cluster's tenants by weight (per window; slots).", []string{"budget", "dimension"}, nil)
+	leaseWanted   = prometheus.NewDesc("ringgate_lease_wanted", "What this node's tenants want of a provider budget, as it reports it (per window; slots).", []string{"budget", "dimension"}, nil)
 )
 
 func (c leaseCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{leaseGrants, leaseEmpty, leaseReturns, leaseErrors, leaseDegraded, leaseDegTime, leaseLeft, leaseSlots, leaseQueued} {
+	for _, d := range []*prometheus.Desc{leaseGrants, leaseEmpty, leaseReturns, leaseErrors, leaseDegraded, leaseDegTime, leaseLeft, leaseSlots, leaseQueued, leaseShare, leaseWanted} {
 		ch <- d
 	}
 }
@@ -211,6 +258,14 @@ func (c leaseCollector) Collect(ch chan<- prometheus.Metric) {
 		gauge(leaseLeft, float64(s.Left.Tokens), "tokens")
 		gauge(leaseSlots, float64(s.SlotsHeld), "held")
 		gauge(leaseSlots, float64(s.SlotsUsed), "in_flight")
+		if s.Divided {
+			gauge(leaseShare, float64(s.Part.Requests), "requests")
+			gauge(leaseShare, float64(s.Part.Tokens), "tokens")
+			gauge(leaseShare, float64(s.PartSlots), "concurrency")
+			gauge(leaseWanted, float64(s.Demand.Requests), "requests")
+			gauge(leaseWanted, float64(s.Demand.Tokens), "tokens")
+			gauge(leaseWanted, float64(s.DemandSlots), "concurrency")
+		}
 	}
 	c.r.linesMu.Lock()
 	defer c.r.linesMu.Unlock()

@@ -42,6 +42,7 @@ var reportTests = []struct {
 	{"added-latency", []string{"-count=1", "-run", "^TestAddedLatencyReport$", "./node/"}},
 	{"hop-latency", []string{"-count=1", "-run", "^TestHopLatencyReport$", "./node/"}},
 	{"many-tenants-cluster", []string{"-count=1", "-tags", "e2e", "-run", "^TestManyTenantsClusterReport$", "./e2e/"}},
+	{"fair-share", []string{"-count=1", "-run", "^TestFairShareReport$", "./node/"}},
 }
 
 // benchResult is one line of go test -bench output.

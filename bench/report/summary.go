@@ -42,7 +42,7 @@ func (p *picker) t(test, key string) float64 {
 // it came out, each from this run.
 func figureRows(f *figures) ([][2]string, error) {
 	p := &picker{f: f}
-	const lat, hop, many = "added-latency", "hop-latency", "many-tenants-cluster"
+	const lat, hop, many, fairShare = "added-latency", "hop-latency", "many-tenants-cluster", "fair-share"
 	// µs figures are shown whole, and a difference is of what is shown.
 	us := func(test, key string) float64 { return math.Round(p.t(test, key)) }
 	e2e := func(w string) string {
@@ -94,6 +94,12 @@ func figureRows(f *figures) ([][2]string, error) {
 				p.t(many, "up_moved"), p.t(many, "up_peer"), p.t(many, "up_taken"), p.t(many, "up_handoff_ms_min"), p.t(many, "up_handoff_ms_max"),
 				p.t(many, "down_moved"), p.t(many, "down_peer"), p.t(many, "down_taken"), p.t(many, "down_handoff_ms_min"), p.t(many, "down_handoff_ms_max"),
 				p.t(many, "drain_exit_ms")/1e3)},
+		{"a provider's limit (rpm, tpm, concurrency in turn) wanted by three tenants, two owned by one node and one by another, each wanting more than its share (`TestFairShareReport`)",
+			fmt.Sprintf("Jain's index of what each got against its fair share, split among the nodes vs divided among the tenants: rpm %.2f → **%.2f**, tpm %.2f → **%.2f**, concurrency %.2f → **%.2f**; weights 1:2:3 %.2f → **%.2f**; a batch tenant beside an interactive one %.2f → **%.2f**",
+				p.t(fairShare, "jain_split_rpm"), p.t(fairShare, "jain_rpm"), p.t(fairShare, "jain_split_tpm"), p.t(fairShare, "jain_tpm"),
+				p.t(fairShare, "jain_split_concurrency"), p.t(fairShare, "jain_concurrency"),
+				p.t(fairShare, "jain_split_weights_123"), p.t(fairShare, "jain_weights_123"),
+				p.t(fairShare, "jain_split_batch_after_interactive"), p.t(fairShare, "jain_batch_after_interactive"))},
 		{"prompt tokens of a short message counted again: a system prompt, a chat's history (`BenchmarkCount`)",
 			fmt.Sprintf("%.0f ns from the tokenizer's table of recent counts vs %.2f µs counted (its words counted before; %.1f µs through the library's own pre-tokenizer); 4 KiB of random base64, pieces mostly new: %.0f µs",
 				p.b("BenchmarkCount/remembered", "ns/op"), p.b("BenchmarkCount/counted", "ns/op")/1e3,
