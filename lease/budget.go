@@ -403,12 +403,9 @@ func (b *Budget) take(now, tokens int64, asked bool, f *Flow) (Ticket, Decision)
 		return tk, d
 	}
 	defer b.mu.Unlock()
-	var tk Ticket
-	var d Decision
 	if b.seeding {
 		// Nothing before the store holds the seed.
-		d.Limited, d.RetryAfter, d.Renewal = limiter.Requests, time.Duration(b.width), b.seeded
-		return tk, d
+		return Ticket{}, Decision{Limited: limiter.Requests, RetryAfter: time.Duration(b.width), Renewal: b.seeded}
 	}
 	if b.roll(now); asked || b.asked.Requests == 0 {
 		// A line's retries count once an interval: the line is
@@ -421,6 +418,21 @@ func (b *Budget) take(now, tokens int64, asked bool, f *Flow) (Ticket, Decision)
 			b.flowAsked(fs, now, tokens)
 		}
 	}
+	tk, d := b.decideLocked(now, tokens)
+	if fs != nil && d.Allowed {
+		if tk.slot {
+			fs.inflight++
+		}
+		tk.flow, tk.at, tk.asked = fs, now, tokens
+	}
+	return tk, d
+}
+
+// decideLocked is Take's decision, on a slot and the blocks, the share or
+// what OnStoreDown says; b.mu is held.
+func (b *Budget) decideLocked(now, tokens int64) (Ticket, Decision) {
+	var tk Ticket
+	var d Decision
 	d.Degraded = b.downSince != 0
 	d.Used = b.stats.Used
 	if b.cfg.Limits.Concurrency > 0 && b.slotsUsed >= b.slotLimit(now) {
@@ -487,11 +499,7 @@ func (b *Budget) take(now, tokens int64, asked bool, f *Flow) (Ticket, Decision)
 	if b.cfg.Limits.Concurrency > 0 {
 		b.slotsUsed++
 		tk.slot = true
-		if fs != nil {
-			fs.inflight++
-		}
 	}
-	tk.flow, tk.at, tk.asked = fs, now, tokens
 	d.Allowed = true
 	return tk, d
 }
@@ -691,11 +699,7 @@ func (b *Budget) shareLimiter(now int64) *limiter.Tenant {
 }
 
 // noteAsked counts demand in intervals of a block's life.
-func (b *Budget) noteAsked(now, tokens int64) {
-	b.roll(now)
-	b.asked.Requests++
-	b.asked.Tokens += tokens
-}
+func (b *Budget) noteAsked(now, tokens int64) { b.demand.add(now, int64(b.cfg.LeaseFor), tokens) }
 
 // roll starts a new demand interval when a block's life has passed: a
 // node asked nothing for two intervals wants no block.
@@ -706,6 +710,31 @@ func (b *Budget) roll(now int64) { b.demand.roll(now, int64(b.cfg.LeaseFor)) }
 type demand struct {
 	asked, askedPrev Amount
 	since, prevSince int64
+}
+
+// add counts a request of tokens at now, in intervals of length life.
+func (d *demand) add(now, life, tokens int64) {
+	d.roll(now, life)
+	d.asked.Requests++
+	d.asked.Tokens += tokens
+}
+
+// sub takes back a request of tokens counted in the current interval.
+func (d *demand) sub(tokens int64) {
+	d.asked.Requests = max(0, d.asked.Requests-1)
+	d.asked.Tokens = max(0, d.asked.Tokens-tokens)
+}
+
+// rate is what was asked per nanosecond over the last interval of length
+// life and the current one (over a quarter of life at least).
+func (d *demand) rate(now, life int64) rated {
+	d.roll(now, life)
+	from := d.since
+	if d.prevSince != 0 {
+		from = d.prevSince
+	}
+	elapsed := float64(max(now-from, life/4, 1))
+	return rated{float64(d.asked.Requests+d.askedPrev.Requests) / elapsed, float64(d.asked.Tokens+d.askedPrev.Tokens) / elapsed}
 }
 
 // roll starts a new interval when one of length life has passed; after two
@@ -1057,9 +1086,7 @@ func (b *Budget) maintain(ctx context.Context, st Store, node string, now int64)
 	b.mu.Lock()
 	flows := b.flowsWaiting
 	b.mu.Unlock()
-	if !b.exchange(ctx, st, node, now, flows) {
-		return
-	}
+	b.exchange(ctx, st, node, now, flows)
 
 	// A new block.
 	b.mu.Lock()

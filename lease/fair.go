@@ -53,11 +53,14 @@ type flowKey struct {
 	band int
 }
 
-// flowState is what a node knows of one flow's demand on a budget.
+// flowState is what a node knows of one flow's demand on a budget: what it
+// asked over the last block's life or two, and its calls in flight.
 type flowState struct {
 	Flow
-	demand   // in intervals of a block's life, as the budget's
+	demand
 	inflight int64
+	// waited: requests of it waited in the line at the last report.
+	waited bool
 }
 
 // fairState is what a node's budget keeps for the division: its flows'
@@ -113,18 +116,13 @@ func (b *Budget) flowLocked(f *Flow) *flowState {
 
 // flowAsked counts a request of tokens in f's demand; b.mu is held.
 func (b *Budget) flowAsked(fs *flowState, now, tokens int64) {
-	fs.roll(now, int64(b.cfg.LeaseFor))
-	fs.asked.Requests++
-	fs.asked.Tokens += tokens
+	fs.add(now, int64(b.cfg.LeaseFor), tokens)
 }
 
 // unask takes back a request counted in fs's demand that was not sent
 // after all (another limit refused it): that limit, not this budget,
 // bounds the flow, and its part here would be left unused.
-func (fs *flowState) unask(tokens int64) {
-	fs.asked.Requests = max(0, fs.asked.Requests-1)
-	fs.asked.Tokens = max(0, fs.asked.Tokens-tokens)
-}
+func (fs *flowState) unask(tokens int64) { fs.sub(tokens) }
 
 // holdTime notes how long a slot was held, for the slots a flow's rate
 // keeps busy; b.mu is held.
@@ -150,59 +148,56 @@ func (b *Budget) wantsLocked(now int64, backlog map[flowKey]int) [3][]fair.Want 
 			out[d] = make([]fair.Want, 0, len(b.fair.flows))
 		}
 	}
-	life := int64(b.cfg.LeaseFor)
 	for k, fs := range b.fair.flows {
-		fs.roll(now, life)
 		var n int64
 		if len(backlog) > 0 {
 			n = int64(backlog[k])
 		}
-		total := Amount{fs.asked.Requests + fs.askedPrev.Requests, fs.asked.Tokens + fs.askedPrev.Tokens}
-		if total.Requests == 0 && n == 0 && fs.inflight <= 0 {
+		// What it asks a window, from the last block's life or two: a
+		// flow that stops asking soon wants nothing.
+		rate := fs.rate(now, int64(b.cfg.LeaseFor))
+		if rate.Requests == 0 && n == 0 && fs.inflight <= 0 {
 			delete(b.fair.flows, k)
 			continue
 		}
-		from := fs.since
-		if fs.prevSince != 0 {
-			from = fs.prevSince
-		}
-		elapsed := float64(max(now-from, life/4, 1))
-		perWindow := float64(b.cfg.Window) / elapsed
-		perRequest := 0.0
-		if total.Requests > 0 {
-			perRequest = float64(total.Tokens) / float64(total.Requests)
-		}
-		if l.Requests > 0 {
-			out[0] = append(out[0], fair.Want{Band: fs.Band, Weight: fs.Weight.Requests,
-				Amount: float64(total.Requests)*perWindow + float64(n)})
-		}
-		if l.Tokens > 0 {
-			out[1] = append(out[1], fair.Want{Band: fs.Band, Weight: fs.Weight.Tokens,
-				Amount: float64(total.Tokens)*perWindow + float64(n)*perRequest})
-		}
-		if l.Concurrency > 0 {
+		want := [3]float64{rate.Requests * float64(b.cfg.Window), rate.Tokens * float64(b.cfg.Window),
 			// The slots its rate keeps busy for as long as a call holds
-			// one, never fewer than it holds and waits for, and one at
-			// least when it asked lately, though none of its calls ended
-			// here yet to tell how long one holds it (a node just
-			// started, with no line).
-			busy := float64(total.Requests) / elapsed * b.fair.holdNs
-			out[2] = append(out[2], fair.Want{Band: fs.Band, Weight: fs.Weight.Concurrency,
-				Amount: max(busy, float64(fs.inflight+n), float64(min(1, total.Requests)))})
+			// one, never fewer than it fills, and one at least when it
+			// asked lately, though none of its calls ended here yet to
+			// tell how long one holds it (a node just started).
+			max(rate.Requests*b.fair.holdNs, float64(fs.inflight), min(1, rate.Requests*float64(b.cfg.Window)))}
+		if n > 0 && fs.waited {
+			// Requests of it have waited for the budget at two reports
+			// in a row: it gets less than it wants, whatever its rate
+			// says (clients that wait for an answer before they ask
+			// again ask no faster than they are let in), so it wants all
+			// there is, and its part is its weight's. One that waits a
+			// moment (its node's other tenants took the part first: the
+			// line lets it in next) is wanting what its rate says.
+			want = [3]float64{float64(l.Requests), float64(l.Tokens), float64(l.Concurrency)}
+		}
+		fs.waited = n > 0
+		for d, w := range [3]float64{fs.Weight.Requests, fs.Weight.Tokens, fs.Weight.Concurrency} {
+			if out[d] != nil {
+				out[d] = append(out[d], fair.Want{Band: fs.Band, Weight: w, Amount: want[d]})
+			}
 		}
 	}
 	return out
 }
+
+// rated is what was asked per nanosecond.
+type rated struct{ Requests, Tokens float64 }
 
 // reportGroups bounds a report: at most this many groups a band and
 // dimension (fair.Merge).
 const reportGroups = 16
 
 // exchange reports this node's demand when it is due and divides the
-// budget from every node's report; it reports false when the store did not
-// answer. Only the counters are read under the budget's lock: merging,
-// decoding and dividing run outside it, off every request's way.
-func (b *Budget) exchange(ctx context.Context, st Store, node string, now int64, backlog Backlog) bool {
+// budget from every node's report. Only the counters are read under the
+// budget's lock: merging, decoding and dividing run outside it, off every
+// request's way.
+func (b *Budget) exchange(ctx context.Context, st Store, node string, now int64, backlog Backlog) {
 	waiting := map[flowKey]int{}
 	if backlog != nil {
 		backlog(func(key string, band, n int) { waiting[flowKey{key, band}] += n })
@@ -211,7 +206,7 @@ func (b *Budget) exchange(ctx context.Context, st Store, node string, now int64,
 	due := now-b.fair.reportedAt >= b.reportEvery() || b.fair.newFlow && now-b.fair.reportedAt >= b.width
 	if !due || b.retired || b.next != nil {
 		b.mu.Unlock()
-		return true
+		return
 	}
 	wants := b.wantsLocked(now, waiting)
 	if len(wants[0])+len(wants[1])+len(wants[2]) == 0 {
@@ -220,7 +215,10 @@ func (b *Budget) exchange(ctx context.Context, st Store, node string, now int64,
 		b.fair.div = division{}
 		told := b.fair.reportedEmpty || b.fair.reportedAt == 0
 		b.mu.Unlock()
-		return told || b.tellEmpty(ctx, st, node, now) // the others know, or are told
+		if !told {
+			b.tellEmpty(ctx, st, node, now)
+		}
+		return
 	}
 	b.fair.newFlow = false
 	l, epoch := b.limitsLocked(), now/max(4*int64(b.cfg.LeaseFor), 1)
@@ -230,16 +228,20 @@ func (b *Budget) exchange(ctx context.Context, st Store, node string, now int64,
 	}
 	reports, err := st.Demand(ctx, b.cfg.Key, node, encodeReport(wants), now, b.reportTTL())
 	if err != nil {
+		// The division stays as it was until the next report: the
+		// leases' own calls say whether the store is down (a report
+		// that failed alone would make a node go without grants for a
+		// second after a failover it otherwise rode out on its blocks).
 		b.mu.Lock()
-		b.storeFailed(now)
+		b.stats.StoreErrors++
+		b.fair.reportedAt = now
 		b.mu.Unlock()
-		return false
+		return
 	}
 	div := b.divide(now, node, l, epoch, wants, reports)
 	b.mu.Lock()
 	b.fair.reportedAt, b.fair.reportedEmpty, b.fair.div = now, false, div
 	b.mu.Unlock()
-	return true
 }
 
 // tellEmpty tells the store this node wants nothing of the budget any more
@@ -248,7 +250,8 @@ func (b *Budget) exchange(ctx context.Context, st Store, node string, now int64,
 func (b *Budget) tellEmpty(ctx context.Context, st Store, node string, now int64) bool {
 	if _, err := st.Demand(ctx, b.cfg.Key, node, encodeReport([3][]fair.Want{}), now, b.reportTTL()); err != nil {
 		b.mu.Lock()
-		b.storeFailed(now)
+		b.stats.StoreErrors++
+		b.fair.reportedAt = now // tried again with the next report; meanwhile it lapses
 		b.mu.Unlock()
 		return false
 	}

@@ -172,7 +172,7 @@ func TestCancelTakesBackTheAsk(t *testing.T) {
 	b.mu.Lock()
 	fs := b.fair.flows[flowKey{"a", 0}]
 	b.mu.Unlock()
-	if fs == nil || fs.asked.Requests != 1 || fs.asked.Tokens != 5 {
+	if fs == nil || fs.asked != (Amount{1, 5}) {
 		t.Fatalf("flow's demand after 10 cancelled takes and an ask: %+v, want 1 request of 5 tokens", fs)
 	}
 }
@@ -417,6 +417,38 @@ func TestSlotsPeakOneNode(t *testing.T) {
 			t.Logf("peak %d, limit 6; admitted %d in %v", peak, s.got["a"], 2*window)
 			if peak > 6 {
 				t.Errorf("peak %d calls at once, limit 6", peak)
+			}
+		})
+	}
+}
+
+// A flow whose requests keep waiting in its node's line wants all there is,
+// whatever it asks: clients that wait for an answer before they ask again
+// ask no faster than they are let in, so what they ask is what they got.
+// Its node's part is its weight's share, not the trickle it asks at. One
+// waiting at a single report wants what it asks.
+func TestWaitingFlowWantsItsWeightsShare(t *testing.T) {
+	const window = 3 * time.Second
+	for stName, st := range stores(t) {
+		t.Run(stName, func(t *testing.T) {
+			cfg := Config{Key: t.Name(), Limits: limiter.Limits{Requests: 150}, Window: window, BandFloor: 0.25}
+			flows := [][]Flow{{flow("x", 0, 1)}, {flow("y", 0, 1)}}
+			s := newFlowSim(st, cfg, flows, map[string]float64{"x": 10, "y": 300})
+			waiting := 16
+			s.bs[0].Watch(func() {}, func() int { return waiting }, func(fn func(string, int, int)) { fn("x", 0, waiting) })
+			s.run(window, 2*window)
+			p0, p1 := s.bs[0].Stats(s.now).Part.Requests, s.bs[1].Stats(s.now).Part.Requests
+			t.Logf("x asking 10 a window with 16 waiting: its node's part %d; y's %d", p0, p1)
+			if p0 != 75 || p1 != 75 {
+				t.Errorf("parts %d and %d, want 75 each", p0, p1)
+			}
+			// Waiting at one report only: its rate decides again.
+			waiting = 0
+			s.run(window, window)
+			p0 = s.bs[0].Stats(s.now).Part.Requests
+			t.Logf("nothing waiting: its node's part %d", p0)
+			if p0 > 40 {
+				t.Errorf("x's node keeps a part of %d with nothing waiting, asking 10 a window", p0)
 			}
 		})
 	}

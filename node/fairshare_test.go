@@ -1,9 +1,12 @@
 package node
 
 import (
+	"cmp"
 	"fmt"
 	"math"
+	"net/http"
 	"os"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -82,6 +85,15 @@ type fairCase struct {
 	during func(c *clCluster, lb *balancer, start time.Time)
 	// tokens: check the token limit is used in full.
 	tokens int64
+	// clients, if set, makes each tenant that many clients sending one
+	// request after the other (a closed loop), not a steady rate; a
+	// client refused waits what retry-after-ms says.
+	clients int
+	// wait is the queue's wait budget (2 s if 0).
+	wait time.Duration
+	// reportOnly: the case is measured by TestFairShareReport, not
+	// asserted (what clients do after a refusal moves its figures).
+	reportOnly bool
 }
 
 type fairResult struct {
@@ -120,8 +132,9 @@ func runFair(t *testing.T, fc fairCase, window, dur time.Duration, redis bool) f
 			fc.tune(i, &tenants[i])
 		}
 	}
+	wait := cmp.Or(fc.wait, 2*time.Second)
 	opts := clOptions{Upstream: fc.upstream, RedisTimeout: auditRedisTimeout,
-		Queue: &config.Queue{InteractiveWait: 2 * time.Second, BatchWait: 2 * time.Second, MaxDepth: 1000}}
+		Queue: &config.Queue{InteractiveWait: wait, BatchWait: wait, MaxDepth: 1000}}
 	if redis {
 		opts.Redis = redistest.Start(t).Addr()
 	}
@@ -144,6 +157,21 @@ func runFair(t *testing.T, fc fairCase, window, dur time.Duration, redis bool) f
 	lb := &balancer{nodes: c.live()}
 	var wg sync.WaitGroup
 	for i, n := range names {
+		if fc.clients > 0 {
+			for range fc.clients {
+				wg.Go(func() {
+					for time.Now().Before(start.Add(dur)) {
+						rep, err := c.post(lb.pick(), n, false, nil)
+						if err != nil || rep.status == http.StatusOK {
+							continue
+						}
+						ms, _ := strconv.Atoi(rep.header.Get("retry-after-ms"))
+						time.Sleep(time.Duration(max(ms, 1)) * time.Millisecond) // as a client honouring it does
+					}
+				})
+			}
+			continue
+		}
 		interval := time.Duration(float64(time.Second) / fc.rate[i])
 		wg.Go(func() { lb.load(c, n, start.Add(time.Duration(i)*interval/time.Duration(len(names))), interval, dur) })
 	}
@@ -283,6 +311,12 @@ func fairCases(window time.Duration) []fairCase {
 					tn.Priority = config.PriorityBatch
 				}
 			}, want: []float64{25.0 / 150, 25.0 / 150, 100.0 / 150}},
+		{name: "closed loop", upstream: rpm, fake: fakeupstream.ProviderLimits{Requests: 150, Window: pw},
+			// 16 clients a tenant, each sending its next request when
+			// its last is answered, or when a refusal's retry-after-ms
+			// has passed; the queue waits a quarter of the window (2 s
+			// for a minute's, by default).
+			latency: 5 * time.Millisecond, placement: two, clients: 16, wait: window / 4, want: equal, reportOnly: true},
 		{name: "scale-up and drain", upstream: rpm, fake: fakeupstream.ProviderLimits{Requests: 150, Window: pw},
 			latency: 5 * time.Millisecond, placement: two, rate: []float64{perSec(100), perSec(100), perSec(100)}, want: equal,
 			during: func(c *clCluster, lb *balancer, start time.Time) {
@@ -313,6 +347,9 @@ func TestClusterFairShares(t *testing.T) {
 	}
 	const window = 2 * time.Second
 	for _, fc := range fairCases(window) {
+		if fc.reportOnly {
+			continue
+		}
 		t.Run(fc.name, func(t *testing.T) {
 			res := runFair(t, fc, window, 5*window, true)
 			share := res.share()
@@ -348,7 +385,7 @@ func TestFairShareReport(t *testing.T) {
 	}
 	const window = 2 * time.Second
 	var b strings.Builder
-	b.WriteString("| case | each tenant's due | per-node split: got (Jain) | ringgate: got (Jain) | tokens a window used |\n| --- | --- | --- | --- | ---: |\n")
+	b.WriteString("| case | each tenant's due | per-node split: got (Jain) | ringgate: got (Jain) | the limit used, split / ringgate |\n| --- | --- | --- | --- | ---: |\n")
 	figs := benchout.Figures{}
 	for _, fc := range fairCases(window) {
 		if fc.during != nil {
@@ -357,15 +394,19 @@ func TestFairShareReport(t *testing.T) {
 		split := runFair(t, fc, window, 5*window, false)
 		div := runFair(t, fc, window, 5*window, true)
 		used := "–"
-		if fc.tokens > 0 {
+		switch {
+		case fc.tokens > 0:
 			used = fmt.Sprintf("%.2f / %.2f", float64(split.meanTokens)/float64(fc.tokens), float64(div.meanTokens)/float64(fc.tokens))
+		case fc.fake.Requests > 0:
+			perWindow := func(r fairResult) float64 { return total(r.got) / 4 / float64(fc.fake.Requests) } // 4 windows counted
+			used = fmt.Sprintf("%.2f / %.2f", perWindow(split), perWindow(div))
 		}
 		fmt.Fprintf(&b, "| %s | %s | %s (%.2f) | %s (%.2f) | %s |\n", fc.name, fmtShares(fc.want),
 			fmtShares(split.share()), jain(split.share(), fc.want), fmtShares(div.share()), jain(div.share(), fc.want), used)
 		key := strings.NewReplacer(" ", "_", ":", "").Replace(fc.name)
 		figs["jain_split_"+key], figs["jain_"+key] = jain(split.share(), fc.want), jain(div.share(), fc.want)
 	}
-	b.WriteString("\nTwo tenants owned by one node and one by another, the fake provider counting; shares of what the provider admitted after the first window of five (2 s windows). Per-node split: three nodes without Redis, each on its strict share (limit / 3). Tokens used: the mean a window over the provider's limit, split / ringgate.\n")
+	b.WriteString("\nTwo tenants owned by one node and one by another, the fake provider counting; shares of what the provider admitted after the first window of five (2 s windows). Per-node split: three nodes without Redis, each on its strict share (limit / 3). The limit used: what the provider admitted a window (requests, or tokens for tpm) over its limit.\n")
 	benchout.Save(t, "fair-share", b.String(), figs)
 }
 
@@ -400,4 +441,12 @@ func mustTokenizer(t *testing.T) *reserve.Tokenizer {
 		t.Fatal(err)
 	}
 	return tok
+}
+
+func total(xs []float64) float64 {
+	var s float64
+	for _, x := range xs {
+		s += x
+	}
+	return s
 }
