@@ -167,8 +167,7 @@ func TestMergeKeepsTotals(t *testing.T) {
 // A flow of a tiny level and one of a huge one do not stretch the groups:
 // neighbours are joined where they are closest. Split evenly on a log
 // scale instead, flows of levels 0.7 and 2.5 (weights 100) fell in one
-// group and, with the water at 1.5, got 300 where they were due 220 (a
-// reviewer's).
+// group and, with the water at 1.5, got 300 where they were due 220.
 func TestMergeKeepsFarLevelsApart(t *testing.T) {
 	// Node A: 17 interactive flows. 15 of weight 1 wanting little,
 	// spread between levels 1e-6 and 1e6, and the two that matter:

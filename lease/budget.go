@@ -806,6 +806,7 @@ func (b *Budget) blockWant(now int64) (want, least Amount, ok bool) {
 	want, least = b.want(now), b.amount(b.perRequest())
 	if !b.capLocked(now, &want, least) {
 		b.retryAt = b.partFreesAt(now)
+		b.fair.peek = now-b.fair.peekedAt >= b.reportEvery()
 		b.stats.PartSpent++
 		if b.renewal != nil {
 			close(b.renewal)
@@ -1159,7 +1160,12 @@ func (b *Budget) maintain(ctx context.Context, st Store, node string, now int64)
 			}
 		}
 	} else {
+		peek := b.fair.peek
+		b.fair.peek = false
 		b.mu.Unlock()
+		if peek {
+			b.peekUsed(ctx, st, now, keyTTL)
+		}
 	}
 
 	// Slots.

@@ -72,6 +72,10 @@ type fairState struct {
 	reportedAt    int64
 	reportedEmpty bool // the last report said nothing is wanted
 	div           division
+	// peek: this node asked for no grant because its part was used, and
+	// it last read the store's window at peekedAt.
+	peek     bool
+	peekedAt int64
 }
 
 // division is this node's part of the budget, from the last reports.
@@ -381,6 +385,38 @@ func (b *Budget) partFreesAt(now int64) int64 {
 		next = min(next, (b.hist[0].Bucket+Span+1)*b.width)
 	}
 	return max(next, now+1)
+}
+
+// peekUsed reads what the store's window holds, without a grant. A node
+// whose part is used asks for no block, so what it last heard of the
+// window dates from its last grant, before the other nodes' since; the
+// provider's remaining weighed against that figure (Observe) charges the
+// others' grants again as used elsewhere, and the next window opens late
+// by as much. At most once a report.
+func (b *Budget) peekUsed(ctx context.Context, st Store, now int64, keyTTL time.Duration) {
+	b.mu.Lock()
+	b.fair.peekedAt = now
+	el := b.limitsLocked()
+	b.mu.Unlock()
+	reply, err := st.Grant(ctx, b.windowKey, GrantRequest{Now: now / b.width, Expires: now / b.width,
+		Limit: Amount{el.Requests, el.Tokens}, KeyTTL: keyTTL})
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if err != nil {
+		b.stats.StoreErrors++ // the leases' own calls say whether the store is down
+		return
+	}
+	if reply.Gen != b.gen {
+		return // a window made anew: the next round deals with it
+	}
+	b.stats.Used = reply.Used
+	// The window holds what the provider said others used, but what was
+	// said since it was sent.
+	b.external = Amount{}
+	for _, u := range b.externalUses {
+		b.external.Requests += u.Requests
+		b.external.Tokens += u.Tokens
+	}
 }
 
 // slotPartLocked is the slots this node may hold: its part, once divided.

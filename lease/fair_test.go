@@ -231,7 +231,7 @@ func FuzzDecodeReport(f *testing.F) {
 // A node whose slot part falls below the calls it has running keeps
 // holding their slots until they end, and admits no more: a slot given up
 // under a running call went to another node at once (6 calls at once for
-// a concurrency of 4, a reviewer's sequence).
+// a concurrency of 4).
 //
 // Sequence: concurrency 4; node n0 (flow a) fills all 4 slots with long
 // calls. Then node n1's flow b has 4 requests waiting in its line. Both
@@ -303,8 +303,7 @@ func TestSlotPartBelowCallsRunningHoldsThem(t *testing.T) {
 // provider's budgets before the tenant's own limits) leaves the node's
 // charge in the window (capLocked): a tenant flooding past its own limit
 // does not spend its node's part on nothing. Counted there, it starved the
-// node's other tenants while the provider was all but idle (y got 23 of 60,
-// a reviewer's).
+// node's other tenants while the provider was all but idle (y got 23 of 60).
 //
 // Sequence: 2 nodes, rpm 300. n0: flow y asks 60 a window (all sent), flow
 // x asks 600 a window, every one of them cancelled at once (its tenant's
@@ -375,7 +374,7 @@ func TestCancelledTakesLeaveThePart(t *testing.T) {
 // nothing of the flow waits in a line (queue waits of 0: a refused request
 // is gone) and no call's hold time is known yet. Wanting 0, its part was 0
 // while the others saturated the budget: it never ran a call, so never
-// learned one's length (a reviewer's).
+// learned one's length.
 //
 // Sequence: concurrency 6, calls of 100 ms; n0's flow a asks 3× the slots
 // for a window alone; then n1's flow b (same weight) starts asking as
@@ -449,6 +448,41 @@ func TestWaitingFlowWantsItsWeightsShare(t *testing.T) {
 			t.Logf("nothing waiting: its node's part %d", p0)
 			if p0 > 40 {
 				t.Errorf("x's node keeps a part of %d with nothing waiting, asking 10 a window", p0)
+			}
+		})
+	}
+}
+
+// A node whose part of the window is used asks for no grant, yet hears
+// what the window holds within a report: the provider's remaining is
+// weighed against that (Observe), and a figure from the node's last grant,
+// before the other nodes' grants since, made it charge those grants again
+// as the key's use elsewhere, so the next window opened late by as much.
+//
+// Sequence: rpm 300, n0 with one flow and n1 with three, each asking twice
+// its share of 75; after three windows the provider answers n0's call with
+// what the cluster really left: 300 less what the window holds.
+func TestSpentPartHearsTheWindow(t *testing.T) {
+	const window = 3 * time.Second
+	for stName, st := range stores(t) {
+		t.Run(stName, func(t *testing.T) {
+			cfg := Config{Key: t.Name(), Limits: limiter.Limits{Requests: 300}, Window: window, BandFloor: 0.25}
+			flows := [][]Flow{{flow("a", 0, 1)}, {flow("b", 0, 1), flow("c", 0, 1), flow("d", 0, 1)}}
+			s := newFlowSim(st, cfg, flows, map[string]float64{"a": 150, "b": 150, "c": 150, "d": 150})
+			s.run(window, 3*window)
+			g, err := st.Grant(context.Background(), s.bs[0].windowKey, GrantRequest{Now: s.now / s.bs[0].width,
+				Expires: s.now / s.bs[0].width, Limit: Amount{Requests: 300}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			heard := s.bs[0].Stats(s.now).Used.Requests
+			s.bs[0].Observe(s.now, Observed{Limited: true, Remaining: max(0, 300-g.Used.Requests), Reset: window}, Observed{})
+			s.run(window, 20*time.Millisecond)
+			st0 := s.bs[0].Stats(s.now)
+			t.Logf("the window holds %d of 300, n0 last heard %d (part %d, spent %d times); corrections %d",
+				g.Used.Requests, heard, st0.Part.Requests, st0.PartSpent, st0.Corrections)
+			if st0.Corrections != 0 {
+				t.Errorf("a truthful remaining of %d was charged as the key's use elsewhere", 300-g.Used.Requests)
 			}
 		})
 	}

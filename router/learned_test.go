@@ -32,7 +32,7 @@ rpm = 300
 // buildBudgets looked at the upstream's learned budgets and before its
 // leaser.Retain, it was dropped from both yet stayed in the learned map: no
 // leaser round gave it a block, so every request for the model was refused
-// until the next reload (a reviewer's).
+// until the next reload.
 func TestLearnedBudgetMadeDuringReloadIsKept(t *testing.T) {
 	// More upstreams after "oa": buildBudgets takes a while between
 	// looking at oa's learned budgets and Retain.
