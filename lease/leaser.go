@@ -62,8 +62,8 @@ func (l *Leaser) Budget(cfg Config, members func() int) *Budget {
 		// Asked for again while calls taken from it still run (a spill
 		// rejoined): taken back, so that one budget holds the node's
 		// slots for the key in the store. Beside a fresh one, each
-		// wrote its own count over the other's: 7 calls at once for 4
-		// (a reviewer's).
+		// would write its own count over the other's: 7 calls at once
+		// for 4.
 		delete(l.retiring, cfg.Key)
 		b.mu.Lock()
 		b.retired = false

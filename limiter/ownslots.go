@@ -9,17 +9,17 @@ package limiter
 // crash takeover from an old snapshot), it may not count such a call, and
 // its end, taken from the bucket its slot went to, would take the slot of
 // a fresh call there instead: the tenant would run one call more than its
-// concurrency until that call ended (found by a reviewer, 3 calls for 2).
+// concurrency until that call ends (3 calls for 2).
 //
 // So a release of another call never takes a bucket below its fresh
 // calls; what it cannot take is dropped, as a release for an empty bucket
-// always was: the call it was for is counted nowhere here. A release
-// carries its call's bucket, not the call: keeping what it could not take
-// for an account of its call that might come later (a late final, its
-// admission's report arriving after its end) let it take, instead, the
-// slot of another call that account counted (a reviewer's, 3 calls for
-// 2). If that account does come and counts the ended call, its slot is
-// held until the slot TTL: the safe side. A late final within logUntil
+// is: the call it is for is counted nowhere here. A release carries its
+// call's bucket, not the call: keeping what it cannot take for an account
+// of its call that might come later (a late final, its admission's report
+// arriving after its end) would let it take, instead, the slot of another
+// call that account counts (3 calls for 2). If that account does come
+// and counts the ended call, its slot is held until the slot TTL: the
+// safe side. A late final within logUntil
 // replays every release whole (ownChanges), which frees the ended call's
 // slot when the final counts it, and takes another call's when it does
 // not; each bucket keeps at least its fresh calls. These, and the calls

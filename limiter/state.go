@@ -144,8 +144,8 @@ func (t *Tenant) Import(now int64, s State) {
 // LateAccountHorizon is the least time after an Import that a late account
 // of the state imported (Replace) still finds what was applied since: the
 // handoff takes late final snapshots for a few seconds whatever the window,
-// and with a window of 2 s a final that came 2.1 s after the Import undid a
-// release of this node's own call made in between (found by a reviewer).
+// and with a window of 2 s alone a final that comes 2.1 s after the Import
+// would undo a release of this node's own call made in between.
 const LateAccountHorizon = 10 * time.Second
 
 // Freeze marks the tenant's state as handed over to the node named to and

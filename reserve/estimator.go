@@ -284,7 +284,7 @@ func (e *Estimator) record(k Key, x float64) {
 func (e *Estimator) addTenant(tenant string) *tenantHist {
 	if e.tenants.Load() >= int64(e.lim.MaxTenants) {
 		// Full: no write to the shared count for every settlement of a
-		// tenant past the cap (a reviewer's).
+		// tenant past the cap.
 		return e.hist(tenant)
 	}
 	if e.tenants.Add(1) > int64(e.lim.MaxTenants) {

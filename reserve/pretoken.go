@@ -156,8 +156,8 @@ func punctuationOrSpace(s string, slash bool) int {
 	// the run's first line break, not its last as a backtracking engine
 	// would (and tiktoken does): "\n \nx" is "\n", " \n", "x" to it, and
 	// so here, so that counts stay the library's. The run is read only up
-	// to that line break: reading all of it for each piece made a run of
-	// " \n" quadratic (a reviewer's: 32 KiB of it took a second).
+	// to that line break: reading all of it for each piece would make a
+	// run of " \n" quadratic (32 KiB of it would take a second).
 	w := 0
 	for w < len(s) {
 		if s[w] == '\r' || s[w] == '\n' {

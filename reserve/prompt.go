@@ -27,7 +27,7 @@ const (
 	// reserved: none of it is text to count. About a 1024×1024 image's
 	// cost (OpenAI at high detail 765, Anthropic 1 398); the provider's
 	// report settles it. Reserved nothing, forty images in one request
-	// were a fortieth of what the provider billed (found by a reviewer).
+	// would be a fortieth of what the provider bills.
 	MediaTokens = 1000
 	// SampleBytes is the sample the tokenizer counts for a key's first
 	// ratio.
@@ -116,10 +116,10 @@ func (r *Ratios) Learn(k RatioKey, bytes, tokens int) {
 	}
 	// More than a token a byte is not the text's tokens alone (images,
 	// audio, history held by the provider) or a bogus report: learned as
-	// a token a byte, the most any text makes. Dropped, it taught nothing,
-	// and a ratio taught low stayed low however dense the next prompts
-	// (found by a reviewer: a 245 KB dense prompt with one image was
-	// reserved a fifth of its tokens in every window).
+	// a token a byte, the most any text makes. Dropped, it would teach
+	// nothing, and a ratio taught low would stay low however dense the
+	// next prompts (a 245 KB dense prompt with one image would be reserved
+	// a fifth of its tokens in every window).
 	x := min(float64(tokens)/float64(bytes), maxRatio)
 	if a := r.entry(k); a != nil {
 		a.addWeighted(x, ratioAlpha)
@@ -173,11 +173,10 @@ func (r *Ratios) Estimate(tok *Tokenizer, k RatioKey, texts []string, size int, 
 	ratio = max(ratio, minRatio[k.Script])
 	// Nor much below what this prompt's own text makes where a probe
 	// looks: a ratio is learned from the tenant's earlier prompts, and a
-	// sample from fixed places can be steered. Found by a reviewer: a
-	// ratio taught low with one sparse prompt, or a prompt sparse only
-	// where the first sample looked, then two dense prompts at once, each
-	// estimated under half the limit: 4.9 times the tenant's tpm reached
-	// the provider in one window.
+	// sample from fixed places can be steered: a ratio taught low with one
+	// sparse prompt, or a prompt sparse only where the first sample looks,
+	// then two dense prompts at once, each estimated under half the limit,
+	// would take 4.9 times the tenant's tpm to the provider in one window.
 	if p := probe(tok, k.Model, texts, size); p > probeMargin*ratio {
 		ratio = p
 	}
@@ -208,7 +207,7 @@ const (
 // starts and ends where it falls, mid-word as a rule: moved to the words'
 // edges (whose pieces the tokenizer has counted before, where its cut ends
 // are new) it could be steered off dense words between short sparse ones
-// (a reviewer's: caught 60 % of the time instead of 99 %).
+// (caught 60 % of the time instead of 99 %).
 func probe(tok *Tokenizer, model string, texts []string, size int) float64 {
 	if size <= 0 {
 		return 0

@@ -197,10 +197,10 @@ const (
 )
 
 // hashSeed keys the tables' hashes, a random one per process: with a hash
-// anyone can compute (xxhash, unkeyed), a reviewer forged a piece of 1 040
-// letters that took the count of " the" (1 token for 566) in 16 million
-// tries, and with one more, sharing only its slot, put 566 in the table
-// for " the", for every tenant's prompts.
+// anyone can compute (xxhash, unkeyed), a tenant can forge a piece of
+// 1 040 letters that takes the count of " the" (1 token for 566) in 16
+// million tries, and with one more, sharing only its slot, put 566 in the
+// table for " the", for every tenant's prompts.
 var hashSeed = maphash.MakeSeed()
 
 // lookup returns text's hash for the encoding and its remembered count, or

@@ -86,8 +86,8 @@ func (r *Router) watchClient(ctx *fasthttp.RequestCtx, c *call) *clientWatch {
 func (r *Router) callGone(c *call) {
 	r.metrics.clientGone.Inc()
 	// The provider runs the call on until it answers: its budgets keep
-	// the slot (a concurrency of 1 ran 2 calls at once, found by a
-	// reviewer) until the handler hears the answer (clientGone). A
+	// the slot (freed now, a concurrency of 1 could run 2 calls at once)
+	// until the handler hears the answer (clientGone). A
 	// hop's cancel runs this too, while its handler waits in Do.
 	c.providerHeld = c.nBudgets > 0 || c.spill.b != nil
 	r.finish(c, upstream.Usage{Prompt: r.exactPrompt(c), Completion: c.res.Total - c.res.Prompt, Reported: true}, false, 0)

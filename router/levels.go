@@ -93,12 +93,12 @@ func (c *call) awaitLevels() bool {
 // fallback share of it for the node's own clients; nil: none (the request
 // waits in its tenant's line). Waiting there, not in the tenant's line,
 // it leaves the tenant's requests for other models free to go: at the
-// head of the tenant's line it held them all up, and a batch request
-// there, once its share's turn came, every interactive one for as long as
-// the model stayed full (a reviewer's). A team's refusals wait in the
-// tenant's line, as before: the team limits all of the tenant's requests,
-// and a line shared by its tenants let one tenant's large request, at its
-// head, hold up another's small one that had room (a second reviewer's).
+// head of the tenant's line it would hold them all up, and a batch request
+// there, once its share's turn comes, every interactive one for as long as
+// the model stays full. A team's refusals wait in the tenant's line: the
+// team limits all of the tenant's requests, and a line shared by its
+// tenants would let one tenant's large request, at its head, hold up
+// another's small one that has room.
 func (c *call) levelLine(i int) *queue.Queue {
 	l := &c.levels[i]
 	if l.away || l.lim == nil || l.e.kind != kindModel {

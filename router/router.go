@@ -62,7 +62,7 @@ type Router struct {
 	state    atomic.Pointer[state]
 	cores    *cores // makes the tenants' cores on the config in force
 	reloadMu sync.Mutex
-	view     atomic.Pointer[view]
+	view     views
 	hops     *signer
 	// fallbackSeed loads a tenant's last snapshot (nil without Redis).
 	fallbackSeed atomic.Pointer[func(tenant string) (limiter.State, bool)]
@@ -249,8 +249,8 @@ func (r *Router) Reload(cfg *config.Config) error {
 			// this node owns ends as any owner's spill does (its limiter
 			// unsealed, the members told, the budget retired): the core
 			// is kept, and put back if a later reload restores the tenant,
-			// where a limiter left sealed answered 503 tenant_moving to
-			// every request (found by a reviewer).
+			// where a limiter left sealed would answer 503 tenant_moving
+			// to every request.
 			if sp := t.spilled(); sp != nil {
 				if sp.owner == r.node {
 					go r.endSpill(t, name, sp, "removed")

@@ -508,7 +508,7 @@ var (
 		[]byte("Te"), []byte("Trailer"), []byte("Upgrade"), []byte("Content-Length"), []byte("Content-Encoding"),
 		[]byte("Date"), []byte("Server"), []byte("Set-Cookie"), []byte("Alt-Svc"),
 		// The gateway names itself: a provider that is another ringgate
-		// does not (a reviewer's).
+		// does not.
 		[]byte("X-Ringgate-Node"),
 	}
 	// hopByLen are hopHeaders by their length.

@@ -444,9 +444,9 @@ func ParseRequest(ep Endpoint, body []byte) (Request, error) {
 		if v := f[fBackground]; present(v) && string(v) != "false" {
 			// Answered "queued" at once, generated and billed after:
 			// the tokens cannot be counted when they are used, and the
-			// answer is fetched with a GET ringgate does not serve (a
-			// reviewer's: 10 of 32 000 output tokens each were charged
-			// their prompt alone).
+			// answer is fetched with a GET ringgate does not serve: let
+			// through, a call of 32 000 output tokens would be charged
+			// its prompt alone.
 			return r, badRequest("unsupported_parameter", "background",
 				"Background responses are not supported through the gateway: send the request without background.")
 		}
@@ -455,7 +455,7 @@ func ParseRequest(ep Endpoint, body []byte) (Request, error) {
 		}
 		if pr := f[fPrompt]; isObject(pr) {
 			// A stored prompt's variables: text, or input parts
-			// (an image is media, not 300 KB of text: a reviewer's).
+			// (an image is media, not 300 KB of text).
 			each(get(pr, "variables"), func(_, v []byte) bool {
 				switch {
 				case isString(v):
@@ -473,8 +473,8 @@ func ParseRequest(ep Endpoint, body []byte) (Request, error) {
 	if v := f[fPrediction]; present(v) {
 		// Predicted output: not read by the model as prompt (its
 		// rejected tokens are billed as completion, within max_tokens).
-		// Reserved as prompt, a predicted file doubled the reservation
-		// of an edit (a reviewer's).
+		// Reserved as prompt, a predicted file would double the
+		// reservation of an edit.
 		p.media += len(v)
 	}
 	r.Uncounted = max(0, len(body)-p.counted-p.media)
@@ -518,8 +518,8 @@ func (r *Request) responsesInput(p *reqBody, input, instructions []byte) error {
 			r.Texts = p.addText(r.Texts, output)
 		case isArray(output):
 			// A function call's output as content parts (text, images,
-			// files): taken as raw JSON, its images were reserved
-			// nothing (found by a reviewer).
+			// files): taken as raw JSON, its images would be reserved
+			// nothing.
 			r.Texts = p.contentTexts(r.Texts, &r.Media, output, 0)
 		case isString(get(item, "arguments")):
 			r.Texts = p.addText(r.Texts, get(item, "arguments"))
@@ -739,8 +739,8 @@ func (p *reqBody) partTexts(texts []string, media *int, part []byte, depth int) 
 		// text (a document's context) is not subtracted twice; and
 		// a part or source with a key given twice is left to
 		// Uncounted: a provider that reads the last copy may see a
-		// text document where the first said base64 (a reviewer's:
-		// 540 KB of text so passed as a PDF).
+		// text document where the first said base64 (540 KB of text
+		// could so pass as a PDF).
 		if !dupKeys(part) && (source == nil || !dupKeys(source)) {
 			p.media += len(part) - (p.counted - before)
 		}
@@ -772,7 +772,7 @@ func dupKeys(o []byte) bool {
 
 // maxContentDepth is how deep contentTexts follows content nested in
 // content: an Anthropic search_result in a tool_result is two levels down
-// (one was followed: its text was not counted, found by a reviewer).
+// (following one, its text would go uncounted).
 const maxContentDepth = 3
 
 // isMedia reports whether a content part of this type is an image, audio
