@@ -432,11 +432,9 @@ func spillAudit(t *testing.T, c *clCluster, tenant string, window time.Duration,
 }
 
 // A spilled tenant at its concurrency, with queues configured and without:
-// the limit holds at the provider either way. (The spill's own lines are
-// off, router's spillLines: with them, this test once saw 9 calls at once
-// of 8 in CI, in a sequence not yet found; it measured 32 % refused
-// without them and none with them. The refusals and the requests that
-// waited away from the owner are logged, for when they are back on.)
+// the limit holds at the provider either way. A spill's refusal answers at
+// once: it has no line of its own to wait in. The refusals and the
+// requests that waited away from the owner are logged.
 func TestClusterSpillQueued(t *testing.T) {
 	if testing.Short() {
 		t.Skip("cluster test")

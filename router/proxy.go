@@ -183,18 +183,15 @@ const hopCatchUp = 1500 * time.Millisecond
 // gets this node's strict share rather than an owner limiter that knows
 // nothing of the tenant.
 func (r *Router) hopLimiter(t *tenant) (*limiter.Tenant, bool) {
-	deadline := time.Now().Add(hopCatchUp)
-	for {
+	// A tenant's owner changes with the view (trackOwnership).
+	v, owned := r.view.await(hopCatchUp, func(*view) bool {
 		until := t.ownedUntil.Load()
-		if until == ownedNow || until > r.clock()-int64(t.c().lim.Window()) {
-			return t.c().lim, true
-		}
-		if time.Now().After(deadline) {
-			v := r.view.Load()
-			return r.fallbackLimiter(t, v, v.owner(t.name))
-		}
-		time.Sleep(5 * time.Millisecond)
+		return until == ownedNow || until > r.clock()-int64(t.c().lim.Window())
+	})
+	if owned {
+		return t.c().lim, true
 	}
+	return r.fallbackLimiter(t, v, v.owner(t.name))
 }
 
 // serveLocal enforces the tenant's limits on lim and serves the request; hops
@@ -275,12 +272,12 @@ func (r *Router) serveLocalOnce(ctx *fasthttp.RequestCtx, ep upstream.Endpoint, 
 			// neither a 429 "too large" nor an admission rests on it;
 			// so is a prompt that could be over the limit alone (a text
 			// makes at most a token a byte), so that one the probe
-			// misjudged is never admitted whole. (Only a prompt
-			// estimated over half the limit was: a ratio learned from
-			// denser text made an English prompt "too large" with its
-			// completion in every window, and a prompt half dense,
+			// misjudged is never admitted whole. (Not only a prompt
+			// estimated over half the limit: a ratio learned from
+			// denser text would make an English prompt "too large" with
+			// its completion in every window, and a prompt half dense,
 			// probed where it was sparse, was admitted at 1.3 times the
-			// limit on its own; both found by reviewers.)
+			// limit on its own.)
 			// Not for a request its rpm refuses and that will not wait:
 			// a refusal charges nothing, and counting a large prompt
 			// costs up to a second of CPU (a tenant over its rpm could
@@ -304,7 +301,7 @@ func (r *Router) serveLocalOnce(ctx *fasthttp.RequestCtx, ep upstream.Endpoint, 
 		// recent answers (max_tokens only caps it), and a guess past the
 		// limit would refuse the request as too large for ever (a
 		// refusal teaches no shorter average; with max_tokens above the
-		// guess too, found by a reviewer). It reserves the whole limit
+		// guess too). It reserves the whole limit
 		// instead and settles on what the provider reports. Not with n
 		// completions asked for: n of them are generated whatever each
 		// one's length (capped, n = 128 reached 3.3 times the limit).
@@ -473,38 +470,10 @@ func (r *Router) redecideSpill(ctx *fasthttp.RequestCtx, ep upstream.Endpoint, s
 	return r.serveAPI(ctx, ep)
 }
 
-// spillPeek is a spilled tenant's refusal as its budget stands now, for a
-// request that waits behind others without trying.
-func spillPeek(t *tenant, sp *spill, now int64, window time.Duration) limiter.Decision {
-	s := sp.budget.Stats(now)
-	bd := lease.Decision{Limited: limiter.Concurrency, RetryAfter: time.Second, Used: s.Used}
-	switch {
-	case t.limits.Requests > 0 && s.Left.Requests <= 0:
-		bd.Limited, bd.RetryAfter = limiter.Requests, sp.budget.RetryAfter(now)
-	case t.limits.Tokens > 0 && s.Left.Tokens <= 0:
-		bd.Limited, bd.RetryAfter = limiter.Tokens, sp.budget.RetryAfter(now)
-	}
-	return spillDecision(t, &bd, window)
-}
-
-// spillLines: a request a spilled tenant's leased budget refuses waits in
-// the spill's line on its node (queue.go) instead of a 429. Off for now:
-// in one CI run a spilled tenant with concurrency 8 and queues had 9 calls
-// at once at the provider (node's TestClusterSpillQueued), in a sequence
-// not yet found; until it is, a spill's refusal answers at once, as before
-// the lines.
-const spillLines = false
-
 // admitSpilled admits a call of a spilled tenant on its budget (and the
 // provider's, taken already) and records it in the ledger for the owner.
 func (r *Router) admitSpilled(ctx *fasthttp.RequestCtx, ep upstream.Endpoint, st *state, c *call, hops int) bool {
 	t, sp := c.t, c.sp
-	class := classOf(t, &ctx.Request.Header)
-	if spillLines && sp.line.Waiting() > 0 && t.queueWait(class) > 0 && !spillTooLarge(t, c) && !t.shadow {
-		// Others wait for the spill's budget here: behind them.
-		d := spillPeek(t, sp, r.clock(), st.cfg.Limits.Window)
-		return r.admitQueued(ctx, ep, st, c, hops, class, &d, nil)
-	}
 	sp.mu.RLock()
 	if sp.closed.Load() {
 		sp.mu.RUnlock()
@@ -524,11 +493,6 @@ func (r *Router) admitSpilled(ctx *fasthttp.RequestCtx, ep upstream.Endpoint, st
 	}
 	if !bd.Allowed {
 		sp.mu.RUnlock()
-		if spillLines && t.queueWait(class) > 0 && !d.TooLarge && mayWait(d.Limited == limiter.Concurrency, d.RetryAfter, time.Now().Add(t.queueWait(class))) {
-			// Room within the wait budget: the request waits for it,
-			// as it would on the tenant's owner.
-			return r.admitQueued(ctx, ep, st, c, hops, class, &d, nil)
-		}
 		setRateHeaders(&ctx.Response.Header, &d)
 		r.cancelBudgets(c)
 		t.counters().refused(bd.Limited)
@@ -568,9 +532,9 @@ func (r *Router) promptTokens(c *call) int {
 		// neither counted text nor media: text in a field the parse
 		// does not read (a new API field, a nested key given twice).
 		// Reserved as text, so that it counts before the provider's
-		// usage says what it cost; a reviewer's 54 KB so hidden were
-		// admitted on a reservation of a few tokens, 120 times the
-		// tenant's tpm over a few windows.
+		// usage says what it cost: 54 KB so hidden would be admitted on
+		// a reservation of a few tokens, 120 times the tenant's tpm over
+		// a few windows.
 		fixed += over / uncountedBytesPerToken
 	}
 	size, largest := 0, ""
@@ -763,9 +727,9 @@ func (r *Router) forward(ctx *fasthttp.RequestCtx, c *call) bool {
 
 // answerWriteDeadline has a large answer read whole written as a stream's
 // is: each part of it may take clientWriteIdle, so a client that stops
-// reading it is cut, and a slow one that reads on is not. It held the
-// connection's goroutine and the answer (up to 64 MiB) for as long as it
-// kept the connection open (a reviewer's). An answer that fits the
+// reading it is cut, and a slow one that reads on is not: a stalled reader
+// would hold the connection's goroutine and the answer (up to 64 MiB) for
+// as long as it kept the connection open. An answer that fits the
 // socket's buffers is written without waiting: left as it is, no cost.
 func (r *Router) answerWriteDeadline(ctx *fasthttp.RequestCtx) {
 	if len(ctx.Response.Body()) < answerBuffered {
@@ -832,8 +796,9 @@ func (r *Router) answerUsage(c *call, status int, answer []byte) (u upstream.Usa
 
 // failedUsage is what a call that failed with err is charged: nothing when
 // the provider did not answer; its reservation, or max_tokens on every
-// choice if more, when it answered past maxAnswerBytes (it generated the answer, and bills it; charged nothing,
-// a reviewer's answer of 60 500 tokens was free, repeated at the rpm).
+// choice if more, when it answered past maxAnswerBytes (it generated the
+// answer and bills it: charged nothing, an answer of 60 500 tokens would be
+// free, repeated at the rpm).
 func failedUsage(c *call, err error) upstream.Usage {
 	if !errors.Is(err, upstream.ErrAnswerTooLarge) {
 		return upstream.Usage{}
@@ -1073,7 +1038,7 @@ func (r *Router) settle(c *call, actual int, known, late bool) {
 	r.finishLevels(c, int64(actual))
 	// A counter: a second settlement adds only what exceeds the first
 	// (a call served uncharged in shadow mode has no ticket to read it
-	// from: counted twice, found by a reviewer).
+	// from, and would be counted twice).
 	c.t.counters().settled.Add(float64(max(int64(actual)-c.settled, 0)))
 	c.settled = max(c.settled, int64(actual))
 }
@@ -1090,12 +1055,11 @@ func (r *Router) learn(c *call, prompt, completion int) {
 		completion < r.est.Estimate(res.Key, 0, 0, true).Completion {
 		// Cut short by its max_tokens, below what a call without one
 		// is reserved: a bound, not a length, it must not lower that.
-		// Learned, calls with max_tokens 1 taught an average of 1, and
-		// calls without one were then reserved 2 tokens each (a
-		// reviewer's: 8 at once, 20 times the tpm in a window). One
-		// cut above it still teaches: ignored, calls that ran to a
-		// max_tokens of 8 000 were reserved 256 each (a second
-		// reviewer's: 10 at once for a tpm of 10 000).
+		// Learned, calls with max_tokens 1 would teach an average of 1,
+		// and calls without one would be reserved 2 tokens each (8 at
+		// once, 20 times the tpm in a window). One cut above it still
+		// teaches: ignored, calls that run to a max_tokens of 8 000
+		// would be reserved 256 each (10 at once for a tpm of 10 000).
 		return
 	}
 	r.est.Settle(res, reserve.Usage{Prompt: prompt, Completion: completion})

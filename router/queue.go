@@ -194,7 +194,10 @@ func (r *Router) admitQueued(ctx *fasthttp.RequestCtx, ep upstream.Endpoint, st 
 	tenantLine := t.lineFor(c.lim, hops)
 	waits := tenantLine != nil // its tenant's refusals are waited for here
 	if c.sp != nil {
-		tenantLine, waits = &c.sp.line, spillLines
+		// A spill's refusal is final (it answers at once, as on the
+		// spill's first try): a spilled call waits here only for the
+		// provider's budgets, in its spill's line behind the others.
+		tenantLine, waits = &c.sp.line, false
 	}
 	if tenantLine == nil {
 		tenantLine = t.c().queue // never waited in: its tenant's refusals are final
@@ -513,8 +516,8 @@ func (r *Router) redecideReloaded(ctx *fasthttp.RequestCtx, ep upstream.Endpoint
 	nt := st.byName[t.name]
 	if nt == nil {
 		// Its name is gone; its key may belong to another tenant now (a
-		// rename): the request goes on as that one's, routed afresh.
-		// (Answered 401 before, a valid key; found by a reviewer.)
+		// rename): the request goes on as that one's, routed afresh,
+		// not refused 401 with a valid key.
 		if nt = st.authenticate(&ctx.Request.Header); nt == nil {
 			fail(ctx, fasthttp.StatusUnauthorized, "invalid_request_error", "invalid_api_key",
 				"The tenant of this API key was removed by a config reload while the request waited.")
