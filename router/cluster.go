@@ -61,6 +61,7 @@ func (r *Router) SetView(v View) {
 		r.trackOwnership(nv)
 	}
 	r.reloadMu.Unlock()
+	r.view.changed()
 	if !sameRing {
 		r.reportFallbacksTo(nv)
 	}

@@ -457,11 +457,7 @@ func (r *Router) deliverDeltas(t *tenant, from string, ds []limiter.Delta, forwa
 		// asked for the tenant right after joining): wait for its
 		// address; if it never comes (it is gone), the ring's owner has
 		// or will take the tenant.
-		deadline := time.Now().Add(hopCatchUp)
-		for (v == nil || v.addrs[dest] == "") && time.Now().Before(deadline) {
-			time.Sleep(5 * time.Millisecond)
-			v = r.view.Load()
-		}
+		v, _ = r.view.await(hopCatchUp, func(v *view) bool { return v != nil && v.addrs[dest] != "" })
 		if v == nil || v.addrs[dest] == "" {
 			dest = v.owner(t.name)
 		}

@@ -264,15 +264,7 @@ func (r *Router) tookBack(ctx *fasthttp.RequestCtx, c *call, moved *limiter.Tena
 func (r *Router) movedOn(ctx *fasthttp.RequestCtx, t *tenant, lim *limiter.Tenant, hops int) bool {
 	to := lim.MovedTo()
 	if to != "" && to != r.node && hops < maxHops {
-		v := r.view.Load()
-		deadline := time.Now().Add(hopCatchUp)
-		for v == nil || v.addrs[to] == "" {
-			if time.Now().After(deadline) {
-				break
-			}
-			time.Sleep(5 * time.Millisecond)
-			v = r.view.Load()
-		}
+		v, _ := r.view.await(hopCatchUp, func(v *view) bool { return v != nil && v.addrs[to] != "" })
 		if handled, streaming := r.toOwner(ctx, v, to, t, hops+1); handled {
 			return streaming
 		}

@@ -1,0 +1,64 @@
+package router
+
+import (
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// views holds this node's cluster view, and wakes the requests waiting for
+// it to change: a hop for a tenant this node does not own yet, a request
+// for a node its gossip does not list yet. Each waits on the next change,
+// not on a timer that polls.
+type views struct {
+	cur  atomic.Pointer[view]
+	mu   sync.Mutex
+	next chan struct{} // closed at the next change; nil: nobody waits
+}
+
+// Load is the view in force.
+func (vs *views) Load() *view { return vs.cur.Load() }
+
+// Swap puts v in force and returns the one it replaces. Those waiting are
+// woken by changed, once what follows from v (each tenant's owner) is
+// recorded too.
+func (vs *views) Swap(v *view) *view { return vs.cur.Swap(v) }
+
+// changed wakes everyone waiting for a change.
+func (vs *views) changed() {
+	vs.mu.Lock()
+	if vs.next != nil {
+		close(vs.next)
+		vs.next = nil
+	}
+	vs.mu.Unlock()
+}
+
+// await waits until ok holds of the view in force, looking again at each
+// change, for at most wait. It returns the view it looked at last and
+// whether ok held of it.
+func (vs *views) await(wait time.Duration, ok func(*view) bool) (*view, bool) {
+	var timeout <-chan time.Time
+	for {
+		vs.mu.Lock()
+		if vs.next == nil {
+			vs.next = make(chan struct{})
+		}
+		next := vs.next // taken before looking: a change in between is not missed
+		vs.mu.Unlock()
+		v := vs.Load()
+		if ok(v) {
+			return v, true
+		}
+		if timeout == nil {
+			t := time.NewTimer(wait)
+			defer t.Stop()
+			timeout = t.C
+		}
+		select {
+		case <-next:
+		case <-timeout:
+			return v, false
+		}
+	}
+}
