@@ -7,4 +7,7 @@
 // the peer hop); none of those knows about the others or about HTTP serving.
 // It owns the client-facing contract of ../shared/interface.md: status codes,
 // the OpenAI error shape, the x-ratelimit-* headers, and the admin endpoints.
+//
+// What is one protocol of its own lives under router/internal, importing
+// nothing of router: hangup watches a waiting call's client connection.
 package router

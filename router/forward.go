@@ -137,7 +137,7 @@ func (r *Router) toOwner(ctx *fasthttp.RequestCtx, v *view, owner string, t *ten
 	err := pc.hc.Do(req, resp)
 	took := time.Since(sent)
 	fasthttp.ReleaseRequest(req)
-	if w.stop() {
+	if w.Stop() {
 		// The client hung up while the owner waited for the upstream:
 		// the owner was told and ended the call; nothing to relay.
 		if err != nil {

@@ -3,9 +3,10 @@ package router
 import (
 	"encoding/json"
 	"sync"
-	"time"
 
 	"github.com/valyala/fasthttp"
+
+	"github.com/ringgate/ringgate/router/internal/hangup"
 )
 
 // A client that hangs up while its request is on a hop (edge → owner) is
@@ -27,8 +28,8 @@ type cancelMsg struct {
 // hop header.
 type hopWatches struct{ m sync.Map }
 
-func (h *hopWatches) add(hop string, w *clientWatch) { h.m.Store(hop, w) }
-func (h *hopWatches) remove(hop string)              { h.m.Delete(hop) }
+func (h *hopWatches) add(hop string, w *hangup.Watch) { h.m.Store(hop, w) }
+func (h *hopWatches) remove(hop string)               { h.m.Delete(hop) }
 
 // serveCancel ends the hop call named, if it still waits for its upstream.
 func (r *Router) serveCancel(ctx *fasthttp.RequestCtx) {
@@ -41,7 +42,7 @@ func (r *Router) serveCancel(ctx *fasthttp.RequestCtx) {
 		return
 	}
 	if w, ok := r.hopCalls.m.Load(m.Hop); ok {
-		w.(*clientWatch).cancel()
+		w.(*hangup.Watch).Cancel()
 	}
 	ctx.SetStatusCode(fasthttp.StatusNoContent)
 }
@@ -49,7 +50,7 @@ func (r *Router) serveCancel(ctx *fasthttp.RequestCtx) {
 // watchHop watches the edge's client while the hop named hop waits at the
 // owner; if the client hangs up, the owner is told. Its stop reports
 // whether that happened.
-func (r *Router) watchHop(ctx *fasthttp.RequestCtx, v *view, owner, hop string) *clientWatch {
+func (r *Router) watchHop(ctx *fasthttp.RequestCtx, v *view, owner, hop string) *hangup.Watch {
 	addr := v.addrs[owner]
 	return r.watch(ctx, func() {
 		r.metrics.clientGone.Inc()
@@ -61,10 +62,11 @@ func (r *Router) watchHop(ctx *fasthttp.RequestCtx, v *view, owner, hop string) 
 
 // hopGone answers on the edge for a client that hung up while its hop
 // waited at the owner.
-func (r *Router) hopGone(ctx *fasthttp.RequestCtx, w *clientWatch, owner string, resp *fasthttp.Response) {
+func (r *Router) hopGone(ctx *fasthttp.RequestCtx, w *hangup.Watch, owner string, resp *fasthttp.Response) {
 	fasthttp.ReleaseResponse(resp)
 	ctx.SetConnectionClose()
 	fail(ctx, statusClientClosed, "invalid_request_error", "client_closed_request",
 		"The client closed the connection before the upstream answered; the call was dropped.")
-	r.log.Info("client_gone", "owner", owner, "gone_ms", w.gone.Milliseconds(), "waited_ms", time.Since(w.start).Milliseconds())
+	gone, waited := w.Gone()
+	r.log.Info("client_gone", "owner", owner, "gone_ms", gone.Milliseconds(), "waited_ms", waited.Milliseconds())
 }

@@ -18,6 +18,7 @@ import (
 	"github.com/ringgate/ringgate/limiter"
 	"github.com/ringgate/ringgate/queue"
 	"github.com/ringgate/ringgate/reserve"
+	"github.com/ringgate/ringgate/router/internal/hangup"
 	"github.com/ringgate/ringgate/upstream"
 )
 
@@ -72,7 +73,7 @@ type call struct {
 	// upstream (hangup.go). Its own allocation, not part of the call: the
 	// ticking goroutine may still hold it after the call is recycled
 	// (recycle).
-	watch *clientWatch
+	watch *hangup.Watch
 	// settled: the tokens its first settlement charged, which a second
 	// (settleLate) corrects. providerHeld: finished while the provider
 	// still runs it (its client gone): its provider budgets keep their
@@ -439,7 +440,7 @@ var callPool = sync.Pool{New: func() any { return new(call) }}
 // nothing with a stopped watch. Only the plain path recycles: a call that
 // waited in a line or was served on a spill is left to the collector.
 func recycle(c *call) {
-	if !c.finished.Load() || (c.watch != nil && c.watch.wasGone()) {
+	if !c.finished.Load() || (c.watch != nil && c.watch.WasGone()) {
 		return
 	}
 	*c = call{} // drops what it points to: its body's texts, its tenant
@@ -657,7 +658,7 @@ func (r *Router) forward(ctx *fasthttp.RequestCtx, c *call) bool {
 	if hop != "" {
 		r.hopCalls.remove(hop)
 	}
-	if w.stop() {
+	if w.Stop() {
 		// The client hung up while the upstream was thinking: the call
 		// was finished then; what the upstream says now goes nowhere.
 		r.clientGone(ctx, c, w, resp, err)
@@ -946,7 +947,7 @@ func (r *Router) finish(c *call, u upstream.Usage, ok bool, countedCompletion in
 // call refused with its client there (a failed answer without usage: 0),
 // and its provider budgets, held while the provider ran it, are finished.
 // The handler calls it once, after the hang-up's finish is done
-// (waitFired), or releaseHeld when the answer says nothing.
+// (WaitFired), or releaseHeld when the answer says nothing.
 func (r *Router) settleLate(c *call, u upstream.Usage, ok bool, countedCompletion int) {
 	c.providerHeld = false
 	r.settle(c, r.actualUsage(c, u, ok, countedCompletion), u.Reported || ok, true)

@@ -430,7 +430,7 @@ func (r *Router) admitQueued(ctx *fasthttp.RequestCtx, ep upstream.Endpoint, st 
 	if hop != "" {
 		r.hopCalls.remove(hop)
 	}
-	w.stop()
+	w.Stop()
 	r.metrics.queueWaited.WithLabelValues(class.String()).Observe(waited.Seconds())
 	ctx.Response.Header.Set("x-ringgate-queued-ms", strconv.FormatInt(waited.Milliseconds(), 10))
 	switch {

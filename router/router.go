@@ -70,7 +70,7 @@ type Router struct {
 	held         heldDeltas   // deltas for tenants not taken over yet (handoff.go)
 	ids          *deltaIDs    // names this node's deltas, skips ones applied twice (deltaids.go)
 	hopCalls     hopWatches   // hop calls waiting for their upstream, for an edge's cancel (hopcancel.go)
-	watches      watchList    // client connections of calls waiting for their upstream (hangup.go)
+	watches      hangups      // client connections of calls waiting for their upstream (hangup.go)
 	spillRetryAt atomic.Int64 // no spillover switch before (spill.go)
 	ownerSpills  atomic.Int32 // spills this node owns (spill.go)
 	// reloader reads and applies the config again (SetReloader);
@@ -160,6 +160,7 @@ func New(o Options) (*Router, error) {
 		// ring; a standalone one owns everything.
 		clustered: o.Config.Node.Gossip != "",
 	}
+	r.watches.callGone = func(c any) { r.callGone(c.(*call)) }
 	if r.leaser == nil {
 		r.leaser = lease.NewLeaser(lease.LeaserConfig{Node: r.node, Clock: o.Clock, Logger: o.Logger})
 	}
