@@ -31,7 +31,7 @@ fuzz:
 	$(GO) test -run XXX -fuzz '^FuzzDecode$$' -fuzztime $(FUZZTIME) ./snapshot/
 	$(GO) test -run XXX -fuzz '^FuzzDecodeReplies$$' -fuzztime $(FUZZTIME) ./handoff/
 	$(GO) test -run XXX -fuzz '^FuzzDecodeMeta$$' -fuzztime $(FUZZTIME) ./gossip/
-	$(GO) test -run XXX -fuzz '^FuzzHopVerify$$' -fuzztime $(FUZZTIME) ./router/
+	$(GO) test -run XXX -fuzz '^FuzzHopVerify$$' -fuzztime $(FUZZTIME) ./router/internal/hopsign/
 	$(GO) test -run XXX -fuzz '^FuzzApplyDeltas$$' -fuzztime $(FUZZTIME) ./router/
 
 bench:

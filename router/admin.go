@@ -61,7 +61,7 @@ func (r *Router) serveAdmin(ctx *fasthttp.RequestCtx) {
 		// A node asking the owner for its view (fromOwner), or a member
 		// for its leases (peerUpstreams), signed with the cluster
 		// secret in place of the admin token.
-		if _, err := r.hops.verify(&ctx.Request, r.node); err != nil {
+		if _, err := r.hops.Verify(&ctx.Request, r.node); err != nil {
 			r.metrics.hopsRefused.Inc()
 			fail(ctx, fasthttp.StatusUnauthorized, "invalid_request_error", "invalid_peer_signature",
 				"Peer request refused: "+err.Error()+".")
@@ -110,7 +110,7 @@ func (r *Router) fromOwner(ctx *fasthttp.RequestCtx, owner string) string {
 	if v != nil {
 		addr = v.addrs[owner]
 	}
-	if addr == "" || !r.hops.enabled() {
+	if addr == "" || !r.hops.Enabled() {
 		return "no address for the owner, or no cluster secret to ask it with"
 	}
 	status, body, err := r.peerDo(v, addr, owner, fasthttp.MethodGet, string(ctx.URI().RequestURI()), nil, 1, ownerViewTimeout)

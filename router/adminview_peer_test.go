@@ -324,7 +324,7 @@ func signedAs(p *viewPair, method, uri, to string, body []byte) *fasthttp.Reques
 		req.Header.SetContentType("application/json")
 		req.SetBody(body)
 	}
-	p.a.hops.sign(req, "a", to, 1, 1)
+	p.a.hops.Sign(req, "a", to, 1, 1)
 	return req
 }
 

@@ -9,5 +9,6 @@
 // the OpenAI error shape, the x-ratelimit-* headers, and the admin endpoints.
 //
 // What is one protocol of its own lives under router/internal, importing
-// nothing of router: hangup watches a waiting call's client connection.
+// nothing of router: hangup watches a waiting call's client connection;
+// hopsign signs and checks what nodes send each other.
 package router

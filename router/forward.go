@@ -17,6 +17,7 @@ import (
 
 	"github.com/ringgate/ringgate/keepalive"
 	"github.com/ringgate/ringgate/limiter"
+	"github.com/ringgate/ringgate/router/internal/hopsign"
 	"github.com/ringgate/ringgate/upstream"
 )
 
@@ -118,7 +119,7 @@ func (p *peers) get(addr string) *peer {
 // streaming is true when a relayed stream finishes later (and calls done).
 func (r *Router) toOwner(ctx *fasthttp.RequestCtx, v *view, owner string, t *tenant, hops int) (handled, streaming bool) {
 	addr := v.addrs[owner]
-	if addr == "" || !r.hops.enabled() {
+	if addr == "" || !r.hops.Enabled() {
 		return false, false
 	}
 	pc := r.peers.get(addr)
@@ -130,7 +131,7 @@ func (r *Router) toOwner(ctx *fasthttp.RequestCtx, v *view, owner string, t *ten
 	copyHopHeaders(req, &ctx.Request.Header)
 	req.Header.SetHost(addr)
 	req.SetBodyRaw(ctx.PostBody())
-	r.hops.sign(req, r.node, owner, v.version(), hops)
+	r.hops.Sign(req, r.node, owner, v.version(), hops)
 	resp := fasthttp.AcquireResponse()
 	w := r.watchHop(ctx, v, owner, string(req.Header.Peek(hopHeader)))
 	sent := time.Now()
@@ -421,9 +422,9 @@ func copyHopHeaders(req *fasthttp.Request, client *fasthttp.RequestHeader) {
 		req.Header.SetContentTypeBytes(ct)
 	}
 	var buf [16][]byte // on the stack: a hop is a request's path
-	vals := buf[:len(signedHeaderNames)]
-	firstHeaders(client, signedHeaderNames, vals)
-	for i, name := range signedHeaderNames {
+	vals := buf[:len(hopsign.SignedHeaderNames)]
+	firstHeaders(client, hopsign.SignedHeaderNames, vals)
+	for i, name := range hopsign.SignedHeaderNames {
 		if len(vals[i]) > 0 {
 			req.Header.SetCanonical(name, vals[i])
 		}

@@ -472,7 +472,7 @@ func (r *Router) deliverDeltas(t *tenant, from string, ds []limiter.Delta, forwa
 		from = r.node
 	}
 	addr := v.addrs[dest]
-	if !r.hops.enabled() || forwarded >= maxHops || addr == "" || dest == r.node {
+	if !r.hops.Enabled() || forwarded >= maxHops || addr == "" || dest == r.node {
 		r.logDeltaLost(t, dest, "no signed path to the node counting the tenant", 0)
 		return fmt.Errorf("%w to %s", errNoDeltaPath, dest)
 	}
@@ -507,16 +507,16 @@ func (r *Router) serveDelta(ctx *fasthttp.RequestCtx) {
 		// Handed on since the sender looked: the deltas follow the state.
 		from := m.From
 		if from == "" {
-			from = info.from
+			from = info.From
 		}
-		r.sendDeltas(t, from, m.Deltas, info.hops)
+		r.sendDeltas(t, from, m.Deltas, info.Hops)
 		ctx.SetStatusCode(fasthttp.StatusNoContent)
 		return
 	}
 	now := r.clock()
 	from := m.From
 	if from == "" {
-		from = info.from
+		from = info.From
 	}
 	if from == r.node {
 		from = "" // this node's own calls, reported back to it

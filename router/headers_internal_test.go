@@ -10,6 +10,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/ringgate/ringgate/queue"
+	"github.com/ringgate/ringgate/router/internal/hopsign"
 )
 
 // An upstream answer's headers reach the client but for those that
@@ -145,13 +146,13 @@ func TestHopVerifiesOddHeaders(t *testing.T) {
 		if err := client.Read(bufio.NewReader(strings.NewReader(raw))); err != nil {
 			t.Fatal(err)
 		}
-		edge := newSigner(secret, 5*time.Second, func() time.Time { return now })
-		owner := newSigner(secret, 5*time.Second, func() time.Time { return now })
+		edge := hopsign.New(secret, 5*time.Second, func() time.Time { return now })
+		owner := hopsign.New(secret, 5*time.Second, func() time.Time { return now })
 		req := fasthttp.AcquireRequest()
 		copyHopHeaders(req, &client.Header)
 		req.Header.SetHost("owner:1")
 		req.SetBodyRaw(client.Body())
-		edge.sign(req, "a", "b", 7, 1)
+		edge.Sign(req, "a", "b", 7, 1)
 		var wire bytes.Buffer
 		if _, err := req.WriteTo(&wire); err != nil {
 			t.Fatal(err)
@@ -160,14 +161,14 @@ func TestHopVerifiesOddHeaders(t *testing.T) {
 		if err := got.Read(bufio.NewReader(&wire)); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := owner.verify(&got, "b"); err != nil {
+		if _, err := owner.Verify(&got, "b"); err != nil {
 			t.Errorf("%q: %v\n%s", headers, err, got.Header.String())
 		}
-		ev := make([][]byte, len(signedHeaderNames))
-		firstHeaders(&client.Header, signedHeaderNames, ev)
-		ov := make([][]byte, len(signedHeaderNames))
-		firstHeaders(&got.Header, signedHeaderNames, ov)
-		for i, name := range signedHeaderNames {
+		ev := make([][]byte, len(hopsign.SignedHeaderNames))
+		firstHeaders(&client.Header, hopsign.SignedHeaderNames, ev)
+		ov := make([][]byte, len(hopsign.SignedHeaderNames))
+		firstHeaders(&got.Header, hopsign.SignedHeaderNames, ov)
+		for i, name := range hopsign.SignedHeaderNames {
 			if !bytes.Equal(ev[i], ov[i]) {
 				t.Errorf("%q: %s edge %q owner %q", headers, name, ev[i], ov[i])
 			}

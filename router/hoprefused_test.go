@@ -113,7 +113,7 @@ func TestHopRefusedNotRelayed(t *testing.T) {
 	}
 	sent := len(p.fake.Records())
 
-	p.a.hops = newSigner(p.a.hops.secret, p.a.hops.skew, func() time.Time { return time.Now().Add(-10 * time.Second) })
+	p.a.hops = p.a.hops.WithClock(func() time.Time { return time.Now().Add(-10 * time.Second) })
 	for i := range 3 {
 		r := p.post(t, p.addrA)
 		if r.status != http.StatusServiceUnavailable || r.code != "owner_unavailable" || r.node != "a" || r.retryAfter != "1" {
@@ -123,7 +123,7 @@ func TestHopRefusedNotRelayed(t *testing.T) {
 	if got := len(p.fake.Records()) - sent; got != 0 {
 		t.Fatalf("%d refused hops reached the provider", got)
 	}
-	p.a.hops = newSigner(p.a.hops.secret, p.a.hops.skew, time.Now)
+	p.a.hops = p.a.hops.WithClock(time.Now)
 
 	// The owner catching up after a pause refuses hops and client
 	// requests alike.

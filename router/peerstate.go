@@ -13,6 +13,7 @@ import (
 	"github.com/ringgate/ringgate/handoff"
 	"github.com/ringgate/ringgate/limiter"
 	"github.com/ringgate/ringgate/ring"
+	"github.com/ringgate/ringgate/router/internal/hopsign"
 )
 
 // The router's part in moving state peer to peer: the signed endpoint a new
@@ -61,7 +62,7 @@ func (r *Router) serveHandoff(ctx *fasthttp.RequestCtx) {
 		return
 	}
 	r.endOwnedSpills(m.Tenants) // the members stop before the state leaves
-	replies := (*f)(info.from, m.Tenants)
+	replies := (*f)(info.From, m.Tenants)
 	r.KickQueues(m.Tenants) // frozen: those waiting go to the asker
 	ctx.SetContentType("application/octet-stream")
 	ctx.SetBody(handoff.EncodeReplies(nil, r.node, r.clock(), replies))
@@ -69,17 +70,17 @@ func (r *Router) serveHandoff(ctx *fasthttp.RequestCtx) {
 
 // peerPost checks a peer's POST to one of the peer paths: the method and
 // the hop signature. It answers the refusal itself.
-func (r *Router) peerPost(ctx *fasthttp.RequestCtx) (hopInfo, bool) {
+func (r *Router) peerPost(ctx *fasthttp.RequestCtx) (hopsign.Info, bool) {
 	if !ctx.IsPost() {
 		fail(ctx, fasthttp.StatusMethodNotAllowed, "invalid_request_error", "method_not_allowed", "Use POST.")
-		return hopInfo{}, false
+		return hopsign.Info{}, false
 	}
-	info, err := r.hops.verify(&ctx.Request, r.node)
+	info, err := r.hops.Verify(&ctx.Request, r.node)
 	if err != nil {
 		r.metrics.hopsRefused.Inc()
 		fail(ctx, fasthttp.StatusUnauthorized, "invalid_request_error", "invalid_peer_signature",
 			"Peer request refused: "+err.Error()+".")
-		return hopInfo{}, false
+		return hopsign.Info{}, false
 	}
 	return info, true
 }
@@ -108,7 +109,7 @@ func (r *Router) peerDo(v *view, addr, to, method, path string, body []byte, hop
 		req.Header.SetContentType("application/json")
 		req.SetBody(body)
 	}
-	r.hops.sign(req, r.node, to, v.version(), hops)
+	r.hops.Sign(req, r.node, to, v.version(), hops)
 	if err := r.peers.get(addr).hc.DoTimeout(req, resp, timeout); err != nil {
 		return 0, nil, err
 	}
@@ -135,8 +136,8 @@ func (r *Router) Fetch(ctx context.Context, node string, tenants []string) ([]ha
 	if addr == "" {
 		return nil, fmt.Errorf("fetch from %s: %w", node, errNoPeer)
 	}
-	if !r.hops.enabled() {
-		return nil, fmt.Errorf("fetch from %s: %w", node, errHopUnsigned)
+	if !r.hops.Enabled() {
+		return nil, fmt.Errorf("fetch from %s: %w", node, hopsign.ErrUnsigned)
 	}
 	timeout := time.Second
 	if d, ok := ctx.Deadline(); ok {
@@ -235,7 +236,7 @@ var _ handoff.Peers = (*Router)(nil)
 func (r *Router) tookBack(ctx *fasthttp.RequestCtx, c *call, moved *limiter.Tenant, hops int) bool {
 	to := moved.MovedTo()
 	f := r.takeBack.Load()
-	if hops == 0 || f == nil || to == "" || to == r.node || to != hopSender(&ctx.Request.Header) {
+	if hops == 0 || f == nil || to == "" || to == r.node || to != hopsign.Sender(&ctx.Request.Header) {
 		return false
 	}
 	take := func(e *tenant, lim *limiter.Tenant) {

@@ -94,8 +94,8 @@ func (r *Router) serveAPI(ctx *fasthttp.RequestCtx, ep upstream.Endpoint) bool {
 	hop := len(hv[0]) > 0 || len(hv[1]) > 0
 	hops := 0
 	if hop {
-		info, err := r.hops.verify(&ctx.Request, r.node)
-		hops = info.hops
+		info, err := r.hops.Verify(&ctx.Request, r.node)
+		hops = info.Hops
 		if err != nil {
 			r.metrics.hopsRefused.Inc()
 			r.log.Warn("hop_refused", "remote", ctx.RemoteAddr().String(), "error", err.Error())

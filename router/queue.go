@@ -14,6 +14,7 @@ import (
 	"github.com/ringgate/ringgate/config"
 	"github.com/ringgate/ringgate/limiter"
 	"github.com/ringgate/ringgate/queue"
+	"github.com/ringgate/ringgate/router/internal/hopsign"
 	"github.com/ringgate/ringgate/upstream"
 )
 
@@ -29,7 +30,7 @@ import (
 // decided; one whose tenant spills is decided on the spill.
 
 // priorityHeader lowers a request's class.
-const priorityHeader = "x-ringgate-priority"
+const priorityHeader = hopsign.PriorityHeader
 
 // classOf is the request's class: the tenant's, or batch when the request
 // asks for it (never higher than the tenant's).

@@ -19,6 +19,7 @@ import (
 	"github.com/ringgate/ringgate/limiter"
 	"github.com/ringgate/ringgate/queue"
 	"github.com/ringgate/ringgate/reserve"
+	"github.com/ringgate/ringgate/router/internal/hopsign"
 	"github.com/ringgate/ringgate/upstream"
 )
 
@@ -63,7 +64,7 @@ type Router struct {
 	cores    *cores // makes the tenants' cores on the config in force
 	reloadMu sync.Mutex
 	view     views
-	hops     *signer
+	hops     *hopsign.Signer
 	// fallbackSeed loads a tenant's last snapshot (nil without Redis).
 	fallbackSeed atomic.Pointer[func(tenant string) (limiter.State, bool)]
 	peers        *peers
@@ -178,7 +179,7 @@ func New(o Options) (*Router, error) {
 	r.ready.Store(true)
 	// One clock for the windows, the snapshots and the hop timestamps.
 	clock := o.Clock
-	r.hops = newSigner(o.Config.Cluster.Secret, o.Config.Cluster.HopSkew, func() time.Time { return time.Unix(0, clock()) })
+	r.hops = hopsign.New(o.Config.Cluster.Secret, o.Config.Cluster.HopSkew, func() time.Time { return time.Unix(0, clock()) })
 	first, idle := peerTimeouts(o.Config)
 	connect := o.Config.Cluster.ForwardConnectTimeout
 	if connect <= 0 {

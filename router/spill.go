@@ -271,7 +271,7 @@ func (t *tenant) spillable() bool {
 // budget needs Redis, the announcements signatures, and a second node.
 func (r *Router) canSpill() bool {
 	v := r.view.Load()
-	return r.state.Load().cfg.Limits.SpilloverRPS > 0 && r.leaser.HasStore() && r.hops.enabled() &&
+	return r.state.Load().cfg.Limits.SpilloverRPS > 0 && r.leaser.HasStore() && r.hops.Enabled() &&
 		r.clustered && !r.draining.Load() && v != nil && len(v.members) > 1 && r.clock() >= r.spillRetryAt.Load()
 }
 
@@ -831,7 +831,7 @@ func (r *Router) serveSpill(ctx *fasthttp.RequestCtx) {
 		return
 	}
 	var m spillMsg
-	if err := json.Unmarshal(ctx.PostBody(), &m); err != nil || m.Tenant == "" || m.Owner != info.from {
+	if err := json.Unmarshal(ctx.PostBody(), &m); err != nil || m.Tenant == "" || m.Owner != info.From {
 		fail(ctx, fasthttp.StatusBadRequest, "invalid_request_error", "invalid_json", "Malformed spillover announcement.")
 		return
 	}

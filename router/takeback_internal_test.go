@@ -84,7 +84,7 @@ func TestQueuedBounceTakenBack(t *testing.T) {
 	hop.Header.Set("Authorization", "Bearer k")
 	hop.Header.SetContentType("application/json")
 	hop.SetBody(body)
-	r.hops.sign(hop, "p", "t", rg.Version(), maxHops)
+	r.hops.Sign(hop, "p", "t", rg.Version(), maxHops)
 	resp := fasthttp.AcquireResponse()
 	defer fasthttp.ReleaseResponse(resp)
 	done := make(chan error, 1)

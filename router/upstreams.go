@@ -188,7 +188,7 @@ func (r *Router) peerUpstreams() []peerUpstreams {
 	var wg sync.WaitGroup
 	for i := range out {
 		p := &out[i]
-		if !r.hops.enabled() {
+		if !r.hops.Enabled() {
 			p.Error = "no cluster secret to ask it with"
 			continue
 		}

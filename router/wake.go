@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/valyala/fasthttp"
+
+	"github.com/ringgate/ringgate/router/internal/hopsign"
 )
 
 // A node that stood still for longer than failure detection (SIGSTOP, a VM
@@ -85,17 +87,17 @@ func (r *Router) refuseCatchingUp(ctx *fasthttp.RequestCtx, hop bool) bool {
 // refusalReason names a hop verification error for hopRefusedHeader.
 func refusalReason(err error) string {
 	switch {
-	case errors.Is(err, errHopStale):
+	case errors.Is(err, hopsign.ErrStale):
 		return "stale"
-	case errors.Is(err, errHopBeforeStart):
+	case errors.Is(err, hopsign.ErrBeforeStart):
 		return "before_start"
-	case errors.Is(err, errHopReplay):
+	case errors.Is(err, hopsign.ErrReplay):
 		return "replay"
-	case errors.Is(err, errHopTarget):
+	case errors.Is(err, hopsign.ErrTarget):
 		return "target"
-	case errors.Is(err, errHopMalformed):
+	case errors.Is(err, hopsign.ErrMalformed):
 		return "malformed"
-	case errors.Is(err, errHopUnsigned):
+	case errors.Is(err, hopsign.ErrUnsigned):
 		return "unsigned"
 	}
 	return "signature"
