@@ -10,5 +10,6 @@
 //
 // What is one protocol of its own lives under router/internal, importing
 // nothing of router: hangup watches a waiting call's client connection;
-// hopsign signs and checks what nodes send each other.
+// hopsign signs and checks what nodes send each other; deltaid names the
+// deltas a node sends and skips one applied before.
 package router

@@ -76,7 +76,7 @@ func (r *Router) fallbackAdmitted(t *tenant, tk *limiter.Ticket, epoch int64) *f
 	l := t.c().fb
 	d := limiter.DeltaOf(tk)
 	d.Epoch = epoch
-	e := &fallbackEntry{d: r.ids.name(d)}
+	e := &fallbackEntry{d: r.ids.Name(d)}
 	l.mu.Lock()
 	l.owner = r.view.Load().owner(t.name)
 	l.add(e)
@@ -167,7 +167,7 @@ func (r *Router) fallbackFinished(t *tenant, e *fallbackEntry, d limiter.Delta) 
 		l.mu.Unlock()
 		r.reportDelta(t, d)
 	default:
-		l.add(&fallbackEntry{d: r.ids.name(d)})
+		l.add(&fallbackEntry{d: r.ids.Name(d)})
 		l.mu.Unlock()
 		r.reportFallbackSoon(t)
 	}

@@ -85,7 +85,7 @@ func TestReleaseBeforeFirstRingHeld(t *testing.T) {
 	if !handed {
 		t.Fatal("a frozen limiter kept the call's end")
 	}
-	r.applyOnce(tn, now, "a", []limiter.Delta{r.ids.name(d)}) // before this node's first ring
+	r.applyOnce(tn, now, "a", []limiter.Delta{r.ids.Name(d)}) // before this node's first ring
 	// The first ring is slow to come (a slow join): the held release is
 	// not applied here past heldFor either.
 	clock.Add(int64(heldFor + time.Second))
@@ -133,7 +133,7 @@ func TestReleaseStillFrozenPassesDeltasOn(t *testing.T) {
 	r.Hold("acme", time.Second)
 	mirror := limiter.NewTenant(limiter.Limits{}, cfg.Limits.Window, cfg.Limits.SlotTTL)
 	tk, _ := mirror.Admit(now, 10)
-	r.applyOnce(tn, now, "c", []limiter.Delta{r.ids.name(limiter.DeltaOf(&tk))})
+	r.applyOnce(tn, now, "c", []limiter.Delta{r.ids.Name(limiter.DeltaOf(&tk))})
 	r.Release("acme")
 	if u := tn.c().lim.Usage(now); u.Requests != 0 || u.InFlight != 0 {
 		t.Errorf("a delta held while frozen for b was applied here on release: %d requests, %d in flight", u.Requests, u.InFlight)

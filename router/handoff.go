@@ -338,7 +338,7 @@ type deltaMsg struct {
 // the ring. Best effort and asynchronous: if it is lost, a slot frees
 // itself with its TTL and a token delta is forgotten with its window.
 func (r *Router) reportDelta(t *tenant, d limiter.Delta) {
-	r.sendDeltas(t, "", []limiter.Delta{r.ids.name(d)}, 0)
+	r.sendDeltas(t, "", []limiter.Delta{r.ids.Name(d)}, 0)
 }
 
 // applyOnce applies the deltas of ds not applied here before (deltaids.go),
@@ -349,7 +349,7 @@ func (r *Router) applyOnce(t *tenant, now int64, from string, ds []limiter.Delta
 	if origin == "" {
 		origin = r.node
 	}
-	ds = r.ids.fresh(origin, now, 2*int64(t.c().lim.Window()), ds)
+	ds = r.ids.Fresh(origin, now, 2*int64(t.c().lim.Window()), ds)
 	if !r.hold(t, now, from, ds) {
 		for _, d := range ds {
 			t.c().lim.ApplyFrom(now, from, d)

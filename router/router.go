@@ -19,6 +19,7 @@ import (
 	"github.com/ringgate/ringgate/limiter"
 	"github.com/ringgate/ringgate/queue"
 	"github.com/ringgate/ringgate/reserve"
+	"github.com/ringgate/ringgate/router/internal/deltaid"
 	"github.com/ringgate/ringgate/router/internal/hopsign"
 	"github.com/ringgate/ringgate/upstream"
 )
@@ -69,7 +70,7 @@ type Router struct {
 	fallbackSeed atomic.Pointer[func(tenant string) (limiter.State, bool)]
 	peers        *peers
 	held         heldDeltas   // deltas for tenants not taken over yet (handoff.go)
-	ids          *deltaIDs    // names this node's deltas, skips ones applied twice (deltaids.go)
+	ids          *deltaid.IDs // names this node's deltas, skips ones applied twice
 	hopCalls     hopWatches   // hop calls waiting for their upstream, for an edge's cancel (hopcancel.go)
 	watches      hangups      // client connections of calls waiting for their upstream (hangup.go)
 	spillRetryAt atomic.Int64 // no spillover switch before (spill.go)
@@ -153,7 +154,7 @@ func New(o Options) (*Router, error) {
 		est:             reserve.NewEstimator(o.Config.Limits.DefaultCompletion),
 		ratios:          reserve.NewRatios(),
 		metrics:         newMetrics(),
-		ids:             newDeltaIDs(),
+		ids:             deltaid.New(),
 		leaser:          o.Leaser,
 		onAdmit:         o.OnAdmit,
 		started:         time.Now(),

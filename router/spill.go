@@ -762,10 +762,10 @@ func (r *Router) chargeUnreported(t *tenant, used lease.Amount, fenceErr error) 
 		d.Slots = max(0, c-u.InFlight)
 	}
 	if d.Requests > 0 || d.Tokens > 0 || d.Slots > 0 {
-		r.sendDeltas(t, "", []limiter.Delta{r.ids.name(d)}, 0)
+		r.sendDeltas(t, "", []limiter.Delta{r.ids.Name(d)}, 0)
 		if d.Slots > 0 {
 			release := limiter.Delta{Bucket: d.Bucket, SlotBucket: d.SlotBucket, Slots: -d.Slots}
-			time.AfterFunc(spillLease+spillTick, func() { r.sendDeltas(t, "", []limiter.Delta{r.ids.name(release)}, 0) })
+			time.AfterFunc(spillLease+spillTick, func() { r.sendDeltas(t, "", []limiter.Delta{r.ids.Name(release)}, 0) })
 		}
 	}
 	r.log.Warn("spillover", "phase", "unconfirmed", "tenant", t.name, "charged_requests", d.Requests, "charged_tokens", d.Tokens,

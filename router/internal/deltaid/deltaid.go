@@ -1,4 +1,9 @@
-package router
+// Package deltaid names the deltas (a call's admission or release on a
+// node that is not its tenant's owner) a node sends, and skips a delta
+// that reaches a node a second time. It owns the IDs and the memory of
+// those applied; it knows nothing of how deltas travel or what they
+// charge.
+package deltaid
 
 import (
 	"crypto/rand"
@@ -22,14 +27,14 @@ import (
 // owner, which never saw its ID. That needs a lost answer and a ring change
 // within the same report's retry, and costs one call's charge once.
 
-// deltaIDs names this node's deltas and remembers the ones applied here.
-type deltaIDs struct {
+// IDs names this node's deltas and remembers the ones applied here.
+type IDs struct {
 	next atomic.Uint64
 	mu   sync.Mutex
-	seen map[string]*seenIDs // by origin node
+	seen map[string]*seen // by origin node
 }
 
-type seenIDs struct {
+type seen struct {
 	at     map[uint64]int64 // ID → when applied (router clock)
 	pruned int64            // when old IDs were last dropped
 }
@@ -38,30 +43,31 @@ type seenIDs struct {
 // for (a scan), so a steady flow of deltas costs O(1) per delta.
 const pruneEvery = 1024
 
-func newDeltaIDs() *deltaIDs {
+// New makes the IDs of a process: its first comes from a random base.
+func New() *IDs {
 	var b [8]byte
 	_, _ = rand.Read(b[:])
-	ids := &deltaIDs{seen: make(map[string]*seenIDs)}
+	ids := &IDs{seen: make(map[string]*seen)}
 	// The top bit left clear: 2^63 IDs before a wrap.
 	ids.next.Store(binary.LittleEndian.Uint64(b[:]) >> 1)
 	return ids
 }
 
-// name gives d this node's next ID.
-func (ids *deltaIDs) name(d limiter.Delta) limiter.Delta {
+// Name gives d this node's next ID.
+func (ids *IDs) Name(d limiter.Delta) limiter.Delta {
 	d.ID = ids.next.Add(1)
 	return d
 }
 
-// fresh returns the deltas of ds that were not applied here before, from the
+// Fresh returns the deltas of ds that were not applied here before, from the
 // same origin, and remembers them as applied; keep is how long an ID is
 // remembered (two windows). Unnamed deltas always pass. ds is reused.
-func (ids *deltaIDs) fresh(origin string, now, keep int64, ds []limiter.Delta) []limiter.Delta {
+func (ids *IDs) Fresh(origin string, now, keep int64, ds []limiter.Delta) []limiter.Delta {
 	ids.mu.Lock()
 	defer ids.mu.Unlock()
 	s := ids.seen[origin]
 	if s == nil {
-		s = &seenIDs{at: make(map[uint64]int64), pruned: now}
+		s = &seen{at: make(map[uint64]int64), pruned: now}
 		ids.seen[origin] = s
 	}
 	out := ds[:0]
