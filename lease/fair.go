@@ -410,8 +410,9 @@ func (b *Budget) peekUsed(ctx context.Context, st Store, now int64, keyTTL time.
 		return // a window made anew: the next round deals with it
 	}
 	b.stats.Used = reply.Used
-	// The window holds what the provider said others used, but what was
-	// said since it was sent.
+	// b.external is what the provider said others used that the window
+	// does not hold: what is still to be sent (externalUses), the rest
+	// went with this round before the read.
 	b.external = Amount{}
 	for _, u := range b.externalUses {
 		b.external.Requests += u.Requests

@@ -410,8 +410,8 @@ func (r *Router) endFallback(t *tenant, owner string) {
 
 // copyHopHeaders sets on req what a hop carries of the client's request
 // besides its body: method, path and query, content type, and the headers
-// the owner acts on (signedHeaders: the key, the queue class, those it
-// sends on to the provider). Nothing else: the owner reads nothing else,
+// the owner acts on (hopsign.SignedHeaders: the key, the queue class, those
+// it sends on to the provider). Nothing else: the owner reads nothing else,
 // and the hop's own headers must fit the owner's header buffer whatever
 // the client sent (a 3.7 KiB cookie once made a request that its owner
 // served when sent straight there fail when handed to it).

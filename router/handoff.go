@@ -341,7 +341,7 @@ func (r *Router) reportDelta(t *tenant, d limiter.Delta) {
 	r.sendDeltas(t, "", []limiter.Delta{r.ids.Name(d)}, 0)
 }
 
-// applyOnce applies the deltas of ds not applied here before (deltaids.go),
+// applyOnce applies the deltas of ds not applied here before (package deltaid),
 // through the hold while the tenant is not taken over; from is the node
 // whose calls they are ("": this one).
 func (r *Router) applyOnce(t *tenant, now int64, from string, ds []limiter.Delta) (applied int) {
@@ -389,7 +389,7 @@ const (
 // deliverDeltasRetrying delivers ds, sending them again while they do not
 // get through (an owner too busy to accept in time is alive and must learn
 // of them: a release lost would hold a slot there until slot_ttl), for a
-// window at most: the receiver applies each delta once (deltaids.go, for
+// window at most: the receiver applies each delta once (package deltaid, for
 // two windows), so one that did arrive and is sent again changes nothing.
 // Each try looks for the node counting the tenant anew.
 //
