@@ -240,27 +240,27 @@ const (
 )
 
 // takeBudgets takes the request from its upstream's and model's budgets,
-// unless others wait for one it has not passed yet (at is where the
+// unless others wait for one it has not passed yet (c.at is where the
 // request waits: the head of that line goes first). On a refusal it gives
 // back what it took.
-func (r *Router) takeBudgets(st *state, c *call, at stage) (budgetRefusal, bool) {
-	pb := st.budgets[c.prov]
+func (r *Router) takeBudgets(c *call) (budgetRefusal, bool) {
+	pb, at := c.bud.pb, c.at
 	if !pb.limited() {
 		return budgetRefusal{}, true
 	}
 	tokens := providerTokens(c)
-	c.shadowBudget = nil
+	c.bud.shadow = nil
 	for i, b := range [2]*budgetLine{pb.up, pb.model(c.req.Model)} {
 		if b == nil {
 			continue
 		}
 		passed := (at == inUpstreamLine || at == inModelLine) && stage(i+1) <= at
 		if !passed && stage(i+1) != at && !b.shadow && b.line.Waiting() > 0 {
-			r.cancelBudgets(c)
-			if !c.budgetAsked[i] {
+			r.cancelProvider(c)
+			if !c.bud.asked[i] {
 				// Wanted from its arrival, not from its turn: the
 				// budget's division follows what tenants ask.
-				c.budgetAsked[i] = true
+				c.bud.asked[i] = true
 				f := b.leaseFlow(c)
 				b.AskFor(r.clock(), tokens, &f)
 			}
@@ -272,12 +272,12 @@ func (r *Router) takeBudgets(st *state, c *call, at stage) (budgetRefusal, bool)
 		f := b.leaseFlow(c)
 		var tk lease.Ticket
 		var d lease.Decision
-		if c.budgetAsked[i] {
+		if c.bud.asked[i] {
 			tk, d = b.RetakeFor(r.clock(), tokens, &f)
 		} else {
 			tk, d = b.TakeFor(r.clock(), tokens, &f)
 		}
-		c.budgetAsked[i] = true
+		c.bud.asked[i] = true
 		if !d.Allowed && d.Renewal != nil {
 			// No block left and a grant on its way: worth a short wait.
 			timer := time.NewTimer(maxRenewalWait)
@@ -290,17 +290,17 @@ func (r *Router) takeBudgets(st *state, c *call, at stage) (budgetRefusal, bool)
 		}
 		if !d.Allowed && b.shadow {
 			// Served without it (budgetShadowed): nothing taken.
-			if c.shadowBudget == nil {
-				c.shadowBudget, c.shadowBudgetD = b, d
+			if c.bud.shadow == nil {
+				c.bud.shadow, c.bud.shadowD = b, d
 			}
 			continue
 		}
 		if !d.Allowed {
-			r.cancelBudgets(c)
+			r.cancelProvider(c)
 			return budgetRefusal{d: d, on: b, stage: stage(i + 1)}, false
 		}
-		c.budgets[c.nBudgets] = budgetTake{b.Budget, tk, i}
-		c.nBudgets++
+		c.bud.takes[c.bud.n] = budgetTake{b.Budget, tk, i}
+		c.bud.n++
 	}
 	return budgetRefusal{}, true
 }
@@ -372,35 +372,43 @@ func (b *budgetLine) leaseFlow(c *call) lease.Flow {
 	return lease.Flow{Key: c.t.name, Band: int(c.class), Weight: b.weights(c)}
 }
 
-// cancelBudgets gives back what the call took of its budgets: it was not
-// sent.
+// cancelBudgets gives back what the call took of its provider's budgets
+// and of its spill's: it was not sent.
 func (r *Router) cancelBudgets(c *call) {
-	now := r.clock()
-	for i := range c.nBudgets {
-		c.budgets[i].b.Cancel(now, &c.budgets[i].tk) // its ask too
-		c.budgetAsked[c.budgets[i].which] = false
-	}
-	c.nBudgets = 0
+	r.cancelProvider(c)
 	if c.spill.b != nil {
-		c.spill.b.Cancel(now, &c.spill.tk)
+		c.spill.b.Cancel(r.clock(), &c.spill.tk)
 		c.spill.b = nil
 	}
+}
+
+// cancelProvider gives back what the call took of its provider's budgets.
+func (r *Router) cancelProvider(c *call) {
+	if c.bud.n == 0 {
+		return
+	}
+	now := r.clock()
+	for i := range c.bud.n {
+		c.bud.takes[i].b.Cancel(now, &c.bud.takes[i].tk) // its ask too
+		c.bud.asked[c.bud.takes[i].which] = false
+	}
+	c.bud.n = 0
 }
 
 // finishBudgets ends the call on its budgets: slots freed, and, when the
 // usage is known (settle), tokens settled where the provider settles
 // (actual: what it bills); otherwise the charge made at the start stands.
 func (r *Router) finishBudgets(c *call, actual int64, settle bool) {
-	if c.nBudgets == 0 && c.spill.b == nil {
+	if c.bud.n == 0 && c.spill.b == nil {
 		return // most calls: not a clock read for nothing
 	}
 	now := r.clock()
-	for i := range c.nBudgets {
-		tk := &c.budgets[i].tk
+	for i := range c.bud.n {
+		tk := &c.bud.takes[i].tk
 		if !settle {
 			actual = tk.Tokens()
 		}
-		c.budgets[i].b.Finish(now, tk, actual)
+		c.bud.takes[i].b.Finish(now, tk, actual)
 	}
 	if c.spill.b != nil {
 		// The tenant's own tokens settle on the usage, as its limiter does.

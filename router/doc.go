@@ -8,6 +8,10 @@
 // It owns the client-facing contract of ../shared/interface.md: status codes,
 // the OpenAI error shape, the x-ratelimit-* headers, and the admin endpoints.
 //
+// A request's limits are decided in one place: decide (rooms.go) builds the
+// call's rooms and package admit composes them, all or none. The first try
+// (firstTry) and a queued request's every try (waiter.try) call it.
+//
 // What is one protocol of its own lives under router/internal, importing
 // nothing of router: hangup watches a waiting call's client connection;
 // hopsign signs and checks what nodes send each other; deltaid names the

@@ -150,7 +150,8 @@ func (l *fallbackLedger) delivered() bool {
 }
 
 // fallbackFinished accounts for the end of a call admitted under the
-// fallback share: d is what it changed (limiter.FinishDelta). Never sent,
+// fallback share: d is what it changed (limiter.FinishDelta), or what
+// taking it back changed (spillRoom.Cancel). Never sent,
 // the entry is amended. Reported, d goes after it on its own. Sent but not
 // confirmed, the owner may or may not have it: d joins the ledger behind it
 // under its own ID, so a report sent again carries both, the owner skips
@@ -160,6 +161,7 @@ func (r *Router) fallbackFinished(t *tenant, e *fallbackEntry, d limiter.Delta) 
 	l.mu.Lock()
 	switch {
 	case !e.sent:
+		e.d.Requests += d.Requests
 		e.d.Tokens += d.Tokens
 		e.d.Slots += d.Slots
 		l.mu.Unlock()

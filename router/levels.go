@@ -6,6 +6,8 @@ import (
 
 	"github.com/valyala/fasthttp"
 
+	"github.com/ringgate/ringgate/admit"
+
 	"github.com/ringgate/ringgate/limiter"
 	"github.com/ringgate/ringgate/queue"
 )
@@ -26,10 +28,10 @@ type level struct {
 	lim *limiter.Tenant // the level's owner limiter, or its fallback share
 	tk  limiter.Ticket
 	fb  *fallbackEntry // admitted on the fallback share: its ledger entry
-	// shadow: the level is in shadow mode and refused the call (sd), which
-	// is served without a charge on it.
+	// d is what the level said of the call; shadow: the level is in
+	// shadow mode and refused it, and it is served without a charge on it.
+	d      limiter.Decision
 	shadow bool
-	sd     limiter.Decision
 	// used is what the level's windows held once it admitted the call
 	// (requests, tokens), for the edge that relays the answer.
 	used [2]int64
@@ -127,15 +129,15 @@ func (r *Router) checkLevels(c *call, d limiter.Decision) limiter.Decision {
 	return d
 }
 
-// admitLevels charges c's levels once its tenant admitted it (c.tk, d, or
-// served it in shadow mode). It reports true with d tightened to the
-// tightest headers of all levels; false with the refusing level's
-// decision, everything c's tenant and levels were charged taken back, and,
-// when that decision is Moved, the level's limiter that was handed over.
-func (r *Router) admitLevels(c *call, d *limiter.Decision) (bool, limiter.Decision, *limiter.Tenant) {
+// Take charges the call on each of its levels, once its tenant took it
+// (or shadowed). A level that refuses takes back what the levels before it
+// took; c.refusedBy and c.refusedLevel name it, and its d says why.
+func (lr *levelsRoom) Take() admit.Verdict {
+	c := (*call)(lr)
 	if c.nLevels == 0 {
-		return true, limiter.Decision{}, nil
+		return admit.Taken
 	}
+	r := c.r
 	now := r.clock()
 	for i := range c.nLevels {
 		l := &c.levels[i]
@@ -143,34 +145,56 @@ func (r *Router) admitLevels(c *call, d *limiter.Decision) (bool, limiter.Decisi
 			l.tk = l.e.c().lim.Tally(now, int64(c.res.Total))
 			continue
 		}
-		tk, ld := r.admitOn(l.lim, l.lim == l.e.c().lim, now, int64(c.res.Total))
+		var tk limiter.Ticket
+		tk, l.d = r.admitOn(l.lim, l.lim == l.e.c().lim, now, int64(c.res.Total))
 		switch {
-		case ld.Allowed:
-			l.tk, l.used = tk, usedOf(&ld)
-		case !ld.Moved && l.e.shadow:
-			l.shadow, l.sd = true, ld
+		case l.d.Allowed:
+			l.tk, l.used = tk, usedOf(&l.d)
+		case !l.d.Moved && l.e.shadow:
+			l.shadow = true
 		default:
-			for j := range i {
-				if lj := &c.levels[j]; !lj.away {
-					r.cancelOn(lj.e, lj.lim, &lj.tk)
-				}
-				c.levels[j].shadow = false
-			}
-			r.cancelOn(c.t, c.lim, &c.tk)
-			// What was taken back may have refused a waiting head.
-			c.t.c().queue.Kick()
-			c.t.c().fbQueue.Kick()
-			for j := range i {
-				if q := c.levelLine(j); q != nil {
-					q.Kick()
-				}
-			}
+			lr.cancel(i)
 			c.refusedBy, c.refusedLevel = l.e.label, i+1
-			return false, ld, l.lim
+			if l.d.Moved {
+				return admit.Moved
+			}
+			return admit.Refused
 		}
-		tighten(d, &ld)
 	}
-	return true, limiter.Decision{}, nil
+	return admit.Taken
+}
+
+// Cancel takes back what every level took.
+func (lr *levelsRoom) Cancel() { lr.cancel((*call)(lr).nLevels) }
+
+// cancel takes back what the first n levels took, and lets their lines
+// try: what was taken back may have refused a waiting head.
+func (lr *levelsRoom) cancel(n int) {
+	c := (*call)(lr)
+	for j := range n {
+		if l := &c.levels[j]; !l.away {
+			c.r.cancelOn(l.e, l.lim, &l.tk)
+		}
+		c.levels[j].shadow = false
+	}
+	for j := range n {
+		if q := c.levelLine(j); q != nil {
+			q.Kick()
+		}
+	}
+}
+
+// headers is what the rate-limit headers of an admitted call say: its
+// tenant's decision tightened by each level's. own is what its tenant had
+// used (setLevelsUsed).
+func (c *call) headers() (d limiter.Decision, own [2]int64) {
+	d, own = c.d, usedOf(&c.d)
+	for i := range c.nLevels {
+		if l := &c.levels[i]; !l.away {
+			tighten(&d, &l.d)
+		}
+	}
+	return d, own
 }
 
 // cancelOn takes back what lim (e's owner limiter, or a share) charged for
@@ -188,8 +212,8 @@ func (r *Router) levelsShadowed(ctx *fasthttp.RequestCtx, c *call) {
 		if l := &c.levels[i]; l.shadow {
 			// Counted and marked; the rate-limit headers keep reporting
 			// the limits that are enforced.
-			l.e.counters().refused(l.sd.Limited)
-			r.shadowRefusal(ctx, l.e.name, &l.e.shadowLog, l.sd.Limited, l.sd.RetryAfter)
+			l.e.counters().refused(l.d.Limited)
+			r.shadowRefusal(ctx, l.e.name, &l.e.shadowLog, l.d.Limited, l.d.RetryAfter)
 		}
 	}
 }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/valyala/fasthttp"
 
+	"github.com/ringgate/ringgate/admit"
 	"github.com/ringgate/ringgate/config"
 	"github.com/ringgate/ringgate/limiter"
 	"github.com/ringgate/ringgate/upstream"
@@ -33,7 +34,7 @@ func BenchmarkDecisionLevels(b *testing.B) {
 	for _, name := range []string{"plain", "leveled"} {
 		b.Run(name, func(b *testing.B) {
 			t := st.byName[name]
-			c := &call{t: t, lim: t.c().lim, req: upstream.Request{Model: "gpt-4o"}}
+			c := &call{r: r, t: t, lim: t.c().lim, req: upstream.Request{Model: "gpt-4o"}}
 			c.res.Total = 500
 			if !r.setLevels(c) {
 				b.Fatal("no levels")
@@ -43,10 +44,8 @@ func BenchmarkDecisionLevels(b *testing.B) {
 			}
 			b.ReportAllocs()
 			for b.Loop() {
-				var d limiter.Decision
-				c.tk, d = c.lim.Admit(now, 500)
-				if ok, _, _ := r.admitLevels(c, &d); !ok || !d.Allowed {
-					b.Fatal("refused")
+				if o := r.decide(c); o.Verdict != admit.Taken {
+					b.Fatalf("refused: %+v", o)
 				}
 				c.lim.Finish(now, &c.tk, 420)
 				r.finishLevels(c, 420)
@@ -57,7 +56,7 @@ func BenchmarkDecisionLevels(b *testing.B) {
 
 // A level that refuses takes back what the tenant and the levels before
 // it were charged: nothing stays in any window.
-func TestAdmitLevelsAllOrNone(t *testing.T) {
+func TestLevelsAllOrNone(t *testing.T) {
 	now := time.Now().UnixNano()
 	r, cfg := testRouter(t, Options{Clock: func() int64 { return now }})
 	cfg.Teams = []config.Team{{Name: "research", RPM: 1}}
@@ -67,27 +66,18 @@ func TestAdmitLevelsAllOrNone(t *testing.T) {
 		t.Fatal(err)
 	}
 	tn := r.state.Load().byName["a"]
-	admit := func() (bool, limiter.Decision, *call) {
-		c := &call{t: tn, lim: tn.c().lim, req: upstream.Request{Model: "gpt-4o"}}
+	try := func() (admit.Outcome, *call) {
+		c := &call{r: r, t: tn, lim: tn.c().lim, req: upstream.Request{Model: "gpt-4o"}}
 		c.res.Total = 100
 		r.setLevels(c)
-		var d limiter.Decision
-		c.tk, d = c.lim.Admit(now, 100)
-		if !d.Allowed {
-			t.Fatalf("the tenant refused: %+v", d)
-		}
-		ok, ld, _ := r.admitLevels(c, &d)
-		if !ok {
-			d = ld
-		}
-		return ok, d, c
+		return r.decide(c), c
 	}
-	if ok, _, _ := admit(); !ok {
-		t.Fatal("the first request was refused")
+	if o, _ := try(); o.Verdict != admit.Taken {
+		t.Fatalf("the first request was not taken: %+v", o)
 	}
-	ok, d, c := admit()
-	if ok || d.Limited != limiter.Requests || c.refusedBy != "team research" {
-		t.Fatalf("second: ok %v, %+v by %q; want refused on the team's requests", ok, d, c.refusedBy)
+	o, c := try()
+	if d := c.refusal(); o.Verdict != admit.Refused || o.At != atLevels || d.Limited != limiter.Requests || c.refusedBy != "team research" {
+		t.Fatalf("second: %+v, %+v by %q; want refused on the team's requests", o, d, c.refusedBy)
 	}
 	for _, e := range []*tenant{tn, tn.models["gpt-4o"], tn.team} {
 		if u := e.c().lim.Usage(now); u.Requests != 1 || u.Tokens != 100 || u.InFlight != 1 {

@@ -12,8 +12,10 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/valyala/fasthttp"
 
+	"github.com/ringgate/ringgate/admit"
 	"github.com/ringgate/ringgate/lease"
 	"github.com/ringgate/ringgate/limiter"
 	"github.com/ringgate/ringgate/queue"
@@ -26,27 +28,30 @@ import (
 // streaming request: an error, say).
 const maxAnswerBytes = upstream.DefaultMaxAnswerBytes
 
-// call is one admitted request on its way through the upstream and back.
+// call is one request on its way through its decision, the upstream and
+// back.
 type call struct {
+	r    *Router // its rooms reach the node through it (rooms.go)
 	t    *tenant
-	lim  *limiter.Tenant // the owner's limiter, or the fallback share
+	lim  *limiter.Tenant // the owner's limiter, the fallback share, or a spill's mirror
 	fb   *fallbackEntry  // admitted under the fallback share: its ledger entry
 	prov *upstream.Provider
 	req  upstream.Request
 	res  reserve.Reservation
 	tk   limiter.Ticket
+	// d is what its tenant's room (or its spill's) said of it, for the
+	// rate-limit headers, which its levels then tighten (serveAdmitted).
+	d    limiter.Decision
 	hops int // > 0: a hop from an edge, which may cancel it (hopcancel.go)
+	// class is its band: in its tenant's line, and in the budgets'
+	// division (leaseFlow). at is where it waits (notQueued: its first
+	// try), which its rooms read.
+	class queue.Class
+	at    stage
 	// again: the call is a request decided again (serveLocalOnce), which
 	// takes nothing back a second time (tookBack).
 	again retry
-	// What the call took of its upstream's and model's budgets
-	// (budgets.go).
-	budgets  [2]budgetTake
-	nBudgets int
-	class    queue.Class // its band in the budgets' division (leaseFlow)
-	// budgetAsked: the call is counted in the demand of its upstream's
-	// (0) and model's (1) budget (takeBudgets).
-	budgetAsked [2]bool
+	bud   provHold
 	// levels: what the call holds of its tenant's other levels of
 	// limits, its model's and its team's (levels.go); refusedBy names
 	// the level that refused it, refusedLevel is 1 + its index in levels
@@ -57,10 +62,6 @@ type call struct {
 	refusedLevel int
 	// prompt: how its prompt was estimated (promptTokens).
 	prompt promptEstimate
-	// shadowBudget is the provider budget in shadow mode that refused
-	// the call (shadowBudgetD), which is served without it.
-	shadowBudget  *budgetLine
-	shadowBudgetD lease.Decision
 	// spill: what the call took of its tenant's spillover budget
 	// (spill.go); sp the spill it was admitted on.
 	spill budgetTake
@@ -80,6 +81,23 @@ type call struct {
 	// slot and charge until the answer (or the error) comes.
 	settled      int64
 	providerHeld bool
+}
+
+// provHold is what a call holds of its provider's budgets (budgets.go).
+type provHold struct {
+	pb    *provBudgets
+	takes [2]budgetTake
+	n     int
+	// asked: the call is counted in the demand of its upstream's (0)
+	// and model's (1) budget (takeBudgets).
+	asked [2]bool
+	// shadow is the budget in shadow mode that refused the call
+	// (shadowD), which is served without it.
+	shadow  *budgetLine
+	shadowD lease.Decision
+	// refusal is why the budgets did not take the call, when they did
+	// not.
+	refusal budgetRefusal
 }
 
 // serveAPI handles a client API request: a hop from a peer is checked and
@@ -215,6 +233,28 @@ const (
 // serveLocalOnce is serveLocal for a request tried again (retry).
 func (r *Router) serveLocalOnce(ctx *fasthttp.RequestCtx, ep upstream.Endpoint, st *state, t *tenant, lim *limiter.Tenant, hops int, again retry) bool {
 	r.setNodeHeader(&ctx.Response.Header)
+	c := r.newCall(ctx, ep, st, t, lim)
+	if c == nil {
+		return false // answered
+	}
+	c.hops, c.again = hops, again
+	r.chooseSpill(st, c)
+	r.estimate(ctx, c)
+	if c.sp == nil && !r.setLevels(c) {
+		return r.refuseZeroShare(ctx)
+	}
+	if c.lim == t.c().lim && (!t.awaitHandoff() || !c.awaitLevels()) {
+		ctx.Response.Header.Set("Retry-After", "1")
+		fail(ctx, fasthttp.StatusServiceUnavailable, "server_error", "tenant_moving",
+			"This tenant's limits are moving between gateway nodes; retry in 1s.")
+		return false
+	}
+	return r.firstTry(ctx, ep, st, c)
+}
+
+// newCall parses the request for t on lim and finds its upstream; nil when
+// it answered the request (bad input, no upstream).
+func (r *Router) newCall(ctx *fasthttp.RequestCtx, ep upstream.Endpoint, st *state, t *tenant, lim *limiter.Tenant) *call {
 	req, err := upstream.ParseRequest(ep, ctx.PostBody())
 	if err != nil {
 		d := lim.Peek(r.clock())
@@ -225,47 +265,58 @@ func (r *Router) serveLocalOnce(ctx *fasthttp.RequestCtx, ep upstream.Endpoint, 
 		} else {
 			fail(ctx, fasthttp.StatusBadRequest, "invalid_request_error", "invalid_request", err.Error())
 		}
-		return false
+		return nil
 	}
 	prov := st.provider(req.Model)
 	if prov == nil {
 		fail(ctx, fasthttp.StatusServiceUnavailable, "server_error", "no_upstream", "No upstream is configured.")
-		return false
+		return nil
 	}
 	if (ep == upstream.Messages) != (prov.Kind == upstream.Anthropic) {
 		d := lim.Peek(r.clock())
 		setRateHeaders(&ctx.Response.Header, &d)
 		fail(ctx, fasthttp.StatusBadRequest, "invalid_request_error", "wrong_endpoint",
 			fmt.Sprintf("Model %q is served by upstream %q, which does not take %s.", req.Model, prov.Name, ctx.Path()))
-		return false
+		return nil
 	}
+	c := callPool.Get().(*call)
+	*c = call{r: r, t: t, lim: lim, prov: prov, req: req, class: classOf(t, &ctx.Request.Header)}
+	c.bud.pb = st.budgets[prov]
+	return c
+}
 
-	owned := lim == t.c().lim
-	if owned && again == firstTry && st.cfg.Limits.SpilloverRPS > 0 {
+// chooseSpill counts the arrival that decides a spillover on the owner,
+// and puts a spilled tenant's call on its spill: the owner serves it on
+// the budget like every node.
+func (r *Router) chooseSpill(st *state, c *call) {
+	t := c.t
+	owned := c.lim == t.c().lim
+	if owned && c.again == firstTry && st.cfg.Limits.SpilloverRPS > 0 {
 		t.arrivals.Add(1) // the rate that decides a spillover (spill.go)
 		if !t.listed.Load() && t.listed.CompareAndSwap(false, true) {
 			r.noteArrival(t)
 		}
 	}
-	var sp *spill
-	if s := t.spilled(); s != nil {
-		if owned && s.owner == r.node {
-			// Spilled: the owner serves it on the budget like every node.
-			if again != retryLimiter {
-				if sp = t.ownerSpill(r.node); sp != nil {
-					lim, owned = sp.mirror, false
-				}
+	s := t.spilled()
+	switch {
+	case s == nil:
+	case owned && s.owner == r.node:
+		if c.again != retryLimiter {
+			if sp := t.ownerSpill(r.node); sp != nil {
+				c.lim, c.sp = sp.mirror, sp
 			}
-		} else if lim == s.mirror {
-			sp = s
 		}
+	case c.lim == s.mirror:
+		c.sp = s
 	}
-	c := callPool.Get().(*call)
-	*c = call{t: t, lim: lim, prov: prov, req: req, hops: hops, again: again, sp: sp}
-	if st.budgets[prov].limited() {
-		c.class = classOf(t, &ctx.Request.Header) // its band in the budgets' division
-	}
-	c.res = r.est.Estimate(reserve.Key{Tenant: t.name, Model: req.Model}, r.promptTokens(c), req.MaxTokens, req.Generates)
+}
+
+// estimate reserves c's tokens: its prompt, estimated or counted, and its
+// completion's guess.
+func (r *Router) estimate(ctx *fasthttp.RequestCtx, c *call) {
+	t, req, lim := c.t, &c.req, c.lim
+	key := reserve.Key{Tenant: t.name, Model: req.Model}
+	c.res = r.est.Estimate(key, r.promptTokens(c), req.MaxTokens, req.Generates)
 	if c.prompt.bytes > 0 {
 		if l := lim.Limits(); l.Tokens > 0 && (int64(c.res.Prompt) > l.Tokens/2 || int64(c.res.Total) > l.Tokens ||
 			int64(c.prompt.bytes+c.prompt.fixed) > l.Tokens) {
@@ -273,12 +324,12 @@ func (r *Router) serveLocalOnce(ctx *fasthttp.RequestCtx, ep upstream.Endpoint, 
 			// neither a 429 "too large" nor an admission rests on it;
 			// so is a prompt that could be over the limit alone (a text
 			// makes at most a token a byte), so that one the probe
-			// misjudged is never admitted whole. (Not only a prompt
+			// misjudged is never admitted whole. Not only a prompt
 			// estimated over half the limit: a ratio learned from
 			// denser text would make an English prompt "too large" with
 			// its completion in every window, and a prompt half dense,
-			// probed where it was sparse, was admitted at 1.3 times the
-			// limit on its own.)
+			// probed where it was sparse, would be admitted at more
+			// than the limit on its own.
 			// Not for a request its rpm refuses and that will not wait:
 			// a refusal charges nothing, and counting a large prompt
 			// costs up to a second of CPU (a tenant over its rpm could
@@ -286,8 +337,8 @@ func (r *Router) serveLocalOnce(ctx *fasthttp.RequestCtx, ep upstream.Endpoint, 
 			// back with a bucket, not between this look and the
 			// decision, as a freed slot can (the request would then be
 			// admitted on the estimate this count is here to check).
-			if d := lim.Check(r.clock(), 0); d.Allowed || d.Limited != limiter.Requests || mayQueue(ctx, t, lim, hops, &d) {
-				c.res = r.est.Estimate(reserve.Key{Tenant: t.name, Model: req.Model}, r.exactPrompt(c), req.MaxTokens, req.Generates)
+			if d := lim.Check(r.clock(), 0); d.Allowed || d.Limited != limiter.Requests || c.mayQueue(&d) {
+				c.res = r.est.Estimate(key, r.exactPrompt(c), req.MaxTokens, req.Generates)
 				c.prompt.bytes = 0
 			}
 		}
@@ -300,128 +351,136 @@ func (r *Router) serveLocalOnce(ctx *fasthttp.RequestCtx, ep upstream.Endpoint, 
 	if l := t.limits.Tokens; req.Choices <= 1 && l > 0 && int64(c.res.Total) > l && int64(c.res.Prompt) < l {
 		// The completion's reservation is a guess from the tenant's
 		// recent answers (max_tokens only caps it), and a guess past the
-		// limit would refuse the request as too large for ever (a
-		// refusal teaches no shorter average; with max_tokens above the
-		// guess too). It reserves the whole limit
-		// instead and settles on what the provider reports. Not with n
-		// completions asked for: n of them are generated whatever each
-		// one's length (capped, n = 128 reached 3.3 times the limit).
-		// (The tenant's configured limit, read without the limiter's
-		// lock: this runs per request.)
+		// limit would refuse the request as too large for ever: a
+		// refusal teaches no shorter average, with max_tokens above the
+		// guess too. It reserves the whole limit instead and settles on
+		// what the provider reports. Not with n completions asked for:
+		// n of them are generated whatever each one's length. The
+		// tenant's configured limit is read without the limiter's
+		// lock: this runs per request.
 		c.res.Completion = int(l) - c.res.Prompt
 		c.res.Total = int(l)
 	}
-	if sp == nil && !r.setLevels(c) {
-		return r.refuseZeroShare(ctx)
+}
+
+// firstTry decides c on arrival (decide) and acts on the outcome: served,
+// waiting in a line, refused, or decided elsewhere.
+func (r *Router) firstTry(ctx *fasthttp.RequestCtx, ep upstream.Endpoint, st *state, c *call) bool {
+	c.at = notQueued
+	o := r.decide(c)
+	switch {
+	case o.Verdict == admit.Taken:
+		return r.serveAdmitted(ctx, c, o.Shadowed)
+	case o.At == atProvider:
+		return r.providerRefused(ctx, ep, st, c)
+	case o.Verdict == admit.Behind:
+		// Others wait already: behind them, in order (the budgets are
+		// taken again when its turn comes).
+		return r.admitQueued(ctx, ep, st, c, nil, nil)
+	case o.Verdict == admit.Moved:
+		return r.decideMoved(ctx, ep, st, c, o.At)
 	}
-	if owned && (!t.awaitHandoff() || !c.awaitLevels()) {
-		ctx.Response.Header.Set("Retry-After", "1")
-		fail(ctx, fasthttp.StatusServiceUnavailable, "server_error", "tenant_moving",
-			"This tenant's limits are moving between gateway nodes; retry in 1s.")
-		return false
+	d := c.refusal()
+	if !d.TooLarge && c.mayQueue(&d) {
+		// Room within the wait budget: the request waits for it.
+		return r.admitQueued(ctx, ep, st, c, &d, nil)
 	}
-	if br, ok := r.takeBudgets(st, c, notQueued); !ok {
-		if class := classOf(t, &ctx.Request.Header); t.queueWait(class) > 0 && br.waitable(time.Now().Add(t.queueWait(class))) {
-			// The provider's limit has room within the wait budget, or
-			// others wait for it: in its line.
-			return r.admitQueued(ctx, ep, st, c, hops, class, nil, &br)
-		}
-		d := lim.Peek(r.clock())
-		setRateHeaders(&ctx.Response.Header, &d)
-		t.counters().upstream.Inc()
-		refuseBudget(ctx, &br.d, br.on.what)
-		return false
+	setRateHeaders(&ctx.Response.Header, &d)
+	c.t.counters().refused(d.Limited)
+	refuseOn(ctx, &d, st.cfg.Limits.Window, int64(c.res.Total), c.refusedBy)
+	return false
+}
+
+// providerRefused answers a first try the provider's budgets refused: in
+// the budget's line when its limit has room within the wait budget, or
+// others wait for it; else a 429 naming it.
+func (r *Router) providerRefused(ctx *fasthttp.RequestCtx, ep upstream.Endpoint, st *state, c *call) bool {
+	br := &c.bud.refusal
+	if w := c.t.queueWait(c.class); w > 0 && br.waitable(time.Now().Add(w)) {
+		return r.admitQueued(ctx, ep, st, c, nil, br)
 	}
-	if sp != nil {
-		return r.admitSpilled(ctx, ep, st, c, hops)
+	return r.refusedByBudget(ctx, c, br, c.t.counters().upstream)
+}
+
+// refusedByBudget answers a request a provider's budget has no room for
+// (br): the tenant's own rate-limit headers, the refusal counted on
+// counter, and a 429 naming the budget.
+func (r *Router) refusedByBudget(ctx *fasthttp.RequestCtx, c *call, br *budgetRefusal, counter prometheus.Counter) bool {
+	d := c.lim.Peek(r.clock())
+	setRateHeaders(&ctx.Response.Header, &d)
+	counter.Inc()
+	refuseBudget(ctx, &br.d, br.on.what)
+	return false
+}
+
+// decideMoved decides again, once, a first try whose room moved (at): a
+// spill ended, a limiter sealed for a spill starting or ending, or an
+// entity handed over, taken back from the node that bounced the request
+// here, else passed on to its new owner.
+func (r *Router) decideMoved(ctx *fasthttp.RequestCtx, ep upstream.Endpoint, st *state, c *call, at int) bool {
+	t, lim, hops := c.t, c.lim, c.hops
+	if c.sp != nil {
+		return r.redecideSpill(ctx, ep, st, c)
 	}
-	if line := t.lineFor(lim, hops); line != nil && line.Waiting() > 0 {
-		if class := classOf(t, &ctx.Request.Header); t.queueWait(class) > 0 {
-			// Others wait already: behind them, in order (the budgets
-			// are taken again when its turn comes).
-			return r.admitQueued(ctx, ep, st, c, hops, class, nil, nil)
-		}
-	}
-	for i := range c.nLevels {
-		if line := c.levelLine(i); line != nil && line.Waiting() > 0 {
-			if class := classOf(t, &ctx.Request.Header); t.queueWait(class) > 0 {
-				// Others wait for a level's room already (its model's,
-				// its team's): behind them.
-				c.refusedLevel = i + 1
-				return r.admitQueued(ctx, ep, st, c, hops, class, nil, nil)
-			}
-		}
-	}
-	var d limiter.Decision
-	c.tk, d = r.admitOn(lim, owned, r.clock(), int64(c.res.Total))
-	if d.Moved {
-		r.cancelBudgets(c)
-		if sp := t.spilled(); owned && lim.MovedTo() == "" && sp != nil && sp.owner == r.node {
-			switch again {
-			case firstTry:
-				// Sealed for a spill starting meanwhile: once more, on it
-				// (or on the limiter again, if the switch failed).
-				t.ownerSpill(r.node) // waits for it to start
-				return r.serveLocalOnce(ctx, ep, st, t, lim, hops, retrySpill)
-			case retrySpill:
-				// Sealed for a spill that is ending (closed, its members'
-				// reports still coming in): on the limiter, once it is
-				// unsealed, not a 503.
-				waitClosed(sp.done, spillEndWait)
-				return r.serveLocalOnce(ctx, ep, st, t, lim, hops, retryLimiter)
-			}
-		}
-		if again == firstTry && r.tookBack(ctx, c, lim, hops) {
+	moved := lim
+	if at == atLevels {
+		// A level frozen for the node that bounced the request back
+		// here is taken back like a tenant (tookBack).
+		moved = c.levels[c.refusedLevel-1].lim
+	} else if sp := t.spilled(); lim == t.c().lim && lim.MovedTo() == "" && sp != nil && sp.owner == r.node {
+		switch c.again {
+		case firstTry:
+			// Sealed for a spill starting meanwhile: once more, on it
+			// (or on the limiter again, if the switch failed).
+			t.ownerSpill(r.node) // waits for it to start
+			return r.serveLocalOnce(ctx, ep, st, t, lim, hops, retrySpill)
+		case retrySpill:
+			// Sealed for a spill that is ending (closed, its members'
+			// reports still coming in): on the limiter, once it is
+			// unsealed, not a 503.
+			waitClosed(sp.done, spillEndWait)
 			return r.serveLocalOnce(ctx, ep, st, t, lim, hops, retryLimiter)
 		}
-		return r.movedOn(ctx, t, lim, hops)
 	}
-	shadowed := !d.Allowed && t.shadow
-	own := usedOf(&d)
-	if d.Allowed || shadowed {
-		if ok, ld, moved := r.admitLevels(c, &d); !ok {
-			if ld.Moved {
-				r.cancelBudgets(c)
-				// A level frozen for the node that bounced the request
-				// back here is taken back like a tenant (tookBack).
-				if again == firstTry && r.tookBack(ctx, c, moved, hops) {
-					return r.serveLocalOnce(ctx, ep, st, t, lim, hops, retryLimiter)
-				}
-				return r.movedOn(ctx, t, moved, hops)
-			}
-			d, shadowed = ld, false // refused by a level, like by the tenant
-		}
+	if c.again == firstTry && r.tookBack(ctx, c, moved, hops) {
+		return r.serveLocalOnce(ctx, ep, st, t, lim, hops, retryLimiter)
 	}
+	return r.movedOn(ctx, t, moved, hops)
+}
+
+// refusal is the decision that refused c: its level's, when a level did,
+// else its tenant's (or its spill's).
+func (c *call) refusal() limiter.Decision {
+	if i := c.refusedLevel - 1; i >= 0 {
+		return c.levels[i].d
+	}
+	return c.d
+}
+
+// serveAdmitted serves a call its decision admitted: counted, its
+// fallback-share admissions entered in their ledgers, sent upstream. A
+// call its tenant's limits refused in shadow mode is served uncharged.
+func (r *Router) serveAdmitted(ctx *fasthttp.RequestCtx, c *call, shadowed bool) bool {
+	t := c.t
+	d, own := c.headers()
 	if shadowed {
-		// Would be refused: served uncharged (shadow.go), on its levels
-		// as they decided.
 		r.shadowRefused(ctx, t, &d)
 		r.levelsShadowed(ctx, c)
 		r.levelsAdmitted(c)
 		return r.forward(ctx, c)
 	}
-	if !d.Allowed && !d.TooLarge && mayQueue(ctx, t, lim, hops, &d) {
-		// Room within the wait budget: the request waits for it.
-		return r.admitQueued(ctx, ep, st, c, hops, classOf(t, &ctx.Request.Header), &d, nil)
-	}
 	setRateHeaders(&ctx.Response.Header, &d)
-	if !d.Allowed {
-		r.cancelBudgets(c)
-		t.counters().refused(d.Limited)
-		refuseOn(ctx, &d, st.cfg.Limits.Window, int64(c.res.Total), c.refusedBy)
-		return false
-	}
 	r.admitted(c)
-	if lim == t.c().fb.made() {
+	if c.lim == t.c().fb.made() {
 		c.fb = r.fallbackAdmitted(t, &c.tk, 0)
 	}
 	r.levelsShadowed(ctx, c)
 	r.levelsAdmitted(c)
-	if hops > 0 && c.nLevels > 0 && lim == t.c().lim {
+	if c.hops > 0 && c.nLevels > 0 && c.lim == t.c().lim {
 		setLevelsUsed(&ctx.Response.Header, c, own)
 	}
 	streaming := r.forward(ctx, c)
-	if !streaming {
+	if !streaming && c.at == notQueued && c.sp == nil {
 		recycle(c)
 	}
 	return streaming
@@ -450,62 +509,25 @@ func recycle(c *call) {
 // mayQueue reports whether a request d refuses waits in its tenant's line
 // for room: the line exists, its class may wait, and the room is due
 // within the wait.
-func mayQueue(ctx *fasthttp.RequestCtx, t *tenant, lim *limiter.Tenant, hops int, d *limiter.Decision) bool {
-	if t.lineFor(lim, hops) == nil {
+func (c *call) mayQueue(d *limiter.Decision) bool {
+	if c.t.lineFor(c.lim, c.hops) == nil {
 		return false
 	}
-	class := classOf(t, &ctx.Request.Header)
-	return t.queueWait(class) > 0 && mayWait(d.Limited == limiter.Concurrency, d.RetryAfter, time.Now().Add(t.queueWait(class)))
+	w := c.t.queueWait(c.class)
+	return w > 0 && mayWait(d.Limited == limiter.Concurrency, d.RetryAfter, time.Now().Add(w))
 }
 
 // redecideSpill decides a request whose tenant's spill ended meanwhile, or
 // is ending (fenced), the usual way, once the owner decides alone
 // (ownerSpill and edgeSpill skip a closed or fenced spill, so this does
 // not come back; an edge hands the request to the owner).
-func (r *Router) redecideSpill(ctx *fasthttp.RequestCtx, ep upstream.Endpoint, st *state, c *call, hops int) bool {
+func (r *Router) redecideSpill(ctx *fasthttp.RequestCtx, ep upstream.Endpoint, st *state, c *call) bool {
 	r.cancelBudgets(c)
 	if c.sp.owner == r.node {
 		waitClosed(c.sp.done, spillEndWait)
-		return r.serveLocalOnce(ctx, ep, st, c.t, c.t.c().lim, hops, retryLimiter)
+		return r.serveLocalOnce(ctx, ep, st, c.t, c.t.c().lim, c.hops, retryLimiter)
 	}
 	return r.serveAPI(ctx, ep)
-}
-
-// admitSpilled admits a call of a spilled tenant on its budget (and the
-// provider's, taken already) and records it in the ledger for the owner.
-func (r *Router) admitSpilled(ctx *fasthttp.RequestCtx, ep upstream.Endpoint, st *state, c *call, hops int) bool {
-	t, sp := c.t, c.sp
-	sp.mu.RLock()
-	if sp.closed.Load() {
-		sp.mu.RUnlock()
-		return r.redecideSpill(ctx, ep, st, c, hops)
-	}
-	bd := r.takeSpill(sp, c, false)
-	if !bd.Allowed && sp.budget.Fenced() {
-		sp.mu.RUnlock()
-		return r.redecideSpill(ctx, ep, st, c, hops)
-	}
-	d := spillDecision(t, &bd, st.cfg.Limits.Window)
-	d.TooLarge = !bd.Allowed && spillTooLarge(t, c)
-	if !bd.Allowed && t.shadow {
-		sp.mu.RUnlock()
-		r.shadowRefused(ctx, t, &d) // served uncharged (shadow.go)
-		return r.forward(ctx, c)
-	}
-	if !bd.Allowed {
-		sp.mu.RUnlock()
-		setRateHeaders(&ctx.Response.Header, &d)
-		r.cancelBudgets(c)
-		t.counters().refused(bd.Limited)
-		refuse(ctx, &d, st.cfg.Limits.Window, int64(c.res.Total))
-		return false
-	}
-	setRateHeaders(&ctx.Response.Header, &d)
-	c.tk, _ = c.lim.Admit(r.clock(), int64(c.res.Total)) // the mirror: no limits
-	c.fb = r.fallbackAdmitted(t, &c.tk, sp.epoch)
-	sp.mu.RUnlock()
-	r.admitted(c)
-	return r.forward(ctx, c)
 }
 
 // admitted counts an admitted call (it goes upstream now) and tells the

@@ -11,6 +11,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/valyala/fasthttp"
 
+	"github.com/ringgate/ringgate/admit"
 	"github.com/ringgate/ringgate/config"
 	"github.com/ringgate/ringgate/limiter"
 	"github.com/ringgate/ringgate/queue"
@@ -180,332 +181,328 @@ func mayWait(concurrency bool, retryAfter time.Duration, deadline time.Time) boo
 // the tenant's own limits), a level's of the tenant's limits (its model's,
 // its team's: levelLine; shared fairly by a team's tenants) or a provider
 // budget's (on any node, for the upstream's or model's limits, shared
-// fairly among tenants: flowOf). Its try is the whole decision, budgets
-// then tenant and levels, all or none; a try that finds another limit full
-// moves the request to that limit's line, under one wait budget. first is
-// the refusal that sent it to its tenant's line, or to the line of the
-// level that refused it (c.refusedLevel); on, the budget whose line it
-// starts in; with neither it joined the tenant's line behind others, or
-// the line of level c.refusedLevel.
-func (r *Router) admitQueued(ctx *fasthttp.RequestCtx, ep upstream.Endpoint, st *state, c *call, hops int, class queue.Class, first *limiter.Decision, on *budgetRefusal) bool {
+// fairly among tenants: flowOf). Its try is the whole decision (decide),
+// all or none; a try that finds another limit full moves the request to
+// that limit's line, under one wait budget. first is the refusal that sent
+// it to its tenant's line, or to the line of the level that refused it
+// (c.refusedLevel); on, the budget whose line it starts in; with neither
+// it joined the tenant's line behind others, or the line of level
+// c.refusedLevel.
+func (r *Router) admitQueued(ctx *fasthttp.RequestCtx, ep upstream.Endpoint, st *state, c *call, first *limiter.Decision, on *budgetRefusal) bool {
+	w := r.newWaiter(st, c, first, on)
+	r.cancelBudgets(c) // each try takes them afresh
+	err := w.wait(ctx)
+	r.metrics.queueWaited.WithLabelValues(c.class.String()).Observe(w.waited.Seconds())
+	ctx.Response.Header.Set("x-ringgate-queued-ms", strconv.FormatInt(w.waited.Milliseconds(), 10))
+	if err != nil {
+		return w.gaveUp(ctx, err)
+	}
+	return w.serve(ctx, ep)
+}
+
+// waiter is a request waiting in lines for room: where it waits, and how
+// its last try ended.
+type waiter struct {
+	r  *Router
+	st *state
+	c  *call
+	// tenantLine is where its tenant's refusals wait: its owner's, its
+	// fallback share's, or, spilled, its spill's. waits: its tenant's
+	// refusals are waited for (a spill's answer at once).
+	tenantLine *queue.Queue
+	waits      bool
+	deadline   time.Time
+	// guard is how long after a rate's room is due a refused head tries
+	// again (rateRetry); notBefore is when, refused on requests.
+	guard     time.Duration
+	notBefore time.Time
+	last      limiter.Decision // the tenant's (or a level's) last refusal, or its admission
+	tried     bool             // last was said by a try
+	out       outcome
+	budget    budgetRefusal // the last budget refusal
+	at        stage
+	line      *queue.Queue
+	flow      queue.Flow
+	lvl       int             // at inLevelLine: the level's index in c.levels
+	next      int             // toLevelLine: the level's index
+	movedLim  *limiter.Tenant // the limiter handed over, for movedAway
+	waited    time.Duration
+}
+
+func (r *Router) newWaiter(st *state, c *call, first *limiter.Decision, on *budgetRefusal) *waiter {
 	t := c.t
-	owned := c.lim == t.c().lim
-	// The tenant's own line: on its owner, or on this node's fallback
-	// share, or, spilled, the spill's on this node.
-	tenantLine := t.lineFor(c.lim, hops)
-	waits := tenantLine != nil // its tenant's refusals are waited for here
+	w := &waiter{r: r, st: st, c: c, at: inTenantLine, movedLim: c.lim,
+		deadline: time.Now().Add(t.queueWait(c.class)),
+		// A head refused by a rate tries again one bucket after the
+		// room was due, not at its edge: requests let in the instant a
+		// charge leaves the window would reach the provider packed at
+		// its edge, and the provider counts them as they arrive, each
+		// delayed a little differently on the way.
+		guard: st.cfg.Limits.Window / limiter.Buckets}
+	w.tenantLine = t.lineFor(c.lim, c.hops)
+	w.waits = w.tenantLine != nil
 	if c.sp != nil {
 		// A spill's refusal is final (it answers at once, as on the
 		// spill's first try): a spilled call waits here only for the
 		// provider's budgets, in its spill's line behind the others.
-		tenantLine, waits = &c.sp.line, false
+		w.tenantLine, w.waits = &c.sp.line, false
 	}
-	if tenantLine == nil {
-		tenantLine = t.c().queue // never waited in: its tenant's refusals are final
+	if w.tenantLine == nil {
+		w.tenantLine = t.c().queue // never waited in: its tenant's refusals are final
 	}
-	deadline := time.Now().Add(t.queueWait(class))
-	var (
-		last   limiter.Decision
-		tried  bool
-		out    outcome
-		budget budgetRefusal // the last budget refusal
-		at     = inTenantLine
-		line   = tenantLine
-		flow   queue.Flow
-		lvl    int // at inLevelLine: the level's index in c.levels
-		next   int // toLevelLine: the level's index
-	)
+	w.line = w.tenantLine
 	if first != nil {
-		last, tried = *first, true
+		w.last, w.tried = *first, true
 	}
 	switch {
 	case on != nil:
-		budget, at, line, flow = *on, on.stage, on.on.line, on.on.flowOf(c, on.d.Limited)
+		w.budget, w.at, w.line, w.flow = *on, on.stage, on.on.line, on.on.flowOf(c, on.d.Limited)
 	case c.refusedLevel > 0 && c.levelLine(c.refusedLevel-1) != nil:
-		lvl = c.refusedLevel - 1
-		at, line = inLevelLine, c.levelLine(lvl)
+		w.lvl = c.refusedLevel - 1
+		w.at, w.line = inLevelLine, c.levelLine(w.lvl)
 	}
-	// A head refused by a rate tries again one bucket after the room was
-	// due, not at its edge: requests let in the instant a charge leaves
-	// the window would reach the provider packed at its edge, and the
-	// provider counts them as they arrive, each delayed a little
-	// differently on the way. Refused on requests, no Kick brings it
-	// sooner (a call's end frees no request); on tokens a Kick may (a
-	// call settled below its reservation).
-	guard := st.cfg.Limits.Window / limiter.Buckets
-	var notBefore time.Time
-	rateRetry := func(dim limiter.Dimension, after time.Duration) time.Duration {
-		after += guard
-		if dim == limiter.Requests {
-			notBefore = time.Now().Add(after)
-		}
-		return after
-	}
-	// tenantRefused is the try's answer when the tenant's limits refuse it
-	// (d); it holds no budget.
-	tenantRefused := func(d limiter.Decision) (bool, time.Duration) {
-		last, tried = d, true
-		if d.TooLarge || !waits || !mayWait(d.Limited == limiter.Concurrency, d.RetryAfter, deadline) {
-			out = refusedForGood
-			return true, -1
-		}
-		if i := c.refusedLevel - 1; i >= 0 && c.levelLine(i) != nil {
-			// A level refused it: it waits in the level's line.
-			if at != inLevelLine || lvl != i {
-				out, next = toLevelLine, i
-				return true, -1
-			}
-		} else if at != inTenantLine {
-			out = toTenantLine
-			return true, -1
-		}
-		if d.Limited == limiter.Concurrency {
-			// A call's end Kicks the line; the second covers one that
-			// ends where no Kick is heard (a report lost).
-			return false, time.Second
-		}
-		return false, rateRetry(d.Limited, d.RetryAfter)
-	}
-	// spillTry is the tenant's part of a try for a spilled tenant: its
-	// spill's budget, in the ledger once admitted, as admitSpilled does;
-	// the provider's budgets are taken.
-	spillTry := func() (bool, time.Duration) {
-		sp := c.sp
-		if at != inTenantLine && sp.line.Waiting() > 0 {
-			r.cancelBudgets(c)
-			out = toTenantLine
-			return true, -1
-		}
-		sp.mu.RLock()
-		if r.lapsed(sp) {
-			sp.mu.RUnlock()
-			out = spillEnded
-			return true, -1
-		}
-		bd := r.takeSpill(sp, c, true)
-		if !bd.Allowed && t.shadow {
-			sp.mu.RUnlock()
-			last, out = spillDecision(t, &bd, st.cfg.Limits.Window), shadowed
-			return true, 0
-		}
-		if !bd.Allowed {
-			sp.mu.RUnlock()
-			r.cancelBudgets(c)
-			if sp.budget.Fenced() {
-				out = spillEnded
-				return true, -1
-			}
-			d := spillDecision(t, &bd, st.cfg.Limits.Window)
-			d.TooLarge = spillTooLarge(t, c)
-			return tenantRefused(d)
-		}
-		c.tk, _ = c.lim.Admit(r.clock(), int64(c.res.Total)) // the mirror: no limits
-		c.fb = r.fallbackAdmitted(t, &c.tk, sp.epoch)
-		sp.mu.RUnlock()
-		last, tried, out = spillDecision(t, &bd, st.cfg.Limits.Window), true, admitted
-		return true, 0
-	}
-	r.cancelBudgets(c) // each try takes them afresh
-	movedLim := c.lim  // the limiter handed over, for movedAway
-	try := func() (bool, time.Duration) {
-		c.refusedBy, c.refusedLevel = "", 0
-		switch {
-		case r.state.Load() != st:
-			// Reloaded: its budgets and limits may be others now.
-			out = reloaded
-			return true, -1
-		case owned && c.lim.MovedTo() != "":
-			out = movedAway // handed over: its new owner decides
-			return true, -1
-		case c.lim == t.c().fb.made() && hops == 0 && r.fallbackOver(t):
-			out = fallbackEnded // the owner answers again, or is another: it decides
-			return true, -1
-		case c.sp != nil && (r.lapsed(c.sp) || c.sp.budget.Fenced()):
-			out = spillEnded
-			return true, -1
-		}
-		if wait := time.Until(notBefore); wait > 0 {
-			return false, wait
-		}
-		if (at == inTenantLine || at == inLevelLine) && waits && c.sp == nil && !t.shadow {
-			// Its tenant and levels first: the head of their line
-			// waits here for their room, not in a provider's line it
-			// would only leave again when its turn came there.
-			d := c.lim.Check(r.clock(), int64(c.res.Total))
-			if !d.Allowed && !d.Moved {
-				return tenantRefused(d)
-			}
-			if d = r.checkLevels(c, d); !d.Allowed && !d.Moved {
-				return tenantRefused(d)
-			}
-		}
-		if br, ok := r.takeBudgets(st, c, at); !ok {
-			budget = br
-			if !br.waitable(deadline) {
-				out = refusedByBudget
-				return true, -1
-			}
-			if br.stage == at {
-				if br.d.Limited == limiter.Concurrency {
-					return false, br.d.RetryAfter // and a Kick when a slot frees
-				}
-				if !br.d.Degraded {
-					// Blocks: a grant Kicks the line when it brings
-					// room; the timer's guard is enough.
-					return false, br.d.RetryAfter + guard
-				}
-				return false, rateRetry(br.d.Limited, br.d.RetryAfter)
-			}
-			out = toBudgetLine
-			return true, -1
-		}
-		if c.sp != nil {
-			return spillTry()
-		}
-		if waits && at != inTenantLine && at != inLevelLine && tenantLine.Waiting() > 0 {
-			// The tenant's own line has others waiting: behind them.
-			// (From a level's line it goes on: it left the tenant's
-			// line for the level, its turn there had come.)
-			r.cancelBudgets(c)
-			out = toTenantLine
-			return true, -1
-		}
-		tk, d := r.admitOn(c.lim, owned, r.clock(), int64(c.res.Total))
-		if d.Allowed || (t.shadow && !d.Moved) {
-			c.tk = tk // its levels next: all or none
-			if ok, ld, moved := r.admitLevels(c, &d); !ok {
-				r.cancelBudgets(c)
-				if ld.Moved {
-					movedLim, out = moved, movedAway
-					return true, -1
-				}
-				return tenantRefused(ld)
-			}
-		}
-		switch {
-		case d.Moved:
-			r.cancelBudgets(c)
-			out = movedAway
-			if c.lim.MovedTo() == "" {
-				out = spilled
-			}
-			return true, -1
-		case d.Allowed:
-			c.tk, last, tried, out = tk, d, true, admitted
-			return true, 0
-		case t.shadow:
-			last, out = d, shadowed // served uncharged, its budgets in hand
-			return true, 0
-		}
-		r.cancelBudgets(c)
-		return tenantRefused(d)
-	}
+	return w
+}
+
+// wait waits in line after line until a try ends the wait, the wait
+// budget is spent, the line is full or the client hangs up.
+func (w *waiter) wait(ctx *fasthttp.RequestCtx) error {
+	r, c := w.r, w.c
 	gone := make(chan struct{})
 	var once sync.Once
-	w := r.watch(ctx, func() { once.Do(func() { close(gone) }) })
+	hw := r.watch(ctx, func() { once.Do(func() { close(gone) }) })
 	hop := ""
-	if hops > 0 {
+	if c.hops > 0 {
 		hop = string(ctx.Request.Header.Peek(hopHeader))
-		r.hopCalls.add(hop, w) // the edge's client hanging up ends the wait too
+		r.hopCalls.add(hop, hw) // the edge's client hanging up ends the wait too
 	}
-	var waited time.Duration
-	var err error
+	defer func() {
+		if hop != "" {
+			r.hopCalls.remove(hop)
+		}
+		hw.Stop()
+	}()
 	for {
-		var d time.Duration
-		out = stillWaiting
-		d, err = line.Wait(class, flow, st.cfg.Queue.MaxDepth, deadline, gone, try)
-		waited += d
-		if err != nil || (out != toTenantLine && out != toBudgetLine && out != toLevelLine) {
-			break
+		w.out = stillWaiting
+		d, err := w.line.Wait(c.class, w.flow, w.st.cfg.Queue.MaxDepth, w.deadline, gone, w.try)
+		w.waited += d
+		if err != nil || (w.out != toTenantLine && w.out != toBudgetLine && w.out != toLevelLine) {
+			return err
 		}
-		switch out {
+		switch w.out {
 		case toTenantLine:
-			at, line, flow = inTenantLine, tenantLine, queue.Flow{}
+			w.at, w.line, w.flow = inTenantLine, w.tenantLine, queue.Flow{}
 		case toLevelLine:
-			at, lvl, line, flow = inLevelLine, next, c.levelLine(next), queue.Flow{}
+			w.at, w.lvl, w.line, w.flow = inLevelLine, w.next, c.levelLine(w.next), queue.Flow{}
 		default:
-			at, line, flow = budget.stage, budget.on.line, budget.on.flowOf(c, budget.d.Limited)
+			w.at, w.line, w.flow = w.budget.stage, w.budget.on.line, w.budget.on.flowOf(c, w.budget.d.Limited)
 		}
-		notBefore = time.Time{}
+		w.notBefore = time.Time{}
 	}
-	if hop != "" {
-		r.hopCalls.remove(hop)
+}
+
+// try is one try at the head of its line: whether the wait ends, and if
+// not, when to try again (and on a Kick).
+func (w *waiter) try() (bool, time.Duration) {
+	c := w.c
+	c.refusedBy, c.refusedLevel = "", 0
+	if out := w.overtaken(); out != stillWaiting {
+		w.out = out
+		return true, -1
 	}
-	w.Stop()
-	r.metrics.queueWaited.WithLabelValues(class.String()).Observe(waited.Seconds())
-	ctx.Response.Header.Set("x-ringgate-queued-ms", strconv.FormatInt(waited.Milliseconds(), 10))
+	if wait := time.Until(w.notBefore); wait > 0 {
+		return false, wait
+	}
+	if (w.at == inTenantLine || w.at == inLevelLine) && w.waits && c.sp == nil && !c.t.shadow {
+		// Its tenant and levels first: the head of their line waits
+		// here for their room, not in a provider's line it would only
+		// leave again when its turn came there.
+		d := c.lim.Check(w.r.clock(), int64(c.res.Total))
+		if !d.Allowed && !d.Moved {
+			return w.tenantRefused(d)
+		}
+		if d = w.r.checkLevels(c, d); !d.Allowed && !d.Moved {
+			return w.tenantRefused(d)
+		}
+	}
+	c.at = w.at
+	o := w.r.decide(c)
+	switch {
+	case o.Verdict == admit.Taken:
+		w.last, _ = c.headers()
+		w.out = shadowed // served uncharged, its budgets in hand
+		if !o.Shadowed {
+			w.tried, w.out = true, admitted
+		}
+		return true, 0
+	case o.At == atProvider:
+		return w.budgetRefused()
+	case o.Verdict == admit.Behind:
+		// Its tenant's own line has others waiting: behind them.
+		w.out = toTenantLine
+		return true, -1
+	case o.Verdict == admit.Moved:
+		w.out = w.moved(o.At)
+		return true, -1
+	}
+	return w.tenantRefused(c.refusal())
+}
+
+// overtaken is what ends the wait before a try: the config reloaded, the
+// tenant handed over, its fallback episode or its spill over.
+func (w *waiter) overtaken() outcome {
+	r, c, t := w.r, w.c, w.c.t
+	switch {
+	case r.state.Load() != w.st:
+		return reloaded // its budgets and limits may be others now
+	case c.lim == t.c().lim && c.lim.MovedTo() != "":
+		return movedAway // handed over: its new owner decides
+	case c.lim == t.c().fb.made() && c.hops == 0 && r.fallbackOver(t):
+		return fallbackEnded // the owner answers again, or is another: it decides
+	case c.sp != nil && (r.lapsed(c.sp) || c.sp.budget.Fenced()):
+		return spillEnded
+	}
+	return stillWaiting
+}
+
+// moved is where a try whose room moved (at) goes: its spill ended, a
+// level or its tenant handed over, or its tenant's limiter sealed for a
+// spill.
+func (w *waiter) moved(at int) outcome {
+	c := w.c
+	switch {
+	case c.sp != nil:
+		return spillEnded
+	case at == atLevels:
+		w.movedLim = c.levels[c.refusedLevel-1].lim
+		return movedAway
+	case c.lim.MovedTo() == "":
+		return spilled
+	}
+	return movedAway
+}
+
+// rateRetry is when a head refused on dim, with room due after, tries
+// again: a bucket later. Refused on requests, no Kick brings it sooner (a
+// call's end frees no request); on tokens a Kick may (a call settled
+// below its reservation).
+func (w *waiter) rateRetry(dim limiter.Dimension, after time.Duration) time.Duration {
+	after += w.guard
+	if dim == limiter.Requests {
+		w.notBefore = time.Now().Add(after)
+	}
+	return after
+}
+
+// tenantRefused is the try's answer when the tenant's limits, or a
+// level's, refuse it (d); it holds no budget.
+func (w *waiter) tenantRefused(d limiter.Decision) (bool, time.Duration) {
+	c := w.c
+	w.last, w.tried = d, true
+	if d.TooLarge || !w.waits || !mayWait(d.Limited == limiter.Concurrency, d.RetryAfter, w.deadline) {
+		w.out = refusedForGood
+		return true, -1
+	}
+	if i := c.refusedLevel - 1; i >= 0 && c.levelLine(i) != nil {
+		// A level refused it: it waits in the level's line.
+		if w.at != inLevelLine || w.lvl != i {
+			w.out, w.next = toLevelLine, i
+			return true, -1
+		}
+	} else if w.at != inTenantLine {
+		w.out = toTenantLine
+		return true, -1
+	}
+	if d.Limited == limiter.Concurrency {
+		// A call's end Kicks the line; the second covers one that
+		// ends where no Kick is heard (a report lost).
+		return false, time.Second
+	}
+	return false, w.rateRetry(d.Limited, d.RetryAfter)
+}
+
+// budgetRefused is the try's answer when a provider's budget refuses it,
+// or others wait in the budget's line.
+func (w *waiter) budgetRefused() (bool, time.Duration) {
+	br := w.c.bud.refusal
+	w.budget = br
+	switch {
+	case !br.waitable(w.deadline):
+		w.out = refusedByBudget
+		return true, -1
+	case br.stage != w.at:
+		w.out = toBudgetLine
+		return true, -1
+	case br.d.Limited == limiter.Concurrency:
+		return false, br.d.RetryAfter // and a Kick when a slot frees
+	case !br.d.Degraded:
+		// Blocks: a grant Kicks the line when it brings room; the
+		// timer's guard is enough.
+		return false, br.d.RetryAfter + w.guard
+	}
+	return false, w.rateRetry(br.d.Limited, br.d.RetryAfter)
+}
+
+// gaveUp answers a request whose wait ended without its turn: the client
+// gone, the line full, or the wait budget spent.
+func (w *waiter) gaveUp(ctx *fasthttp.RequestCtx, err error) bool {
+	r, c, t := w.r, w.c, w.c.t
 	switch {
 	case errors.Is(err, queue.ErrCanceled):
 		ctx.SetConnectionClose()
 		fail(ctx, statusClientClosed, "invalid_request_error", "client_closed_request",
 			"The client closed the connection while the request waited for capacity; it was not sent.")
 		return false
-	case err != nil && at != inTenantLine && at != inLevelLine:
-		// Full, or the wait budget spent, waiting for a provider's limit.
-		d := c.lim.Peek(r.clock())
-		setRateHeaders(&ctx.Response.Header, &d)
-		t.counters().queue.Inc()
-		refuseBudget(ctx, &budget.d, budget.on.what)
-		return false
-	case err != nil:
-		// Full, or the wait budget spent: refused with what the limiter
-		// says of the room (when it frees).
-		if !tried {
-			lim := c.lim
-			if at == inLevelLine {
-				l := &c.levels[lvl]
-				lim, c.refusedBy = l.lim, l.e.label
-			}
-			last = refusalNow(lim.Peek(r.clock()), int64(c.res.Total))
-		}
-		setRateHeaders(&ctx.Response.Header, &last)
-		t.counters().queue.Inc()
-		refuseOn(ctx, &last, st.cfg.Limits.Window, int64(c.res.Total), c.refusedBy)
-		return false
+	case w.at != inTenantLine && w.at != inLevelLine:
+		// Waiting for a provider's limit.
+		return r.refusedByBudget(ctx, c, &w.budget, t.counters().queue)
 	}
-	switch out {
+	// Refused with what the limiter says of the room (when it frees).
+	if !w.tried {
+		lim := c.lim
+		if w.at == inLevelLine {
+			l := &c.levels[w.lvl]
+			lim, c.refusedBy = l.lim, l.e.label
+		}
+		w.last = refusalNow(lim.Peek(r.clock()), int64(c.res.Total))
+	}
+	setRateHeaders(&ctx.Response.Header, &w.last)
+	t.counters().queue.Inc()
+	refuseOn(ctx, &w.last, w.st.cfg.Limits.Window, int64(c.res.Total), c.refusedBy)
+	return false
+}
+
+// serve acts on the try that ended the wait: served, refused, or decided
+// again where its tenant is now.
+func (w *waiter) serve(ctx *fasthttp.RequestCtx, ep upstream.Endpoint) bool {
+	r, c, t, st := w.r, w.c, w.c.t, w.st
+	switch w.out {
 	case reloaded:
-		return r.redecideReloaded(ctx, ep, t, owned, hops)
+		return r.redecideReloaded(ctx, ep, t, c.lim == t.c().lim, c.hops)
 	case movedAway:
 		// A request bounced back here by the node its tenant (or a
 		// level) is frozen for takes it back, as outside a line
 		// (tookBack), once: then it is decided here again.
-		if c.again == firstTry && r.tookBack(ctx, c, movedLim, hops) {
-			return r.serveLocalOnce(ctx, ep, st, t, c.lim, hops, retryLimiter)
+		if c.again == firstTry && r.tookBack(ctx, c, w.movedLim, c.hops) {
+			return r.serveLocalOnce(ctx, ep, st, t, c.lim, c.hops, retryLimiter)
 		}
-		return r.movedOn(ctx, t, movedLim, hops)
+		return r.movedOn(ctx, t, w.movedLim, c.hops)
 	case spilled:
-		return r.serveLocalOnce(ctx, ep, st, t, t.c().lim, hops, retrySpill)
+		return r.serveLocalOnce(ctx, ep, st, t, t.c().lim, c.hops, retrySpill)
 	case spillEnded:
-		return r.redecideSpill(ctx, ep, st, c, hops)
+		return r.redecideSpill(ctx, ep, st, c)
 	case fallbackEnded:
 		r.cancelBudgets(c)
 		return r.serveAPI(ctx, ep)
-	case shadowed:
-		r.shadowRefused(ctx, t, &last)
-		r.levelsShadowed(ctx, c)
-		r.levelsAdmitted(c)
-		return r.forward(ctx, c)
 	case refusedByBudget:
-		d := c.lim.Peek(r.clock())
-		setRateHeaders(&ctx.Response.Header, &d)
-		t.counters().upstream.Inc()
-		refuseBudget(ctx, &budget.d, budget.on.what)
-		return false
+		return r.refusedByBudget(ctx, c, &w.budget, t.counters().upstream)
 	case refusedForGood:
-		setRateHeaders(&ctx.Response.Header, &last)
-		t.counters().refused(last.Limited)
-		refuseOn(ctx, &last, st.cfg.Limits.Window, int64(c.res.Total), c.refusedBy)
+		setRateHeaders(&ctx.Response.Header, &w.last)
+		t.counters().refused(w.last.Limited)
+		refuseOn(ctx, &w.last, st.cfg.Limits.Window, int64(c.res.Total), c.refusedBy)
 		return false
 	}
-	setRateHeaders(&ctx.Response.Header, &last)
-	r.admitted(c)
-	if c.lim == t.c().fb.made() {
-		c.fb = r.fallbackAdmitted(t, &c.tk, 0)
-	}
-	r.levelsShadowed(ctx, c)
-	r.levelsAdmitted(c)
-	return r.forward(ctx, c)
+	return r.serveAdmitted(ctx, c, w.out == shadowed)
 }
 
 // redecideReloaded decides again, on the config in force, a request that

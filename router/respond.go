@@ -95,15 +95,10 @@ func appendReset(b []byte, d time.Duration) []byte {
 	return append(b, 's')
 }
 
-// refuse answers a limiter refusal: 429, Retry-After in whole seconds
-// (rounded up) and in milliseconds, and a message naming the dimension.
-func refuse(ctx *fasthttp.RequestCtx, d *limiter.Decision, window time.Duration, requested int64) {
-	refuseOn(ctx, d, window, requested, "")
-}
-
-// refuseOn is refuse for a refusal by a level of the tenant's limits
-// other than its own (by: "team research", "model gpt-4o"), which the
-// message names.
+// refuseOn answers a limiter refusal: 429, Retry-After in whole seconds
+// (rounded up) and in milliseconds, and a message naming the dimension
+// and, for a level of the tenant's limits other than its own (by: "team
+// research", "model gpt-4o"), the level.
 func refuseOn(ctx *fasthttp.RequestCtx, d *limiter.Decision, window time.Duration, requested int64, by string) {
 	setRetryAfter(&ctx.Response.Header, d.RetryAfter)
 	of := ""

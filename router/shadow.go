@@ -65,7 +65,7 @@ func (r *Router) shadowRefusal(ctx *fasthttp.RequestCtx, name string, m *logMete
 // budget in shadow mode ([[upstreams]] mode = "shadow"), for a call that
 // is served.
 func (r *Router) budgetShadowed(ctx *fasthttp.RequestCtx, c *call) {
-	if b := c.shadowBudget; b != nil {
-		r.shadowRefusal(ctx, b.shadowName, &b.meter, c.shadowBudgetD.Limited, c.shadowBudgetD.RetryAfter)
+	if b := c.bud.shadow; b != nil {
+		r.shadowRefusal(ctx, b.shadowName, &b.meter, c.bud.shadowD.Limited, c.bud.shadowD.RetryAfter)
 	}
 }
