@@ -247,238 +247,322 @@ func ParseRequest(ep Endpoint, body []byte) (Request, error) {
 	if !ep.valid() {
 		return Request{}, fmt.Errorf("upstream: ParseRequest: invalid endpoint %d", uint8(ep))
 	}
+	root, err := checkBody(body)
+	if err != nil {
+		return Request{}, err
+	}
+	// One copy of the body backs every string the Request keeps.
+	p := reqParse{reqBody: reqBody{b: body, src: string(body)}}
+	if err := p.topFields(root); err != nil {
+		return Request{}, err
+	}
+	p.r = Request{Endpoint: ep, Generates: ep != Embeddings}
+	err = p.parse()
+	return p.r, err
+}
+
+// checkBody refuses a body ParseRequest cannot walk (not JSON, nested too
+// deep, not UTF-8, not an object) and returns its object.
+func checkBody(body []byte) ([]byte, error) {
 	switch checkJSON(body) {
 	case jsonTooDeep:
-		return Request{}, badRequest("invalid_json", "", "JSON body nests too deeply")
+		return nil, badRequest("invalid_json", "", "JSON body nests too deeply")
 	case jsonMalformed:
-		return Request{}, badRequest("invalid_json", "", "malformed JSON body")
+		return nil, badRequest("invalid_json", "", "malformed JSON body")
 	}
 	// JSON text is UTF-8 (RFC 8259 §8.1), but checkJSON does not check the
 	// bytes inside strings: a provider would refuse the body, or worse,
 	// decode it otherwise than the tokenizer counts it. One pass, with an
 	// ASCII fast path; the offset is only looked for on failure.
 	if !utf8.Valid(body) {
-		return Request{}, badRequest("invalid_json", "",
+		return nil, badRequest("invalid_json", "",
 			fmt.Sprintf("body is not valid UTF-8 (first invalid byte at offset %d)", invalidUTF8At(body)))
 	}
 	root := body[skipWS(body, 0):]
 	if !isObject(root) {
-		return Request{}, badRequest("invalid_type", "", "body must be a JSON object")
+		return nil, badRequest("invalid_type", "", "body must be a JSON object")
 	}
-	// One copy of the body backs every string the Request keeps.
-	p := &reqBody{b: body, src: string(body)}
+	return root, nil
+}
 
-	var f [numFields][]byte
+// reqParse is one ParseRequest's state: the body (reqBody), the top-level
+// fields the gateway reads, by field index (nil when absent), and the
+// Request being filled, returned as far as it got when a check refuses the
+// body.
+type reqParse struct {
+	reqBody
+	f [numFields][]byte
+	r Request
+}
+
+// topFields keeps the members of the body's object that the gateway reads,
+// refusing one given twice.
+func (p *reqParse) topFields(root []byte) error {
 	dup := -1
 	each(root, func(k, v []byte) bool {
 		i := fieldIndex(string(k))
 		if i < 0 {
 			return true
 		}
-		if f[i] != nil {
+		if p.f[i] != nil {
 			dup = i
 			return false
 		}
-		f[i] = v
+		p.f[i] = v
 		return true
 	})
 	if dup >= 0 {
-		return Request{}, badRequest("duplicate_parameter", fieldNames[dup],
+		return badRequest("duplicate_parameter", fieldNames[dup],
 			fmt.Sprintf("%q appears more than once in the body", fieldNames[dup]))
 	}
+	return nil
+}
 
-	r := Request{Endpoint: ep, Generates: ep != Embeddings}
-
-	switch m := f[fModel]; {
-	case !present(m):
-		return r, badRequest("missing_required_parameter", "model", "you must provide a model parameter")
-	case !isString(m) || len(m) == 2:
-		return r, badRequest("invalid_type", "model", "model must be a non-empty string")
-	default:
-		r.Model = p.text(m)
+// parse fills p.r from the fields topFields kept. The steps run in a fixed
+// order: a body with several problems is refused for the first one met.
+func (p *reqParse) parse() error {
+	if err := p.params(); err != nil {
+		return err
 	}
-
-	if s := f[fStream]; present(s) {
-		if !isBool(s) {
-			return r, badRequest("invalid_type", "stream", "stream must be a boolean")
-		}
-		r.Stream = string(s) == "true"
+	if err := p.prompt(); err != nil {
+		return err
 	}
-
-	var err error
-	switch ep {
-	case Chat:
-		if r.MaxTokens, err = intParam(f[fMaxTokens], "max_tokens", 1, maxMaxTokens); err != nil {
-			return r, err
-		}
-		mct, err := intParam(f[fMaxCompletionTokens], "max_completion_tokens", 1, maxMaxTokens)
-		if err != nil {
-			return r, err
-		}
-		if mct > 0 {
-			r.MaxTokens = mct
-		}
-	case Completions:
-		if r.MaxTokens, err = intParam(f[fMaxTokens], "max_tokens", 1, maxMaxTokens); err != nil {
-			return r, err
-		}
-	case Responses:
-		if r.MaxTokens, err = intParam(f[fMaxOutputTokens], "max_output_tokens", 1, maxMaxTokens); err != nil {
-			return r, err
-		}
-	case Messages:
-		if !present(f[fMaxTokens]) {
-			return r, badRequest("missing_required_parameter", "max_tokens", "max_tokens is required")
-		}
-		if r.MaxTokens, err = intParam(f[fMaxTokens], "max_tokens", 1, maxMaxTokens); err != nil {
-			return r, err
-		}
-	}
-
-	if r.Generates {
-		r.Choices = 1
-	}
-	if ep == Chat || ep == Completions {
-		n, err := intParam(f[fN], "n", 1, maxChoices)
-		if err != nil {
-			return r, err
-		}
-		r.Choices = max(r.Choices, n)
-		if ep == Completions {
-			bo, err := intParam(f[fBestOf], "best_of", 1, maxChoices)
-			if err != nil {
-				return r, err
-			}
-			r.Choices = max(r.Choices, bo)
-		}
-		r.streamOptions = f[fStreamOptions] != nil // null included
-		if so := f[fStreamOptions]; present(so) {
-			if !isObject(so) {
-				return r, badRequest("invalid_type", "stream_options", "stream_options must be an object")
-			}
-			var iu []byte
-			dupIU := false
-			each(so, func(k, v []byte) bool {
-				if string(k) == "include_usage" {
-					if iu != nil {
-						dupIU = true
-						return false
-					}
-					iu = v
-				}
-				return true
-			})
-			switch {
-			case dupIU:
-				return r, badRequest("duplicate_parameter", "stream_options.include_usage",
-					`"include_usage" appears more than once in stream_options`)
-			case present(iu) && !isBool(iu):
-				return r, badRequest("invalid_type", "stream_options.include_usage",
-					"stream_options.include_usage must be a boolean")
-			}
-			r.ClientWantsUsage = string(iu) == "true"
-		}
-	}
-
-	switch ep {
-	case Chat, Messages:
-		msgs := f[fMessages]
-		switch {
-		case !present(msgs):
-			return r, badRequest("missing_required_parameter", "messages", "messages is required")
-		case !isArray(msgs):
-			return r, badRequest("invalid_type", "messages", "messages must be an array")
-		}
-		r.Texts = make([]string, 0, 8)
-		var bad int = -1
-		each(msgs, func(_, m []byte) bool {
-			if !isObject(m) {
-				bad = r.Messages
-				return false
-			}
-			r.Messages++
-			r.Texts = p.messageTexts(r.Texts, &r.Media, m)
-			return true
-		})
-		switch {
-		case bad >= 0:
-			return r, badRequest("invalid_type", "messages["+strconv.Itoa(bad)+"]", "each message must be an object")
-		case r.Messages == 0:
-			return r, badRequest("invalid_value", "messages", "messages must not be empty")
-		}
-		if ep == Messages {
-			switch s := f[fSystem]; {
-			case !present(s):
-			case isString(s):
-				r.Texts = p.addText(r.Texts, s)
-			case isArray(s):
-				r.Texts = p.contentTexts(r.Texts, &r.Media, s, 0)
-			default:
-				return r, badRequest("invalid_type", "system", "system must be a string or an array of content blocks")
-			}
-		}
-		for _, t := range []int{fTools, fFunctions} {
-			if t == fFunctions && ep != Chat {
-				continue
-			}
-			if v := f[t]; isArray(v) {
-				r.Texts = p.addRaw(r.Texts, v)
-			}
-		}
-	case Completions:
-		// prompt is optional in practice: providers default it.
-		if err := r.inputs(p, f[fPrompt], "prompt"); err != nil {
-			return r, err
-		}
-		if v := f[fSuffix]; isString(v) {
-			r.Texts = p.addText(r.Texts, v) // text after the completion, in the prompt
-		}
-	case Embeddings:
-		if !present(f[fInput]) {
-			return r, badRequest("missing_required_parameter", "input", "input is required")
-		}
-		if err := r.inputs(p, f[fInput], "input"); err != nil {
-			return r, err
-		}
-	case Responses:
-		if v := f[fBackground]; present(v) && string(v) != "false" {
-			// Answered "queued" at once, generated and billed after:
-			// the tokens cannot be counted when they are used, and the
-			// answer is fetched with a GET ringgate does not serve: let
-			// through, a call of 32 000 output tokens would be charged
-			// its prompt alone.
-			return r, badRequest("unsupported_parameter", "background",
-				"Background responses are not supported through the gateway: send the request without background.")
-		}
-		if err := r.responsesInput(p, f[fInput], f[fInstructions]); err != nil {
-			return r, err
-		}
-		if pr := f[fPrompt]; isObject(pr) {
-			// A stored prompt's variables: text, or input parts
-			// (an image is media, not 300 KB of text).
-			each(get(pr, "variables"), func(_, v []byte) bool {
-				switch {
-				case isString(v):
-					r.Texts = p.addText(r.Texts, v)
-				case isObject(v):
-					r.Texts = p.partTexts(r.Texts, &r.Media, v, 0)
-				}
-				return true
-			})
-		}
-		if v := f[fTools]; isArray(v) {
-			r.Texts = p.addRaw(r.Texts, v)
-		}
-	}
-	if v := f[fPrediction]; present(v) {
+	if v := p.f[fPrediction]; present(v) {
 		// Predicted output: not read by the model as prompt (its
 		// rejected tokens are billed as completion, within max_tokens).
 		// Reserved as prompt, a predicted file would double the
 		// reservation of an edit.
 		p.media += len(v)
 	}
-	r.Uncounted = max(0, len(body)-p.counted-p.media)
-	return r, nil
+	p.r.Uncounted = max(0, len(p.b)-p.counted-p.media)
+	return nil
+}
+
+// params reads the parameters that come before the prompt: model, stream,
+// the cap on generated tokens and the choices.
+func (p *reqParse) params() error {
+	switch m := p.f[fModel]; {
+	case !present(m):
+		return badRequest("missing_required_parameter", "model", "you must provide a model parameter")
+	case !isString(m) || len(m) == 2:
+		return badRequest("invalid_type", "model", "model must be a non-empty string")
+	default:
+		p.r.Model = p.text(m)
+	}
+	if s := p.f[fStream]; present(s) {
+		if !isBool(s) {
+			return badRequest("invalid_type", "stream", "stream must be a boolean")
+		}
+		p.r.Stream = string(s) == "true"
+	}
+	if err := p.maxTokens(); err != nil {
+		return err
+	}
+	return p.choices()
+}
+
+// intField reads the integer field i (intParam), named as the body names it.
+func (p *reqParse) intField(i, hi int) (int, error) {
+	return intParam(p.f[i], fieldNames[i], 1, hi)
+}
+
+// maxTokens reads the cap on generated tokens each dialect names its own
+// way (Request.MaxTokens).
+func (p *reqParse) maxTokens() error {
+	var err error
+	switch p.r.Endpoint {
+	case Chat:
+		if p.r.MaxTokens, err = p.intField(fMaxTokens, maxMaxTokens); err != nil {
+			return err
+		}
+		mct, err := p.intField(fMaxCompletionTokens, maxMaxTokens)
+		if err != nil {
+			return err
+		}
+		if mct > 0 {
+			p.r.MaxTokens = mct
+		}
+	case Completions:
+		p.r.MaxTokens, err = p.intField(fMaxTokens, maxMaxTokens)
+	case Responses:
+		p.r.MaxTokens, err = p.intField(fMaxOutputTokens, maxMaxTokens)
+	case Messages:
+		if !present(p.f[fMaxTokens]) {
+			return badRequest("missing_required_parameter", "max_tokens", "max_tokens is required")
+		}
+		p.r.MaxTokens, err = p.intField(fMaxTokens, maxMaxTokens)
+	}
+	return err
+}
+
+// choices reads how many completions are generated (Request.Choices) and,
+// on the OpenAI endpoints that take n, the stream options.
+func (p *reqParse) choices() error {
+	if p.r.Generates {
+		p.r.Choices = 1
+	}
+	if ep := p.r.Endpoint; ep != Chat && ep != Completions {
+		return nil
+	}
+	n, err := p.intField(fN, maxChoices)
+	if err != nil {
+		return err
+	}
+	p.r.Choices = max(p.r.Choices, n)
+	if p.r.Endpoint == Completions {
+		bo, err := p.intField(fBestOf, maxChoices)
+		if err != nil {
+			return err
+		}
+		p.r.Choices = max(p.r.Choices, bo)
+	}
+	return p.streamOptions()
+}
+
+// streamOptions reads whether the client asked for the usage chunk, and
+// whether PrepareBody has a stream_options to merge into.
+func (p *reqParse) streamOptions() error {
+	so := p.f[fStreamOptions]
+	p.r.streamOptions = so != nil // null included
+	if !present(so) {
+		return nil
+	}
+	if !isObject(so) {
+		return badRequest("invalid_type", "stream_options", "stream_options must be an object")
+	}
+	var iu []byte
+	dupIU := false
+	each(so, func(k, v []byte) bool {
+		if string(k) == "include_usage" {
+			if iu != nil {
+				dupIU = true
+				return false
+			}
+			iu = v
+		}
+		return true
+	})
+	switch {
+	case dupIU:
+		return badRequest("duplicate_parameter", "stream_options.include_usage",
+			`"include_usage" appears more than once in stream_options`)
+	case present(iu) && !isBool(iu):
+		return badRequest("invalid_type", "stream_options.include_usage",
+			"stream_options.include_usage must be a boolean")
+	}
+	p.r.ClientWantsUsage = string(iu) == "true"
+	return nil
+}
+
+// prompt reads what the model reads, as each endpoint gives it.
+func (p *reqParse) prompt() error {
+	switch p.r.Endpoint {
+	case Chat, Messages:
+		return p.messages()
+	case Completions:
+		// prompt is optional in practice: providers default it.
+		if err := p.r.inputs(&p.reqBody, p.f[fPrompt], "prompt"); err != nil {
+			return err
+		}
+		if v := p.f[fSuffix]; isString(v) {
+			p.r.Texts = p.addText(p.r.Texts, v) // text after the completion, in the prompt
+		}
+	case Embeddings:
+		if !present(p.f[fInput]) {
+			return badRequest("missing_required_parameter", "input", "input is required")
+		}
+		return p.r.inputs(&p.reqBody, p.f[fInput], "input")
+	case Responses:
+		return p.responses()
+	}
+	return nil
+}
+
+// messages reads a chat or Messages request's messages, its system prompt
+// (Messages) and its tools.
+func (p *reqParse) messages() error {
+	msgs := p.f[fMessages]
+	switch {
+	case !present(msgs):
+		return badRequest("missing_required_parameter", "messages", "messages is required")
+	case !isArray(msgs):
+		return badRequest("invalid_type", "messages", "messages must be an array")
+	}
+	r := &p.r
+	r.Texts = make([]string, 0, 8)
+	bad := r.eachMessage(msgs, func(m []byte) {
+		r.Texts = p.messageTexts(r.Texts, &r.Media, m)
+	})
+	switch {
+	case bad >= 0:
+		return badRequest("invalid_type", "messages["+strconv.Itoa(bad)+"]", "each message must be an object")
+	case r.Messages == 0:
+		return badRequest("invalid_value", "messages", "messages must not be empty")
+	}
+	if r.Endpoint == Messages {
+		if err := p.system(); err != nil {
+			return err
+		}
+	}
+	p.tools()
+	return nil
+}
+
+// system reads the Anthropic system prompt: a string or content blocks.
+func (p *reqParse) system() error {
+	switch s := p.f[fSystem]; {
+	case !present(s):
+	case isString(s):
+		p.r.Texts = p.addText(p.r.Texts, s)
+	case isArray(s):
+		p.r.Texts = p.contentTexts(p.r.Texts, &p.r.Media, s, 0)
+	default:
+		return badRequest("invalid_type", "system", "system must be a string or an array of content blocks")
+	}
+	return nil
+}
+
+// tools counts the tool definitions as their raw JSON, and on chat the
+// deprecated functions too.
+func (p *reqParse) tools() {
+	if v := p.f[fTools]; isArray(v) {
+		p.r.Texts = p.addRaw(p.r.Texts, v)
+	}
+	if v := p.f[fFunctions]; p.r.Endpoint == Chat && isArray(v) {
+		p.r.Texts = p.addRaw(p.r.Texts, v)
+	}
+}
+
+// responses reads a Responses request's prompt: instructions, input, a
+// stored prompt's variables, and tools.
+func (p *reqParse) responses() error {
+	if v := p.f[fBackground]; present(v) && string(v) != "false" {
+		// Answered "queued" at once, generated and billed after:
+		// the tokens cannot be counted when they are used, and the
+		// answer is fetched with a GET ringgate does not serve: let
+		// through, a call of 32 000 output tokens would be charged
+		// its prompt alone.
+		return badRequest("unsupported_parameter", "background",
+			"Background responses are not supported through the gateway: send the request without background.")
+	}
+	if err := p.r.responsesInput(&p.reqBody, p.f[fInput], p.f[fInstructions]); err != nil {
+		return err
+	}
+	if pr := p.f[fPrompt]; isObject(pr) {
+		// A stored prompt's variables: text, or input parts
+		// (an image is media, not 300 KB of text).
+		each(get(pr, "variables"), func(_, v []byte) bool {
+			switch {
+			case isString(v):
+				p.r.Texts = p.addText(p.r.Texts, v)
+			case isObject(v):
+				p.r.Texts = p.partTexts(p.r.Texts, &p.r.Media, v, 0)
+			}
+			return true
+		})
+	}
+	p.tools()
+	return nil
 }
 
 // responsesInput reads a Responses request's prompt: instructions (a
@@ -504,13 +588,7 @@ func (r *Request) responsesInput(p *reqBody, input, instructions []byte) error {
 	case !isArray(input):
 		return badRequest("invalid_type", "input", "input must be a string or an array of input items")
 	}
-	bad := -1
-	each(input, func(_, item []byte) bool {
-		if !isObject(item) {
-			bad = r.Messages
-			return false
-		}
-		r.Messages++
+	bad := r.eachMessage(input, func(item []byte) {
 		switch output := get(item, "output"); {
 		case get(item, "content") != nil:
 			r.Texts = p.messageTexts(r.Texts, &r.Media, item)
@@ -526,12 +604,28 @@ func (r *Request) responsesInput(p *reqBody, input, instructions []byte) error {
 		default:
 			r.Texts = p.addRaw(r.Texts, item)
 		}
-		return true
 	})
 	if bad >= 0 {
 		return badRequest("invalid_type", "input["+strconv.Itoa(bad)+"]", "each input item must be an object")
 	}
 	return nil
+}
+
+// eachMessage calls fn for each element of array list, a request's
+// messages or input items, counting them in r.Messages. It stops at one
+// that is not an object and returns its index, -1 when all are.
+func (r *Request) eachMessage(list []byte, fn func(m []byte)) int {
+	bad := -1
+	each(list, func(_, m []byte) bool {
+		if !isObject(m) {
+			bad = r.Messages
+			return false
+		}
+		r.Messages++
+		fn(m)
+		return true
+	})
+	return bad
 }
 
 // invalidUTF8At is the offset of the first byte of b that does not start a
