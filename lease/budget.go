@@ -74,57 +74,18 @@ type Budget struct {
 	// What was asked of the budget (admitted or not), by interval.
 	demand
 
-	// renewal is closed when the next grant attempt ends (made by a Take
-	// that found no room, for its caller to wait on); renewing: a grant
-	// is in flight. wake asks the Leaser for a maintain now.
-	renewal  chan struct{}
-	renewing bool
-	retryAt  int64  // no grant before this (the store had no room)
-	needed   Amount // what a refused request needed: the next grant brings at least this
-	// saturated: the last grant was short of what was asked (the
-	// budget is in demand beyond its limit).
-	saturated bool
-	wake      func()
-	stats     Stats
+	grant grantState
+	wake  func() // asks the Leaser for a maintain now
+	stats Stats
 
-	// The store is down since downSince (0: it answers). share is the
-	// local window used then; shareUses what it admitted, reported once
-	// the store answers.
-	downSince int64
-	down      atomic.Bool // downSince != 0, read without the lock
-	fenced    atomic.Bool // the store's window grants nothing any more (Fence)
-	share     *limiter.Tenant
-	shareN    int64
-	shareUses []Use
+	outage outage
+	fenced atomic.Bool // the store's window grants nothing any more (Fence)
 
-	// external is what the provider said others used (learn.go), sent
-	// to the store with the next round as externalUses; counted in
-	// what the window holds until the next grant says so itself.
-	external     Amount
-	externalUses []Use
-	learned      Amount // the limits the provider says it applies (0: not said)
+	provider providerSaid
+	history  windowHistory
+	slots    slotHolding
+	seed     seedState
 
-	// hist is what this node admitted in the last window, by bucket;
-	// gen the store window's generation as last seen (0: none yet).
-	hist    []Use
-	gen     int64
-	contact int64 // when a store call last reported gen
-	// historyOwed: the store's window was made anew and has not yet been
-	// told this node's part of the last one (reportHistory failed, or
-	// was not reached): no other store work before it is.
-	historyOwed bool
-
-	slotsHeld, slotsUsed int64
-	slotsUntil           int64 // when the holding lapses unless renewed
-	slotsRefused         int64 // refusals since the last renewal
-
-	// A budget that starts from usage counted elsewhere (Seed): seed is
-	// told to the store, and carried slots held there, before anything
-	// is granted; seeded is closed then.
-	seed    []Use
-	seeding bool
-	seeded  chan struct{}
-	carried int64 // slots of calls admitted before the seed, still running
 	// next: the budget that replaced this one (a reload changed the
 	// window), which counts this one's calls in flight as carried: a
 	// slot freed here is freed there too, and nothing more is taken here.
@@ -133,16 +94,93 @@ type Budget struct {
 	// none is asked for, its slots are held for the calls still running.
 	retired bool
 
-	// A line of requests waiting for this budget (the router's): room
-	// is told when something may have freed; backlog is how many wait,
-	// counted in the demand a block is sized for.
-	room         func()
-	backlog      func() int
-	flowsWaiting Backlog
-	roomed       bool // a round brought room (a block, slots, the store back or gone): room is told after it
+	line lineWatch
 
 	// fair is the budget's division among the cluster's flows (fair.go).
 	fair fairState
+}
+
+// grantState is the budget's asking the store for blocks: whether a grant
+// is in flight and what a refused request waits on for its end, when the
+// next may be asked for, and what it must bring.
+type grantState struct {
+	// renewal is closed when the next grant attempt ends (made by a Take
+	// that found no room, for its caller to wait on); renewing: a grant
+	// is in flight.
+	renewal  chan struct{}
+	renewing bool
+	retryAt  int64  // no grant before this (the store had no room)
+	needed   Amount // what a refused request needed: the next grant brings at least this
+	// saturated: the last grant was short of what was asked (the
+	// budget is in demand beyond its limit).
+	saturated bool
+}
+
+// outage is the budget's state while the store is down: since when, and
+// the local share it admits on then, whose uses the store is told of once
+// it answers again.
+type outage struct {
+	since     int64       // when the store went down (0: it answers)
+	down      atomic.Bool // since != 0, read without the lock
+	share     *limiter.Tenant
+	shareN    int64 // the members share was sized for
+	shareUses []Use // what share admitted, reported once the store answers
+}
+
+// providerSaid is what the provider's answers taught the budget
+// (learn.go): its limits where lower than the configured ones, and usage
+// by others the cluster's window does not hold.
+type providerSaid struct {
+	// external is what the provider said others used, sent to the
+	// store with the next round as externalUses; counted in what the
+	// window holds until the next grant says so itself.
+	external     Amount
+	externalUses []Use
+	limits       Amount // the limits the provider says it applies (0: not said)
+}
+
+// windowHistory is what this node admitted in the store's window and which
+// window that was: what it tells a store that lost the window.
+type windowHistory struct {
+	uses    []Use // what this node admitted in the last window, by bucket
+	gen     int64 // the store window's generation as last seen (0: none yet)
+	contact int64 // when a store call last reported gen
+	// owed: the store's window was made anew and has not yet been told
+	// this node's part of the last one (reportHistory failed, or was not
+	// reached): no other store work before it is.
+	owed bool
+}
+
+// slotHolding is the node's concurrency slots: what it holds in the store
+// and until when, and how many of them its calls fill.
+type slotHolding struct {
+	held, used int64
+	until      int64 // when the holding lapses unless renewed
+	refused    int64 // refusals since the last renewal
+	// carried: of used, the calls admitted elsewhere (before the seed,
+	// by the budget this one replaced, or reported by Charge), still
+	// running; ReleaseCarried frees them.
+	carried int64
+}
+
+// seedState is a budget that starts from usage counted elsewhere (Seed):
+// the seed is told to the store, and the carried slots held there, before
+// anything is granted.
+type seedState struct {
+	uses    []Use         // the seed, until the store holds it
+	pending bool          // the store does not hold the seed yet: Take refuses
+	done    chan struct{} // closed once the store holds it (nil: never seeded)
+}
+
+// lineWatch is the line of requests waiting for this budget (the
+// router's), as Watch registered it.
+type lineWatch struct {
+	room    func()     // told when something may have freed
+	backlog func() int // how many wait, counted in the demand a block is sized for
+	flows   Backlog    // how many wait for each flow, for the demand reported
+	// roomed: a round brought room (a block, slots, the store back or
+	// gone): room is told after it.
+	roomed bool
 }
 
 // Stats are a budget's counters and state, for /upstreams and /metrics.
@@ -238,7 +276,7 @@ func NewBudget(cfg Config, members func() int) *Budget {
 // each flow, for the demand it reports.
 func (b *Budget) Watch(room func(), backlog func() int, flows Backlog) {
 	b.mu.Lock()
-	b.room, b.backlog, b.flowsWaiting = room, backlog, flows
+	b.line.room, b.line.backlog, b.line.flows = room, backlog, flows
 	b.mu.Unlock()
 }
 
@@ -248,8 +286,8 @@ func (b *Budget) Watch(room func(), backlog func() int, flows Backlog) {
 // would have it try, and wake it, again at once.
 func (b *Budget) tellRoom() {
 	b.mu.Lock()
-	room, roomed := b.room, b.roomed
-	b.roomed = false
+	room, roomed := b.line.room, b.line.roomed
+	b.line.roomed = false
 	b.mu.Unlock()
 	if room != nil && roomed {
 		room()
@@ -265,10 +303,10 @@ func (b *Budget) roomAfter(room func()) {
 
 // waitingLocked is the backlog; b.mu is held.
 func (b *Budget) waitingLocked() int64 {
-	if b.backlog == nil {
+	if b.line.backlog == nil {
 		return 0
 	}
-	return int64(b.backlog())
+	return int64(b.line.backlog())
 }
 
 // Key is the budget's store key.
@@ -281,8 +319,8 @@ func (b *Budget) SetLimits(l limiter.Limits, down OnStoreDown) {
 		b.spendBlocks()
 	}
 	b.cfg.Limits, b.cfg.OnStoreDown = l, down
-	if b.share != nil {
-		b.share.SetLimits(b.shareLimits(b.shareN))
+	if b.outage.share != nil {
+		b.outage.share.SetLimits(b.shareLimits(b.outage.shareN))
 	}
 	b.mu.Unlock()
 }
@@ -403,9 +441,9 @@ func (b *Budget) take(now, tokens int64, asked bool, f *Flow) (Ticket, Decision)
 		return tk, d
 	}
 	defer b.mu.Unlock()
-	if b.seeding {
+	if b.seed.pending {
 		// Nothing before the store holds the seed.
-		return Ticket{}, Decision{Limited: limiter.Requests, RetryAfter: time.Duration(b.width), Renewal: b.seeded}
+		return Ticket{}, Decision{Limited: limiter.Requests, RetryAfter: time.Duration(b.width), Renewal: b.seed.done}
 	}
 	if b.roll(now); asked || b.asked.Requests == 0 {
 		// A line's retries count once an interval: the line is
@@ -433,17 +471,17 @@ func (b *Budget) take(now, tokens int64, asked bool, f *Flow) (Ticket, Decision)
 func (b *Budget) decideLocked(now, tokens int64) (Ticket, Decision) {
 	var tk Ticket
 	var d Decision
-	d.Degraded = b.downSince != 0
+	d.Degraded = b.outage.since != 0
 	d.Used = b.stats.Used
-	if b.cfg.Limits.Concurrency > 0 && b.slotsUsed >= b.slotLimit(now) {
-		b.slotsRefused++
+	if b.cfg.Limits.Concurrency > 0 && b.slots.used >= b.slotLimit(now) {
+		b.slots.refused++
 		d.Limited, d.RetryAfter = limiter.Concurrency, time.Second
-		if b.downSince == 0 {
+		if b.outage.since == 0 {
 			// A renewal may bring a slot: the caller may wait for it.
-			if b.renewal == nil {
-				b.renewal = make(chan struct{})
+			if b.grant.renewal == nil {
+				b.grant.renewal = make(chan struct{})
 			}
-			d.Renewal = b.renewal
+			d.Renewal = b.grant.renewal
 			b.wake()
 		}
 		return tk, d
@@ -451,7 +489,7 @@ func (b *Budget) decideLocked(now, tokens int64) (Ticket, Decision) {
 	if b.rateLimited() {
 		a := b.amount(tokens)
 		bucket := now / b.width
-		down := b.downSince != 0 && now-b.downSince >= b.grace()
+		down := b.outage.since != 0 && now-b.outage.since >= b.grace()
 		switch blk := b.usable(now, a); {
 		case blk != nil:
 			blk.left.Requests -= a.Requests
@@ -463,7 +501,7 @@ func (b *Budget) decideLocked(now, tokens int64) (Ticket, Decision) {
 				float64(blk.left.Tokens) < renewBelow*float64(blk.granted.Tokens) {
 				b.wake()
 			}
-		case b.downSince != 0 && b.cfg.OnStoreDown == Open:
+		case b.outage.since != 0 && b.cfg.OnStoreDown == Open:
 			// Admitted without the provider limit.
 		case down && b.cfg.OnStoreDown == Share:
 			lt, ld := b.shareLimiter(now).Admit(now, tokens)
@@ -471,33 +509,33 @@ func (b *Budget) decideLocked(now, tokens int64) (Ticket, Decision) {
 				d.Limited, d.RetryAfter = ld.Limited, ld.RetryAfter
 				return tk, d
 			}
-			b.shareUses = appendUse(b.shareUses, bucket, a)
+			b.outage.shareUses = appendUse(b.outage.shareUses, bucket, a)
 			b.record(now, bucket, a)
 			tk = Ticket{lt: lt, bucket: bucket, tokens: a.Tokens, share: true}
 		default:
 			// A grant must bring at least this much (a request larger
 			// than what any block has left).
 			if l := b.cfg.Limits; l.Tokens <= 0 || a.Tokens <= l.Tokens {
-				b.needed = Amount{max(b.needed.Requests, a.Requests), max(b.needed.Tokens, a.Tokens)}
+				b.grant.needed = Amount{max(b.grant.needed.Requests, a.Requests), max(b.grant.needed.Tokens, a.Tokens)}
 			}
 			d.Limited = limiter.Requests
 			if a.Requests == 0 || len(b.blocks) > 0 && b.liveLeft(now).Requests > 0 {
 				d.Limited = limiter.Tokens
 			}
 			d.RetryAfter = b.retryAfter(now)
-			if b.downSince == 0 && now >= b.retryAt {
+			if b.outage.since == 0 && now >= b.grant.retryAt {
 				// A grant may bring room: the caller may wait for it.
-				if b.renewal == nil {
-					b.renewal = make(chan struct{})
+				if b.grant.renewal == nil {
+					b.grant.renewal = make(chan struct{})
 				}
-				d.Renewal = b.renewal
+				d.Renewal = b.grant.renewal
 				b.wake()
 			}
 			return tk, d
 		}
 	}
 	if b.cfg.Limits.Concurrency > 0 {
-		b.slotsUsed++
+		b.slots.used++
 		tk.slot = true
 	}
 	d.Allowed = true
@@ -507,10 +545,10 @@ func (b *Budget) decideLocked(now, tokens int64) (Ticket, Decision) {
 // record keeps what this node admitted in the last window, per bucket, for
 // a store that lost its window; b.mu is held.
 func (b *Budget) record(now, bucket int64, a Amount) {
-	if n := len(b.hist); n > 0 && b.hist[0].Bucket <= bucket-Span-1 {
+	if n := len(b.history.uses); n > 0 && b.history.uses[0].Bucket <= bucket-Span-1 {
 		b.pruneHistory(now)
 	}
-	b.hist = appendUse(b.hist, bucket, a)
+	b.history.uses = appendUse(b.history.uses, bucket, a)
 }
 
 // Cancel undoes a Take whose request was not sent after all (another
@@ -521,7 +559,7 @@ func (b *Budget) Cancel(now int64, tk *Ticket) {
 		return
 	}
 	b.mu.Lock()
-	defer b.roomAfter(b.room)
+	defer b.roomAfter(b.line.room)
 	defer b.mu.Unlock()
 	if fs := tk.flow; fs != nil {
 		fs.unask(tk.asked)
@@ -544,10 +582,10 @@ func (b *Budget) Cancel(now int64, tk *Ticket) {
 		takeBack(tk.blk.uses, tk.bucket, a)
 		// Nor in this node's charge of the window (capLocked): a part
 		// spent on requests never sent is a part another tenant lacks.
-		takeBack(b.hist, tk.bucket, a)
-	case tk.share && b.share != nil:
+		takeBack(b.history.uses, tk.bucket, a)
+	case tk.share && b.outage.share != nil:
 		// The request stays counted on the share: conservative.
-		b.share.Finish(now, &tk.lt, 0)
+		b.outage.share.Finish(now, &tk.lt, 0)
 	}
 	*tk = Ticket{}
 }
@@ -560,7 +598,7 @@ func (b *Budget) Finish(now int64, tk *Ticket, actual int64) {
 		return
 	}
 	b.mu.Lock()
-	defer b.roomAfter(b.room)
+	defer b.roomAfter(b.line.room)
 	defer b.mu.Unlock()
 	if tk.slot {
 		if tk.flow != nil {
@@ -576,7 +614,7 @@ func (b *Budget) Finish(now int64, tk *Ticket, actual int64) {
 	diff := actual - tk.tokens
 	tk.tokens = actual
 	if diff != 0 && (tk.blk != nil || tk.share) {
-		adjustUse(b.hist, tk.bucket, diff) // this node's part of the window (capLocked)
+		adjustUse(b.history.uses, tk.bucket, diff) // this node's part of the window (capLocked)
 	}
 	switch {
 	case diff == 0:
@@ -588,10 +626,10 @@ func (b *Budget) Finish(now int64, tk *Ticket, actual int64) {
 		// credit is dropped (the store keeps the larger charge).
 		b.late = appendUse(b.late, tk.bucket, Amount{Tokens: diff})
 	case tk.share:
-		if b.share != nil {
-			b.share.Settle(now, &tk.lt, actual)
+		if b.outage.share != nil {
+			b.outage.share.Settle(now, &tk.lt, actual)
 		}
-		adjustUse(b.shareUses, tk.bucket, diff)
+		adjustUse(b.outage.shareUses, tk.bucket, diff)
 	}
 }
 
@@ -626,8 +664,8 @@ func (b *Budget) RetryAfter(now int64) time.Duration {
 // retryAfter estimates when a refused request could be admitted: when the
 // store said room frees, else after a renewal.
 func (b *Budget) retryAfter(now int64) time.Duration {
-	if b.retryAt > now {
-		return time.Duration(b.retryAt - now)
+	if b.grant.retryAt > now {
+		return time.Duration(b.grant.retryAt - now)
 	}
 	return time.Duration(b.width)
 }
@@ -635,11 +673,11 @@ func (b *Budget) retryAfter(now int64) time.Duration {
 // slotLimit is the slots this node may fill now.
 func (b *Budget) slotLimit(now int64) int64 {
 	switch {
-	case now < b.slotsUntil:
+	case now < b.slots.until:
 		// Past its part (the division moved) the node admits no call
 		// until enough of its own end; its holding shrinks with them.
-		return min(b.slotsHeld, b.slotPartLocked(b.cfg.Limits.Concurrency))
-	case b.downSince == 0:
+		return min(b.slots.held, b.slotPartLocked(b.cfg.Limits.Concurrency))
+	case b.outage.since == 0:
 		// The holding lapsed in the store without a failed call (the
 		// lease loop stalled): other nodes may have the slots now.
 		return 0
@@ -647,7 +685,7 @@ func (b *Budget) slotLimit(now int64) int64 {
 		return 1 << 62
 	case b.cfg.OnStoreDown == Closed:
 		return 0
-	case b.storeless || now-b.downSince >= int64(b.cfg.SlotTTL):
+	case b.storeless || now-b.outage.since >= int64(b.cfg.SlotTTL):
 		// Every other node's holding has lapsed by now.
 		return b.cfg.Limits.Concurrency / max(1, int64(b.members()))
 	}
@@ -667,12 +705,12 @@ func (b *Budget) shareLimits(n int64) limiter.Limits {
 // the members drop (the share grows), the growth is charged the same way.
 func (b *Budget) shareLimiter(now int64) *limiter.Tenant {
 	n := max(1, int64(b.members()))
-	if b.share == nil {
-		b.share = limiter.NewTenant(b.shareLimits(n), b.cfg.Window, b.cfg.Window)
-		b.shareN = n
+	if b.outage.share == nil {
+		b.outage.share = limiter.NewTenant(b.shareLimits(n), b.cfg.Window, b.cfg.Window)
+		b.outage.shareN = n
 		switch l := b.shareLimits(n); {
 		case !b.storeless:
-			b.share.ChargeAt(now, now, l.Requests, l.Tokens)
+			b.outage.share.ChargeAt(now, now, l.Requests, l.Tokens)
 		case n > 1 && now-b.born < int64(b.cfg.Window):
 			// A storeless node that started less than a window ago in
 			// a cluster charges its share as used when it started: it
@@ -683,19 +721,19 @@ func (b *Budget) shareLimiter(now int64) *limiter.Tenant {
 			// request: what it stands for leaves the window a window
 			// after the start (a first request late in that window
 			// would be refused for a window more).
-			b.share.ChargeAt(now, b.born, l.Requests, l.Tokens)
+			b.outage.share.ChargeAt(now, b.born, l.Requests, l.Tokens)
 		}
-		return b.share
+		return b.outage.share
 	}
-	if n != b.shareN {
-		old, nl := b.shareLimits(b.shareN), b.shareLimits(n)
-		b.share.SetLimits(nl)
-		if n < b.shareN {
-			b.share.ChargeAt(now, now, nl.Requests-old.Requests, nl.Tokens-old.Tokens)
+	if n != b.outage.shareN {
+		old, nl := b.shareLimits(b.outage.shareN), b.shareLimits(n)
+		b.outage.share.SetLimits(nl)
+		if n < b.outage.shareN {
+			b.outage.share.ChargeAt(now, now, nl.Requests-old.Requests, nl.Tokens-old.Tokens)
 		}
-		b.shareN = n
+		b.outage.shareN = n
 	}
-	return b.share
+	return b.outage.share
 }
 
 // noteAsked counts demand in intervals of a block's life.
@@ -769,7 +807,7 @@ func (b *Budget) want(now int64) Amount {
 	}
 	elapsed := max(now-from, int64(b.cfg.LeaseFor)/4, 1)
 	life := float64(b.cfg.LeaseFor)
-	if b.saturated {
+	if b.grant.saturated {
 		// The store has less than the nodes want: what frees is handed
 		// out a bucket at a time, and a block a slow node would take a
 		// block's life to use would hold it back from the others.
@@ -779,7 +817,7 @@ func (b *Budget) want(now int64) Amount {
 	per := total.Tokens / total.Requests
 	// One request more than the demand, on both dimensions.
 	w := Amount{Requests: int64(float64(total.Requests)*scale) + 1 + queued, Tokens: int64(float64(total.Tokens)*scale) + per*(1+queued)}
-	w.Requests, w.Tokens = max(w.Requests, b.needed.Requests), max(w.Tokens, b.needed.Tokens)
+	w.Requests, w.Tokens = max(w.Requests, b.grant.needed.Requests), max(w.Tokens, b.grant.needed.Tokens)
 	l := b.cfg.Limits
 	if l.Requests <= 0 {
 		w.Requests = 0
@@ -805,12 +843,12 @@ func (b *Budget) blockWant(now int64) (want, least Amount, ok bool) {
 	}
 	want, least = b.want(now), b.amount(b.perRequest())
 	if !b.capLocked(now, &want, least) {
-		b.retryAt = b.partFreesAt(now)
+		b.grant.retryAt = b.partFreesAt(now)
 		b.fair.peek = now-b.fair.peekedAt >= b.reportEvery()
 		b.stats.PartSpent++
-		if b.renewal != nil {
-			close(b.renewal)
-			b.renewal = nil
+		if b.grant.renewal != nil {
+			close(b.grant.renewal)
+			b.grant.renewal = nil
 		}
 		return Amount{}, Amount{}, false
 	}
@@ -820,7 +858,7 @@ func (b *Budget) blockWant(now int64) (want, least Amount, ok bool) {
 // needsBlock reports whether a new block should be asked for now.
 func (b *Budget) needsBlock(now int64) bool {
 	b.roll(now)
-	if !b.rateLimited() || b.retired || b.renewing || now < b.retryAt || b.asked.Requests+b.askedPrev.Requests == 0 {
+	if !b.rateLimited() || b.retired || b.grant.renewing || now < b.grant.retryAt || b.asked.Requests+b.askedPrev.Requests == 0 {
 		return false
 	}
 	var newest *block
@@ -829,7 +867,7 @@ func (b *Budget) needsBlock(now int64) bool {
 			newest = blk
 		}
 	}
-	if newest == nil || (b.needed != Amount{}) && b.usable(now, b.needed) == nil {
+	if newest == nil || (b.grant.needed != Amount{}) && b.usable(now, b.grant.needed) == nil {
 		return true
 	}
 	if newest.expires-now < int64(b.cfg.LeaseFor)/4 {
@@ -848,13 +886,13 @@ func (b *Budget) needsBlock(now int64) bool {
 func (b *Budget) Seed(uses []Use, slots int64) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	b.seed = append([]Use(nil), uses...)
-	b.seeding = true
-	b.seeded = make(chan struct{})
-	b.carried = max(0, slots)
-	b.slotsUsed += b.carried
+	b.seed.uses = append([]Use(nil), uses...)
+	b.seed.pending = true
+	b.seed.done = make(chan struct{})
+	b.slots.carried = max(0, slots)
+	b.slots.used += b.slots.carried
 	for _, u := range uses {
-		b.hist = appendUse(b.hist, u.Bucket, u.Amount)
+		b.history.uses = appendUse(b.history.uses, u.Bucket, u.Amount)
 	}
 	b.wake()
 }
@@ -863,14 +901,14 @@ func (b *Budget) Seed(uses []Use, slots int64) {
 func (b *Budget) Seeded() <-chan struct{} {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	return b.seeded
+	return b.seed.done
 }
 
 // ReleaseCarried frees the slot of one call that Seed carried over.
 func (b *Budget) ReleaseCarried() {
 	b.mu.Lock()
-	if b.carried > 0 {
-		b.carried--
+	if b.slots.carried > 0 {
+		b.slots.carried--
 		b.freeSlot()
 	}
 	b.mu.Unlock()
@@ -880,7 +918,7 @@ func (b *Budget) ReleaseCarried() {
 // replaced this one (a chain, after reloads in a row); b.mu is held.
 // Locks are taken along the chain, never back: a budget's next is newer.
 func (b *Budget) freeSlot() {
-	b.slotsUsed--
+	b.slots.used--
 	if b.next != nil {
 		b.next.ReleaseCarried()
 	}
@@ -894,14 +932,14 @@ func (b *Budget) freeSlot() {
 func (b *Budget) replaceBy(n *Budget) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	n.carried += b.slotsUsed
-	n.slotsUsed += b.slotsUsed
+	n.slots.carried += b.slots.used
+	n.slots.used += b.slots.used
 	b.next = n
 }
 
 // Degraded reports whether the store is down for this budget. It takes no
 // lock.
-func (b *Budget) Degraded() bool { return b.down.Load() }
+func (b *Budget) Degraded() bool { return b.outage.down.Load() }
 
 // Charge counts a use made elsewhere that the budget must hold too (a
 // call admitted outside it, reported late; a carried call that settled
@@ -918,20 +956,20 @@ func (b *Budget) Charge(now int64, u Use, slot bool) {
 	} else {
 		b.late = append(b.late, u)
 	}
-	b.hist = appendUse(b.hist, u.Bucket, u.Amount)
+	b.history.uses = appendUse(b.history.uses, u.Bucket, u.Amount)
 	if slot && b.cfg.Limits.Concurrency > 0 {
-		b.carried++
-		b.slotsUsed++
+		b.slots.carried++
+		b.slots.used++
 	}
 }
 
 // storeFailed notes a failed store call.
 func (b *Budget) storeFailed(now int64) {
 	b.stats.StoreErrors++
-	if b.downSince == 0 {
-		b.downSince = now
-		b.down.Store(true)
-		b.roomed = true // on_redis_down decides now: open may admit
+	if b.outage.since == 0 {
+		b.outage.since = now
+		b.outage.down.Store(true)
+		b.line.roomed = true // on_redis_down decides now: open may admit
 	}
 }
 
@@ -939,8 +977,8 @@ func (b *Budget) storeFailed(now int64) {
 // slots; it reports false while that is not done.
 func (b *Budget) tellSeed(ctx context.Context, st Store, node string, now int64, give func(ReturnRequest) bool) bool {
 	b.mu.Lock()
-	seeding, seed := b.seeding, b.seed
-	want, limit := min(b.cfg.Limits.Concurrency, b.slotsUsed+1), b.cfg.Limits.Concurrency
+	seeding, seed := b.seed.pending, b.seed.uses
+	want, limit := min(b.cfg.Limits.Concurrency, b.slots.used+1), b.cfg.Limits.Concurrency
 	b.mu.Unlock()
 	if !seeding {
 		return true
@@ -950,7 +988,7 @@ func (b *Budget) tellSeed(ctx context.Context, st Store, node string, now int64,
 			return false
 		}
 		b.mu.Lock()
-		b.seed = nil
+		b.seed.uses = nil
 		b.mu.Unlock()
 	}
 	if limit > 0 {
@@ -961,12 +999,12 @@ func (b *Budget) tellSeed(ctx context.Context, st Store, node string, now int64,
 			b.mu.Unlock()
 			return false
 		}
-		b.slotsHeld, b.slotsUntil = held, now+int64(b.cfg.SlotTTL)
+		b.slots.held, b.slots.until = held, now+int64(b.cfg.SlotTTL)
 		b.mu.Unlock()
 	}
 	b.mu.Lock()
-	b.seeding = false
-	close(b.seeded)
+	b.seed.pending = false
+	close(b.seed.done)
 	b.mu.Unlock()
 	return true
 }
@@ -992,14 +1030,14 @@ func (b *Budget) newGen(now, gen int64) bool {
 }
 
 func (b *Budget) newGenLocked(now, gen int64) bool {
-	prev, seen := b.gen, b.contact
-	b.gen, b.contact = gen, now
+	prev, seen := b.history.gen, b.history.contact
+	b.history.gen, b.history.contact = gen, now
 	// A window whose key expired (no node called for its TTL: two
 	// windows and a block's life) holds nothing that counts: only one
 	// lost sooner was lost with usage in it.
 	if prev != 0 && gen != prev && now-seen < int64(2*b.cfg.Window+b.cfg.LeaseFor) {
-		b.retryAt = max(b.retryAt, now+int64(rebuildWait))
-		b.historyOwed = true
+		b.grant.retryAt = max(b.grant.retryAt, now+int64(rebuildWait))
+		b.history.owed = true
 		return true
 	}
 	return false
@@ -1012,7 +1050,7 @@ func (b *Budget) newGenLocked(now, gen int64) bool {
 func (b *Budget) reportHistory(ctx context.Context, st Store, now int64, keyTTL time.Duration) bool {
 	b.mu.Lock()
 	b.pruneHistory(now)
-	report := append([]Use(nil), b.hist...)
+	report := append([]Use(nil), b.history.uses...)
 	for _, blk := range b.blocks {
 		if blk.returned {
 			continue
@@ -1037,7 +1075,7 @@ func (b *Budget) reportHistory(ctx context.Context, st Store, now int64, keyTTL 
 		return false
 	}
 	b.mu.Lock()
-	b.gen, b.historyOwed = gen, false
+	b.history.gen, b.history.owed = gen, false
 	for _, blk := range b.blocks {
 		blk.gen = gen // their grants are in this window now
 	}
@@ -1049,11 +1087,11 @@ func (b *Budget) reportHistory(ctx context.Context, st Store, now int64, keyTTL 
 func (b *Budget) pruneHistory(now int64) {
 	cut := now/b.width - Span - 1
 	i := 0
-	for i < len(b.hist) && b.hist[i].Bucket <= cut {
+	for i < len(b.history.uses) && b.history.uses[i].Bucket <= cut {
 		i++
 	}
 	if i > 0 {
-		b.hist = append(b.hist[:0], b.hist[i:]...)
+		b.history.uses = append(b.history.uses[:0], b.history.uses[i:]...)
 	}
 }
 
@@ -1107,7 +1145,7 @@ func (b *Budget) giveBack(ctx context.Context, st Store, node string, now int64)
 		}
 	}
 	b.mu.Lock()
-	used, limit := b.slotsUsed, b.cfg.Limits.Concurrency
+	used, limit := b.slots.used, b.cfg.Limits.Concurrency
 	replaced := b.next != nil
 	b.mu.Unlock()
 	if limit > 0 && !replaced { // else the budget that replaced it holds them
@@ -1156,14 +1194,14 @@ func (b *Budget) Stats(now int64) Stats {
 		}
 	}
 	s.Left = b.liveLeft(now)
-	s.SlotsHeld, s.SlotsUsed = b.slotsHeld, b.slotsUsed
+	s.SlotsHeld, s.SlotsUsed = b.slots.held, b.slots.used
 	if d := b.fair.div; d.known {
 		s.Divided, s.Part, s.PartSlots, s.Demand, s.DemandSlots, s.Nodes = true, d.rate, d.slots, d.demand, d.demandSlots, d.nodes
 	}
-	s.Degraded = b.downSince != 0
+	s.Degraded = b.outage.since != 0
 	d := s.degradedNs
-	if b.downSince != 0 {
-		d += now - b.downSince
+	if b.outage.since != 0 {
+		d += now - b.outage.since
 	}
 	s.DegradedFor = time.Duration(d)
 	return s

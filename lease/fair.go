@@ -352,7 +352,7 @@ func (b *Budget) capLocked(now int64, want *Amount, least Amount) bool {
 	}
 	b.pruneHistory(now)
 	var mine Amount
-	for _, u := range b.hist {
+	for _, u := range b.history.uses {
 		mine.Requests += u.Requests
 		mine.Tokens += u.Tokens
 	}
@@ -364,7 +364,7 @@ func (b *Budget) capLocked(now int64, want *Amount, least Amount) bool {
 	}
 	part := b.fair.div.rate
 	if mine.Tokens == 0 && part.Tokens > 0 {
-		part.Tokens = max(part.Tokens, b.needed.Tokens)
+		part.Tokens = max(part.Tokens, b.grant.needed.Tokens)
 	}
 	l := b.limitsLocked()
 	if l.Requests > 0 {
@@ -381,8 +381,8 @@ func (b *Budget) capLocked(now int64, want *Amount, least Amount) bool {
 // is held.
 func (b *Budget) partFreesAt(now int64) int64 {
 	next := b.fair.reportedAt + b.reportEvery()
-	if len(b.hist) > 0 {
-		next = min(next, (b.hist[0].Bucket+Span+1)*b.width)
+	if len(b.history.uses) > 0 {
+		next = min(next, (b.history.uses[0].Bucket+Span+1)*b.width)
 	}
 	return max(next, now+1)
 }
@@ -406,17 +406,17 @@ func (b *Budget) peekUsed(ctx context.Context, st Store, now int64, keyTTL time.
 		b.stats.StoreErrors++ // the leases' own calls say whether the store is down
 		return
 	}
-	if reply.Gen != b.gen {
+	if reply.Gen != b.history.gen {
 		return // a window made anew: the next round deals with it
 	}
 	b.stats.Used = reply.Used
-	// b.external is what the provider said others used that the window
-	// does not hold: what is still to be sent (externalUses), the rest
+	// b.provider.external is what the provider said others used that the
+	// window does not hold: what is still to be sent (externalUses), the rest
 	// went with this round before the read.
-	b.external = Amount{}
-	for _, u := range b.externalUses {
-		b.external.Requests += u.Requests
-		b.external.Tokens += u.Tokens
+	b.provider.external = Amount{}
+	for _, u := range b.provider.externalUses {
+		b.provider.external.Requests += u.Requests
+		b.provider.external.Tokens += u.Tokens
 	}
 }
 

@@ -160,8 +160,8 @@ func TestCancelTakesBackTheAsk(t *testing.T) {
 	b.storeless = true
 	f := flow("a", 0, 1)
 	now := int64(2 * time.Hour)
-	b.down.Store(true)
-	b.downSince = now - int64(time.Hour)
+	b.outage.down.Store(true)
+	b.outage.since = now - int64(time.Hour)
 	for range 10 {
 		tk, d := b.TakeFor(now, 5, &f)
 		if d.Allowed {
@@ -236,7 +236,7 @@ func FuzzDecodeReport(f *testing.F) {
 // Sequence: concurrency 4; node n0 (flow a) fills all 4 slots with long
 // calls. Then node n1's flow b has 4 requests waiting in its line. Both
 // report: a wants 4 (inflight), b wants 4 (waiting): parts 2 and 2. n0's
-// maintain sees slotsHeld 4 > part 2 and holds 2; n1 holds 2 and admits
+// maintain sees slots.held 4 > part 2 and holds 2; n1 holds 2 and admits
 // 2: 6 calls at once, limit 4.
 func TestSlotPartBelowCallsRunningHoldsThem(t *testing.T) {
 	for stName, st := range stores(t) {

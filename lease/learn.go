@@ -35,17 +35,17 @@ type Observed struct {
 func (b *Budget) Observe(now int64, requests, tokens Observed) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if b.downSince != 0 || b.storeless {
+	if b.outage.since != 0 || b.storeless {
 		return // the share has no cluster window to correct
 	}
 	// A provider that says its limit is below the configured one is
 	// believed (until it says otherwise): grants use it.
 	before := b.limitsLocked()
 	if requests.Limited && requests.Limit > 0 {
-		b.learned.Requests = requests.Limit
+		b.provider.limits.Requests = requests.Limit
 	}
 	if tokens.Limited && tokens.Limit > 0 {
-		b.learned.Tokens = tokens.Limit
+		b.provider.limits.Tokens = tokens.Limit
 	}
 	if after := b.limitsLocked(); after.Requests < before.Requests || after.Tokens < before.Tokens {
 		b.spendBlocks() // granted under the higher limit
@@ -62,10 +62,10 @@ func (b *Budget) Observe(now int64, requests, tokens Observed) {
 		tokens.Limited = false
 	}
 	if requests.Limited && l.Requests > 0 {
-		missing.Requests = b.missing(l.Requests, b.stats.Used.Requests+b.external.Requests, requests.Remaining)
+		missing.Requests = b.missing(l.Requests, b.stats.Used.Requests+b.provider.external.Requests, requests.Remaining)
 	}
 	if tokens.Limited && l.Tokens > 0 {
-		missing.Tokens = b.missing(l.Tokens, b.stats.Used.Tokens+b.external.Tokens, tokens.Remaining)
+		missing.Tokens = b.missing(l.Tokens, b.stats.Used.Tokens+b.provider.external.Tokens, tokens.Remaining)
 	}
 	if missing.Requests == 0 && missing.Tokens == 0 {
 		return
@@ -74,9 +74,9 @@ func (b *Budget) Observe(now int64, requests, tokens Observed) {
 	// A charge in bucket c leaves the window at bucket c+Span+1.
 	bucket := (now+int64(reset))/b.width - Span - 1
 	bucket = max(bucket, now/b.width-Span)
-	b.externalUses = appendUse(b.externalUses, bucket, missing)
-	b.external.Requests += missing.Requests
-	b.external.Tokens += missing.Tokens
+	b.provider.externalUses = appendUse(b.provider.externalUses, bucket, missing)
+	b.provider.external.Requests += missing.Requests
+	b.provider.external.Tokens += missing.Tokens
 	b.stats.Corrections++
 	b.wake()
 }
@@ -98,11 +98,11 @@ func (b *Budget) missing(limit, used, remaining int64) int64 {
 // it applies; b.mu is held.
 func (b *Budget) limitsLocked() limiter.Limits {
 	l := b.cfg.Limits
-	if b.learned.Requests > 0 && l.Requests > 0 {
-		l.Requests = min(l.Requests, b.learned.Requests)
+	if b.provider.limits.Requests > 0 && l.Requests > 0 {
+		l.Requests = min(l.Requests, b.provider.limits.Requests)
 	}
-	if b.learned.Tokens > 0 && l.Tokens > 0 {
-		l.Tokens = min(l.Tokens, b.learned.Tokens)
+	if b.provider.limits.Tokens > 0 && l.Tokens > 0 {
+		l.Tokens = min(l.Tokens, b.provider.limits.Tokens)
 	}
 	return l
 }

@@ -81,8 +81,8 @@ func (l *Leaser) Budget(cfg Config, members func() int) *Budget {
 	if b.storeless {
 		// On its share from the first request, not from the first round
 		// of the loop (a request before it found no slot at all).
-		b.downSince = l.clock()
-		b.down.Store(true)
+		b.outage.since = l.clock()
+		b.outage.down.Store(true)
 	}
 	b.wake = l.kick
 	if old := l.budgets[cfg.Key]; old != nil {
@@ -190,7 +190,7 @@ func (l *Leaser) all() []*Budget {
 	}
 	for k, b := range l.retiring {
 		b.mu.Lock()
-		idle := b.slotsUsed-b.carried <= 0
+		idle := b.slots.used-b.slots.carried <= 0
 		b.mu.Unlock()
 		if idle {
 			delete(l.retiring, k)
@@ -226,11 +226,11 @@ func (l *Leaser) Run(ctx context.Context) {
 func (l *Leaser) Maintain(ctx context.Context) {
 	for _, b := range l.all() {
 		b.mu.Lock()
-		wasDown, since := b.downSince != 0 && !b.storeless, b.downSince
+		wasDown, since := b.outage.since != 0 && !b.storeless, b.outage.since
 		b.mu.Unlock()
 		b.maintain(ctx, l.store, l.node, l.clock())
 		b.mu.Lock()
-		isDown := b.downSince != 0 && !b.storeless
+		isDown := b.outage.since != 0 && !b.storeless
 		b.mu.Unlock()
 		switch {
 		case !wasDown && isDown:

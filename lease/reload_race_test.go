@@ -96,7 +96,7 @@ func TestReloadsRacingCallsFreeEverySlot(t *testing.T) {
 			t.Logf("%d calls, %d of them ended on a budget replaced meanwhile", taken.Load(), onReplaced.Load())
 			b := get()
 			b.mu.Lock()
-			used, carried := b.slotsUsed, b.carried
+			used, carried := b.slots.used, b.slots.carried
 			b.mu.Unlock()
 			if used != 0 || carried != 0 {
 				t.Fatalf("every call ended: the budget in force counts %d slots used, %d carried", used, carried)

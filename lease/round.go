@@ -33,10 +33,10 @@ func (b *Budget) goStoreless(now int64) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.storeless = true
-	if b.downSince == 0 {
-		b.downSince = now
-		b.down.Store(true)
-		b.roomed = true
+	if b.outage.since == 0 {
+		b.outage.since = now
+		b.outage.down.Store(true)
+		b.line.roomed = true
 	}
 	b.dropExpired(now)
 }
@@ -65,9 +65,9 @@ func (rd *round) wakeWaiters() {
 // takeRenewal takes the budget's renewal channel, to close when the round
 // ends; b.mu is held.
 func (rd *round) takeRenewal() {
-	if ch := rd.b.renewal; ch != nil {
+	if ch := rd.b.grant.renewal; ch != nil {
 		rd.renewals = append(rd.renewals, ch)
-		rd.b.renewal = nil
+		rd.b.grant.renewal = nil
 	}
 }
 
@@ -108,7 +108,7 @@ func (rd *round) giveNow(used []Use, keep func([]Use)) bool {
 // when an earlier round could not.
 func (rd *round) owedHistory() bool {
 	rd.b.mu.Lock()
-	owed := rd.b.historyOwed
+	owed := rd.b.history.owed
 	rd.b.mu.Unlock()
 	return !owed || rd.b.reportHistory(rd.ctx, rd.st, rd.now, rd.keyTTL)
 }
@@ -120,33 +120,33 @@ func (rd *round) seed() bool { return rd.b.tellSeed(rd.ctx, rd.st, rd.node, rd.n
 func (rd *round) endOutage() bool {
 	b, now := rd.b, rd.now
 	b.mu.Lock()
-	wasDown := b.downSince != 0
-	report := b.shareUses
-	b.shareUses = nil
+	wasDown := b.outage.since != 0
+	report := b.outage.shareUses
+	b.outage.shareUses = nil
 	b.mu.Unlock()
 	if !wasDown {
 		return true
 	}
-	if !rd.giveNow(report, func(u []Use) { b.shareUses = append(u, b.shareUses...) }) {
+	if !rd.giveNow(report, func(u []Use) { b.outage.shareUses = append(u, b.outage.shareUses...) }) {
 		return false
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	b.stats.degradedNs += now - b.downSince
+	b.stats.degradedNs += now - b.outage.since
 	// What the other nodes' shares admitted reaches the store when they
 	// reach it: no grant before they had the time to, also on a node that
 	// had no share of its own (no demand meanwhile: its demand may rise
 	// first, before theirs is told: 450 requests for 300 otherwise). open
 	// and closed admit on no share: nothing to wait for.
 	if b.cfg.OnStoreDown == Share {
-		b.retryAt = max(b.retryAt, now+int64(rebuildWait))
+		b.grant.retryAt = max(b.grant.retryAt, now+int64(rebuildWait))
 	}
 	// Admissions on the share since the report are reported with the
 	// next round (the store answers again: the share is over).
-	b.late = append(b.late, b.shareUses...)
-	b.downSince, b.share, b.shareUses = 0, nil, nil
-	b.roomed = true
-	b.down.Store(false)
+	b.late = append(b.late, b.outage.shareUses...)
+	b.outage.since, b.outage.share, b.outage.shareUses = 0, nil, nil
+	b.line.roomed = true
+	b.outage.down.Store(false)
 	return true
 }
 
@@ -196,7 +196,7 @@ func (rd *round) probe() bool {
 	b := rd.b
 	b.mu.Lock()
 	b.pruneHistory(rd.now)
-	probe := (len(b.hist) > 0 || len(b.blocks) > 0) && rd.now-b.contact >= int64(genProbe)
+	probe := (len(b.history.uses) > 0 || len(b.blocks) > 0) && rd.now-b.history.contact >= int64(genProbe)
 	b.mu.Unlock()
 	return !probe || rd.give(ReturnRequest{Expires: rd.now / b.width})
 }
@@ -205,16 +205,16 @@ func (rd *round) probe() bool {
 func (rd *round) externalUses() bool {
 	b := rd.b
 	b.mu.Lock()
-	ext := b.externalUses
-	b.externalUses = nil
+	ext := b.provider.externalUses
+	b.provider.externalUses = nil
 	b.mu.Unlock()
-	return len(ext) == 0 || rd.giveNow(ext, func(u []Use) { b.externalUses = append(u, b.externalUses...) })
+	return len(ext) == 0 || rd.giveNow(ext, func(u []Use) { b.provider.externalUses = append(u, b.provider.externalUses...) })
 }
 
 // exchange tells this node's demand and divides the budget (fair.go).
 func (rd *round) exchange() bool {
 	rd.b.mu.Lock()
-	flows := rd.b.flowsWaiting
+	flows := rd.b.line.flows
 	rd.b.mu.Unlock()
 	rd.b.exchange(rd.ctx, rd.st, rd.node, rd.now, flows)
 	return true
@@ -236,18 +236,18 @@ func (rd *round) grant() bool {
 		return true
 	}
 	expires := now + int64(b.cfg.LeaseFor)
-	if b.saturated {
+	if b.grant.saturated {
 		// Short blocks while the budget is in demand: what a node does
 		// not use goes back soon.
 		expires = now + min(int64(b.cfg.LeaseFor), 4*b.width)
 	}
-	b.renewing = true
+	b.grant.renewing = true
 	el := b.limitsLocked()
 	b.mu.Unlock()
 	reply, err := rd.st.Grant(rd.ctx, b.windowKey, GrantRequest{Now: now / b.width, Expires: expires / b.width,
 		Limit: Amount{el.Requests, el.Tokens}, Want: want, Min: least, KeyTTL: rd.keyTTL})
 	b.mu.Lock()
-	b.renewing = false
+	b.grant.renewing = false
 	rd.takeRenewal()
 	if err != nil {
 		b.storeFailed(now)
@@ -278,7 +278,7 @@ func (b *Budget) granted(now, expires int64, want Amount, reply GrantReply) (g A
 	if reply.Fenced {
 		b.fenced.Store(true)
 	}
-	b.external = Amount{} // the window holds what was sent of it now
+	b.provider.external = Amount{} // the window holds what was sent of it now
 	g = reply.Granted
 	fresh = b.newGenLocked(now, reply.Gen)
 	// A grant to a budget replaced meanwhile (a reload while the round
@@ -286,19 +286,19 @@ func (b *Budget) granted(now, expires int64, want Amount, reply GrantReply) (g A
 	// give-back is done (a block held so would keep a reload back to the
 	// old window at nothing for a window).
 	usable = (want.Requests == 0 || g.Requests > 0) && (want.Tokens == 0 || g.Tokens > 0) && !fresh && b.next == nil
-	b.saturated = g.Requests < want.Requests || g.Tokens < want.Tokens
+	b.grant.saturated = g.Requests < want.Requests || g.Tokens < want.Tokens
 	switch {
 	case usable:
-		b.needed = Amount{}
+		b.grant.needed = Amount{}
 		b.blocks = append(b.blocks, &block{gen: reply.Gen, expires: expires, bucket: expires / b.width, granted: g, left: g})
-		b.roomed = true
-		b.retryAt = 0
+		b.line.roomed = true
+		b.grant.retryAt = 0
 	case !fresh:
 		b.stats.Empty++
 		// No room until the oldest bucket leaves the window, or a node
 		// gives back what it did not use (a quarter of a block's life at
 		// most, for the store to learn of it).
-		b.retryAt = min((reply.Oldest+Span+1)*b.width, now+int64(b.cfg.LeaseFor)/4)
+		b.grant.retryAt = min((reply.Oldest+Span+1)*b.width, now+int64(b.cfg.LeaseFor)/4)
 	}
 	return g, usable, fresh
 }
@@ -317,7 +317,7 @@ func (rd *round) slots() bool {
 	if !renew {
 		return true
 	}
-	b.slotsRefused = 0
+	b.slots.refused = 0
 	b.mu.Unlock()
 	held, err := rd.st.HoldSlots(rd.ctx, b.cfg.Key, rd.node, want, c, rd.now, b.cfg.SlotTTL)
 	b.mu.Lock()
@@ -325,12 +325,12 @@ func (rd *round) slots() bool {
 	if err != nil {
 		// The store may have taken a shrink whose answer was lost: hold
 		// to the smaller of the two.
-		b.slotsHeld = min(b.slotsHeld, want)
+		b.slots.held = min(b.slots.held, want)
 		b.storeFailed(rd.now)
 		return false
 	}
-	b.roomed = b.roomed || held > b.slotsHeld
-	b.slotsHeld, b.slotsUntil = held, rd.now+int64(b.cfg.SlotTTL)
+	b.line.roomed = b.line.roomed || held > b.slots.held
+	b.slots.held, b.slots.until = held, rd.now+int64(b.cfg.SlotTTL)
 	return true
 }
 
@@ -339,15 +339,15 @@ func (rd *round) slots() bool {
 func (b *Budget) slotsWanted(now, limit int64) (want int64, renew bool) {
 	// Room for one more call beside those running, but none on a node
 	// nobody asks: an idle node's slot is one a busy one lacks.
-	headroom := max(1, b.slotsUsed/4, b.slotsRefused)
-	if b.roll(now); b.slotsUsed == 0 && b.slotsRefused == 0 && b.asked.Requests+b.askedPrev.Requests == 0 {
+	headroom := max(1, b.slots.used/4, b.slots.refused)
+	if b.roll(now); b.slots.used == 0 && b.slots.refused == 0 && b.asked.Requests+b.askedPrev.Requests == 0 {
 		headroom = 0
 	}
 	// Never fewer than the calls running: a slot given up under a call
 	// still at the provider would be another node's at once.
 	part := b.slotPartLocked(limit)
-	want = min(limit, max(b.slotsUsed, min(part, b.slotsUsed+headroom)))
-	renew = now >= b.slotsUntil-int64(b.cfg.SlotTTL)*2/3 || b.slotsRefused > 0 && b.slotsHeld < part ||
-		b.slotsUsed >= b.slotsHeld && b.slotsHeld < part || b.slotsHeld > want+headroom || b.slotsHeld > max(part, b.slotsUsed)
+	want = min(limit, max(b.slots.used, min(part, b.slots.used+headroom)))
+	renew = now >= b.slots.until-int64(b.cfg.SlotTTL)*2/3 || b.slots.refused > 0 && b.slots.held < part ||
+		b.slots.used >= b.slots.held && b.slots.held < part || b.slots.held > want+headroom || b.slots.held > max(part, b.slots.used)
 	return want, renew
 }

@@ -39,7 +39,7 @@ func TestFinishTwiceLastTokensWin(t *testing.T) {
 			}
 			left := func() int64 {
 				if down {
-					return b.share.Usage(now).Limits.Tokens - b.share.Usage(now).Tokens
+					return b.outage.share.Usage(now).Limits.Tokens - b.outage.share.Usage(now).Tokens
 				}
 				var n int64 // unclamped: the excess may overdraw the block
 				for _, blk := range b.blocks {

@@ -70,7 +70,7 @@ func reviewStores(t *testing.T) map[string]func() (Store, func()) {
 }
 
 // A store that lost its window, and one failed call: the node that found
-// the new window must still tell it its history (Budget.historyOwed). It
+// the new window must still tell it its history (Budget.history.owed). It
 // once recorded the new generation first and, its report failed, never
 // told it: after rebuildWait it leased a whole new limit on top of what it
 // admitted in the last window (504 in a window, limit 300).
