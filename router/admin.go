@@ -28,11 +28,11 @@ func (r *Router) serveAdmin(ctx *fasthttp.RequestCtx) {
 		writeJSON(ctx, fasthttp.StatusOK, map[string]string{"status": "ok"})
 		return
 	case "/readyz":
-		if r.draining.Load() {
+		if r.life.draining.Load() {
 			writeJSON(ctx, fasthttp.StatusServiceUnavailable, map[string]string{"status": "draining"})
 			return
 		}
-		if !r.ready.Load() {
+		if !r.life.ready.Load() {
 			writeJSON(ctx, fasthttp.StatusServiceUnavailable, map[string]string{"status": "joining"})
 			return
 		}
@@ -164,11 +164,11 @@ type clusterView struct {
 }
 
 func (r *Router) clusterView() clusterView {
-	cv := clusterView{Self: r.node, ConfigVersion: r.ConfigVersion(), LastReload: r.lastReload.Load()}
+	cv := clusterView{Self: r.node, ConfigVersion: r.ConfigVersion(), LastReload: r.reloads.last.Load()}
 	v := r.view.Load()
 	if v == nil {
 		st := "active"
-		if r.draining.Load() {
+		if r.life.draining.Load() {
 			st = "draining"
 		}
 		cv.Members = []Member{{Name: r.node, Addr: r.state.Load().cfg.Node.Listen, State: st, ConfigVersion: cv.ConfigVersion}}
@@ -205,7 +205,7 @@ type ReloadResult struct {
 // config from its source and applies it (the node's). Without one the
 // endpoint answers 409.
 func (r *Router) SetReloader(reload func(trigger string) ReloadResult) {
-	r.reloader.Store(&reload)
+	r.reloads.reloader.Store(&reload)
 }
 
 // Config is the config in force (read only).
@@ -216,13 +216,13 @@ func (r *Router) ConfigVersion() string { return r.state.Load().version }
 
 // NoteReload records the outcome of a reload for /cluster.
 func (r *Router) NoteReload(res ReloadResult) {
-	r.lastReload.Store(&res)
+	r.reloads.last.Store(&res)
 }
 
 // serveReload answers POST /admin/reload: 200 with the version now
 // running, or 400 with why the config was refused (the old one runs on).
 func (r *Router) serveReload(ctx *fasthttp.RequestCtx) {
-	reload := r.reloader.Load()
+	reload := r.reloads.reloader.Load()
 	if reload == nil {
 		fail(ctx, fasthttp.StatusConflict, "invalid_request_error", "no_config_source", "This node was not started from a config source it can read again.")
 		return
@@ -419,10 +419,10 @@ func teamName(t *tenant) string {
 }
 
 func (r *Router) metricsHandler(ctx *fasthttp.RequestCtx) {
-	r.metricsOnce.Do(func() {
-		r.metricsHTTP = fasthttpadaptor.NewFastHTTPHandler(promhttp.HandlerFor(r.metrics.reg, promhttp.HandlerOpts{}))
+	r.metricsServe.once.Do(func() {
+		r.metricsServe.handler = fasthttpadaptor.NewFastHTTPHandler(promhttp.HandlerFor(r.metrics.reg, promhttp.HandlerOpts{}))
 	})
-	r.metricsHTTP(ctx)
+	r.metricsServe.handler(ctx)
 }
 
 func writeJSON(ctx *fasthttp.RequestCtx, status int, v any) {

@@ -132,21 +132,21 @@ func (r *Router) buildBudgets(cfg *config.Config, provs []*upstream.Provider) ma
 		}
 		out[provs[i]] = pb
 	}
-	r.linesMu.Lock()
-	for name := range r.learned {
+	r.lines.mu.Lock()
+	for name := range r.lines.learned {
 		if !slices.ContainsFunc(cfg.Upstreams, func(u config.Upstream) bool { return u.Name == name }) {
-			delete(r.learned, name)
+			delete(r.lines.learned, name)
 		}
 	}
-	for key, q := range r.lines {
+	for key, q := range r.lines.byKey {
 		if !keep[key] {
 			// Its waiters are decided on the new config once it is in
 			// force (kickBudgetLines).
-			delete(r.lines, key)
-			r.droppedLines = append(r.droppedLines, q)
+			delete(r.lines.byKey, key)
+			r.lines.dropped = append(r.lines.dropped, q)
 		}
 	}
-	r.linesMu.Unlock()
+	r.lines.mu.Unlock()
 	if st := r.state.Load(); st != nil {
 		st.spillKeys(keep) // a reload keeps the spills
 	}
@@ -158,16 +158,16 @@ func (r *Router) buildBudgets(cfg *config.Config, provs []*upstream.Provider) ma
 // (kept across reloads by the budget's key).
 func (r *Router) budgetLine(c lease.Config, what, name string, shadow bool) *budgetLine {
 	b := r.leaser.Budget(c, func() int { return r.view.Load().liveMembers() })
-	r.linesMu.Lock()
-	if r.lines == nil {
-		r.lines = make(map[string]*queue.Queue)
+	r.lines.mu.Lock()
+	if r.lines.byKey == nil {
+		r.lines.byKey = make(map[string]*queue.Queue)
 	}
-	q := r.lines[c.Key]
+	q := r.lines.byKey[c.Key]
 	if q == nil {
 		q = &queue.Queue{}
-		r.lines[c.Key] = q
+		r.lines.byKey[c.Key] = q
 	}
-	r.linesMu.Unlock()
+	r.lines.mu.Unlock()
 	b.Watch(q.Kick, q.Waiting, lineBacklog(q))
 	return &budgetLine{Budget: b, line: q, limits: c.Limits, what: what, closed: c.OnStoreDown == lease.Closed, shadow: shadow, shadowName: name}
 }
@@ -188,14 +188,14 @@ func lineBacklog(q *queue.Queue) lease.Backlog {
 // kickBudgetLines has the head of every budget's line try again, and of
 // every line a reload dropped: the config in force changed.
 func (r *Router) kickBudgetLines() {
-	r.linesMu.Lock()
-	lines := make([]*queue.Queue, 0, len(r.lines)+len(r.droppedLines))
-	for _, q := range r.lines {
+	r.lines.mu.Lock()
+	lines := make([]*queue.Queue, 0, len(r.lines.byKey)+len(r.lines.dropped))
+	for _, q := range r.lines.byKey {
 		lines = append(lines, q)
 	}
-	lines = append(lines, r.droppedLines...)
-	r.droppedLines = nil
-	r.linesMu.Unlock()
+	lines = append(lines, r.lines.dropped...)
+	r.lines.dropped = nil
+	r.lines.mu.Unlock()
 	for _, q := range lines {
 		q.Kick()
 	}

@@ -44,13 +44,13 @@ func (r *Router) SetView(v View) {
 	if nv.live == 0 {
 		nv.live = 1
 	}
-	if r.ownerSpills.Load() > 0 {
+	if r.spillover.owned.Load() > 0 {
 		// A spilled tenant this ring gives another owner: its spill ends
 		// while this node still counts it, so the members' last reports
 		// are in the state it hands over.
 		r.endSpillsMovedBy(nv)
 	}
-	r.reloadMu.Lock()
+	r.reloads.mu.Lock()
 	old := r.view.Swap(nv)
 	// Most views change only who is live, not the ring: each tenant's
 	// owner is then what it was, and a node configured with 100 000
@@ -60,7 +60,7 @@ func (r *Router) SetView(v View) {
 	if !sameRing {
 		r.trackOwnership(nv)
 	}
-	r.reloadMu.Unlock()
+	r.reloads.mu.Unlock()
 	r.view.changed()
 	if !sameRing {
 		r.reportFallbacksTo(nv)
@@ -77,20 +77,20 @@ func (r *Router) SetView(v View) {
 // noteDeparted records the members old had and nv has not (they left:
 // drained, or found dead), and forgets those nv has again.
 func (r *Router) noteDeparted(old, nv *view) {
-	r.departed.mu.Lock()
-	defer r.departed.mu.Unlock()
-	if r.departed.at == nil {
-		r.departed.at = make(map[string]bool)
+	r.moving.departed.mu.Lock()
+	defer r.moving.departed.mu.Unlock()
+	if r.moving.departed.at == nil {
+		r.moving.departed.at = make(map[string]bool)
 	}
 	for name := range nv.addrs {
-		delete(r.departed.at, name)
+		delete(r.moving.departed.at, name)
 	}
 	if old == nil {
 		return
 	}
 	for name := range old.addrs {
-		if _, ok := nv.addrs[name]; !ok && len(r.departed.at) < 4096 {
-			r.departed.at[name] = true
+		if _, ok := nv.addrs[name]; !ok && len(r.moving.departed.at) < 4096 {
+			r.moving.departed.at[name] = true
 		}
 	}
 }
@@ -99,9 +99,9 @@ func (r *Router) noteDeparted(old, nv *view) {
 // left it (not one this node has not seen yet: a node that just joined
 // may hear of a member after that member's reports).
 func (r *Router) hasDeparted(node string) bool {
-	r.departed.mu.Lock()
-	defer r.departed.mu.Unlock()
-	return r.departed.at[node]
+	r.moving.departed.mu.Lock()
+	defer r.moving.departed.mu.Unlock()
+	return r.moving.departed.at[node]
 }
 
 // membersLeft reports whether a member of old is not in nv.
@@ -114,7 +114,7 @@ func membersLeft(old, nv *view) bool {
 	return false
 }
 
-// trackOwnership (under reloadMu) records, per tenant, until when this node owned it
+// trackOwnership (under reloads.mu) records, per tenant, until when this node owned it
 // (ownedNow while it does): a node that just handed a tenant over still
 // holds its state, one that never owned it holds nothing worth enforcing on.
 func (r *Router) trackOwnership(v *view) {

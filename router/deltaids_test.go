@@ -199,9 +199,9 @@ func TestDeltaRetriesBounded(t *testing.T) {
 		return m.GetCounter().GetValue()
 	}
 	if !poll(10*time.Second, func() bool { return dropped() >= extra }) {
-		t.Fatalf("%v reports dropped, %d retrying: want %d dropped past %d retrying", dropped(), p.edge.deltaRetries.Load(), extra, maxDeltaRetries)
+		t.Fatalf("%v reports dropped, %d retrying: want %d dropped past %d retrying", dropped(), p.edge.moving.deltaRetries.Load(), extra, maxDeltaRetries)
 	}
-	if n := p.edge.deltaRetries.Load(); n > maxDeltaRetries {
+	if n := p.edge.moving.deltaRetries.Load(); n > maxDeltaRetries {
 		t.Errorf("%d reports retrying at once, want at most %d", n, maxDeltaRetries)
 	}
 	// Closed, the router stops retrying at once; before, the retries ran
@@ -209,7 +209,7 @@ func TestDeltaRetriesBounded(t *testing.T) {
 	// closed port into the tests after this one (two timing tests of the
 	// hang-up watch failed in CI under them).
 	p.edge.Close()
-	if !poll(time.Second, func() bool { return p.edge.deltaRetries.Load() == 0 }) {
-		t.Fatalf("%d reports still retried 1s after Close", p.edge.deltaRetries.Load())
+	if !poll(time.Second, func() bool { return p.edge.moving.deltaRetries.Load() == 0 }) {
+		t.Fatalf("%d reports still retried 1s after Close", p.edge.moving.deltaRetries.Load())
 	}
 }

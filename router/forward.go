@@ -350,7 +350,7 @@ func (r *Router) seedFallback(t *tenant, n int64, owner string) string {
 	scratch := limiter.NewTenant(fl.Limits(), fl.Window(), slotTTL)
 	how := ""
 	abandoned := c.spill.abandonedAt.Load() > now-int64(c.lim.Window())
-	if seed := r.fallbackSeed.Load(); seed != nil && !abandoned {
+	if seed := r.moving.fallbackSeed.Load(); seed != nil && !abandoned {
 		if st, ok := (*seed)(t.name); ok {
 			// The gap is charged again up to now even when the snapshot
 			// is the one the last episode used: an owner that answered
@@ -385,7 +385,7 @@ const fallbackLogEvery = time.Second
 // SetFallbackSeed gives the router a source of a tenant's last known state
 // (the node's snapshot store) for seeding fallback shares.
 func (r *Router) SetFallbackSeed(seed func(tenant string) (limiter.State, bool)) {
-	r.fallbackSeed.Store(&seed)
+	r.moving.fallbackSeed.Store(&seed)
 }
 
 // endFallback logs the end of a tenant's fallback episode, once, and

@@ -30,11 +30,11 @@ const deltaTimeout = 500 * time.Millisecond
 // decision here, until Release: a new owner loads the tenant's state first
 // rather than admit blind. It reports false for an unknown tenant.
 func (r *Router) Hold(name string, wait time.Duration) bool {
-	// Under reloadMu: a reload copies the gate to the new state's tenant,
+	// Under reloads.mu: a reload copies the gate to the new state's tenant,
 	// and must not copy one that is being swapped (a gate left closed
 	// on the new struct would hold the tenant for good).
-	r.reloadMu.Lock()
-	defer r.reloadMu.Unlock()
+	r.reloads.mu.Lock()
+	defer r.reloads.mu.Unlock()
 	t := r.state.Load().byName[name]
 	if t == nil {
 		return false
@@ -51,15 +51,15 @@ func (r *Router) Hold(name string, wait time.Duration) bool {
 // over (see serveDelta). The node calls it once it has loaded the tenant's
 // state, or, without snapshots, once its ring makes it the owner.
 func (r *Router) Release(name string) {
-	r.reloadMu.Lock()
-	defer r.reloadMu.Unlock()
+	r.reloads.mu.Lock()
+	defer r.reloads.mu.Unlock()
 	t := r.state.Load().byName[name]
 	if t == nil {
 		return
 	}
-	r.held.mu.Lock()
-	ds := r.held.by[name]
-	delete(r.held.by, name)
+	r.moving.held.mu.Lock()
+	ds := r.moving.held.by[name]
+	delete(r.moving.held.by, name)
 	g := t.gate.Swap(nil)
 	// Still frozen for another node (a take-back that got nothing: the
 	// tenant stays there): the deltas go on to it, the node that counts
@@ -78,7 +78,7 @@ func (r *Router) Release(name string) {
 			}
 		}
 	}
-	r.held.mu.Unlock()
+	r.moving.held.mu.Unlock()
 	for from, pds := range passOn {
 		r.sendDeltas(t, from, pds, 1)
 	}
@@ -128,28 +128,28 @@ type heldDelta struct {
 // hold keeps ds for the tenant t if it is not taken over yet, and reports
 // whether it did.
 func (r *Router) hold(t *tenant, now int64, from string, ds []limiter.Delta) bool {
-	r.held.mu.Lock()
-	defer r.held.mu.Unlock()
+	r.moving.held.mu.Lock()
+	defer r.moving.held.mu.Unlock()
 	if t.gate.Load() == nil && r.counts(t.name, from) {
 		return false
 	}
-	if r.held.by == nil {
-		r.held.by = make(map[string][]heldDelta)
+	if r.moving.held.by == nil {
+		r.moving.held.by = make(map[string][]heldDelta)
 	}
 	window := int64(t.c().lim.Window()) + int64(heldFor) // SweepHeld passes them on before
-	for name, hs := range r.held.by {                    // forget deltas for tenants never taken over
+	for name, hs := range r.moving.held.by {             // forget deltas for tenants never taken over
 		i := 0
 		for i < len(hs) && now-hs[i].at >= window {
 			i++
 		}
 		if i == len(hs) {
-			delete(r.held.by, name)
+			delete(r.moving.held.by, name)
 		} else if i > 0 {
-			r.held.by[name] = hs[i:]
+			r.moving.held.by[name] = hs[i:]
 		}
 	}
 	for _, d := range ds {
-		r.held.by[t.name] = append(r.held.by[t.name], heldDelta{from: from, at: now, d: d})
+		r.moving.held.by[t.name] = append(r.moving.held.by[t.name], heldDelta{from: from, at: now, d: d})
 	}
 	return true
 }
@@ -177,20 +177,20 @@ func (r *Router) SweepHeld() {
 	}
 	var out []pass
 	st := r.state.Load()
-	r.held.mu.Lock()
-	for name, hs := range r.held.by {
+	r.moving.held.mu.Lock()
+	for name, hs := range r.moving.held.by {
 		t := st.byName[name]
 		if t == nil {
-			delete(r.held.by, name)
+			delete(r.moving.held.by, name)
 			continue
 		}
 		if len(hs) == 0 || now-hs[0].at < int64(heldFor) || t.gate.Load() != nil {
 			continue
 		}
-		delete(r.held.by, name)
+		delete(r.moving.held.by, name)
 		out = append(out, pass{t, hs})
 	}
-	r.held.mu.Unlock()
+	r.moving.held.mu.Unlock()
 	for _, p := range out {
 		byFrom := map[string][]limiter.Delta{}
 		for _, h := range p.hs {
@@ -402,12 +402,12 @@ func (r *Router) deliverDeltasRetrying(t *tenant, from string, ds []limiter.Delt
 	if err == nil || errors.Is(err, errNoDeltaPath) {
 		return
 	}
-	if r.deltaRetries.Add(1) > maxDeltaRetries {
-		r.deltaRetries.Add(-1)
+	if r.moving.deltaRetries.Add(1) > maxDeltaRetries {
+		r.moving.deltaRetries.Add(-1)
 		r.metrics.deltaRetriesDropped.Inc()
 		return
 	}
-	defer r.deltaRetries.Add(-1)
+	defer r.moving.deltaRetries.Add(-1)
 	deadline := time.Now().Add(min(t.c().lim.Window(), deltaRetryFor))
 	timer := time.NewTimer(deltaRetryFirst)
 	defer timer.Stop()
@@ -415,7 +415,7 @@ func (r *Router) deliverDeltasRetrying(t *tenant, from string, ds []limiter.Delt
 		timer.Reset(wait)
 		select {
 		case <-timer.C:
-		case <-r.quit:
+		case <-r.life.quit:
 			return // the node is going
 		}
 		err := r.deliverDeltas(t, from, ds, forwarded)

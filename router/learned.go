@@ -78,15 +78,15 @@ func (l *learnedModels) set(model string, b *learnedBudget) {
 
 // learnedOf is the upstream's learned budgets, kept across reloads.
 func (r *Router) learnedOf(upstream string) *learnedModels {
-	r.linesMu.Lock()
-	defer r.linesMu.Unlock()
-	if r.learned == nil {
-		r.learned = map[string]*learnedModels{}
+	r.lines.mu.Lock()
+	defer r.lines.mu.Unlock()
+	if r.lines.learned == nil {
+		r.lines.learned = map[string]*learnedModels{}
 	}
-	l := r.learned[upstream]
+	l := r.lines.learned[upstream]
 	if l == nil {
 		l = &learnedModels{}
-		r.learned[upstream] = l
+		r.lines.learned[upstream] = l
 	}
 	return l
 }
@@ -169,11 +169,11 @@ func (l *learnedModels) stated(model string, reqs, toks lease.Observed) (want li
 // dropLine forgets a budget's line; its waiters are decided again
 // (kickBudgetLines).
 func (r *Router) dropLine(key string) {
-	r.linesMu.Lock()
-	if q := r.lines[key]; q != nil {
-		delete(r.lines, key)
-		r.droppedLines = append(r.droppedLines, q)
+	r.lines.mu.Lock()
+	if q := r.lines.byKey[key]; q != nil {
+		delete(r.lines.byKey, key)
+		r.lines.dropped = append(r.lines.dropped, q)
 	}
-	r.linesMu.Unlock()
+	r.lines.mu.Unlock()
 	r.kickBudgetLines()
 }

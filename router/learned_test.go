@@ -73,13 +73,13 @@ func TestLearnedBudgetMadeDuringReloadIsKept(t *testing.T) {
 			t.Fatal("no learned budget")
 		}
 		_, inLeaser := l.Stats()[lb.Key()]
-		r.linesMu.Lock()
-		line := r.lines[lb.Key()]
-		r.linesMu.Unlock()
+		r.lines.mu.Lock()
+		line := r.lines.byKey[lb.Key()]
+		r.lines.mu.Unlock()
 		if !inLeaser || line != lb.line {
 			orphaned++
 			if orphaned == 1 {
-				t.Logf("round %d: learned budget %s in the leaser %v, its line in r.lines %v", round, lb.Key(), inLeaser, line == lb.line)
+				t.Logf("round %d: learned budget %s in the leaser %v, its line in r.lines.byKey %v", round, lb.Key(), inLeaser, line == lb.line)
 				// What a request for m1 finds: a budget no round serves.
 				l.Maintain(context.Background())
 				_, d := lb.Take(time.Now().UnixNano(), 10)

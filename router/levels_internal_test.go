@@ -159,7 +159,7 @@ func TestPromptEstimateLearnsFromSettlement(t *testing.T) {
 		return c
 	}
 	small := newCall("hello there")
-	if got, want := r.promptTokens(small), r.tok.Count("gpt-4o", "hello there")+6; got != want || small.prompt.bytes != 0 {
+	if got, want := r.promptTokens(small), r.tokens.tok.Count("gpt-4o", "hello there")+6; got != want || small.prompt.bytes != 0 {
 		t.Fatalf("small prompt: %d (bytes %d), want %d counted exactly", got, small.prompt.bytes, want)
 	}
 	c := newCall(big)

@@ -35,14 +35,14 @@ type fetchMsg struct {
 // SetHandOver gives the router the node's answer to a peer asking for
 // tenants' state (handoff.Mover.HandOver).
 func (r *Router) SetHandOver(f func(asker string, tenants []string) []handoff.Reply) {
-	r.handOver.Store(&f)
+	r.moving.handOver.Store(&f)
 }
 
 // SetTakeBack gives the router the node's way to take a tenant back at
 // once from a node that bounced a request for it here
 // (handoff.Mover.TakeBack).
 func (r *Router) SetTakeBack(f func(tenant, other string) bool) {
-	r.takeBack.Store(&f)
+	r.moving.takeBack.Store(&f)
 }
 
 // serveHandoff answers a new owner asking for tenants' state.
@@ -56,7 +56,7 @@ func (r *Router) serveHandoff(ctx *fasthttp.RequestCtx) {
 		fail(ctx, fasthttp.StatusBadRequest, "invalid_request_error", "invalid_json", "Malformed handoff request.")
 		return
 	}
-	f := r.handOver.Load()
+	f := r.moving.handOver.Load()
 	if f == nil {
 		fail(ctx, fasthttp.StatusServiceUnavailable, "server_error", "not_ready", "This node does not hand state over yet.")
 		return
@@ -183,19 +183,19 @@ func (r *Router) Names() []string { return r.state.Load().names }
 // Changed lists, once each, the tenants whose owner limiter changed since
 // it was made or last found empty (handoff.Tenants).
 func (r *Router) Changed() []string {
-	r.changedMu.Lock()
-	defer r.changedMu.Unlock()
-	out := r.changed
-	r.changed = nil
+	r.moving.changedMu.Lock()
+	defer r.moving.changedMu.Unlock()
+	out := r.moving.changed
+	r.moving.changed = nil
 	return out
 }
 
 // stateHooks are the router's ears on the tenants of a state.
 func (r *Router) stateHooks() stateHooks {
-	return stateHooks{spills: &r.spills, changed: func(name string) {
-		r.changedMu.Lock()
-		r.changed = append(r.changed, name)
-		r.changedMu.Unlock()
+	return stateHooks{spills: &r.spillover.count, changed: func(name string) {
+		r.moving.changedMu.Lock()
+		r.moving.changed = append(r.moving.changed, name)
+		r.moving.changedMu.Unlock()
 	}}
 }
 
@@ -235,7 +235,7 @@ var _ handoff.Peers = (*Router)(nil)
 // it itself and answers busy, and the entity stays where it was.
 func (r *Router) tookBack(ctx *fasthttp.RequestCtx, c *call, moved *limiter.Tenant, hops int) bool {
 	to := moved.MovedTo()
-	f := r.takeBack.Load()
+	f := r.moving.takeBack.Load()
 	if hops == 0 || f == nil || to == "" || to == r.node || to != hopsign.Sender(&ctx.Request.Header) {
 		return false
 	}

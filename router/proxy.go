@@ -316,7 +316,7 @@ func (r *Router) chooseSpill(st *state, c *call) {
 func (r *Router) estimate(ctx *fasthttp.RequestCtx, c *call) {
 	t, req, lim := c.t, &c.req, c.lim
 	key := reserve.Key{Tenant: t.name, Model: req.Model}
-	c.res = r.est.Estimate(key, r.promptTokens(c), req.MaxTokens, req.Generates)
+	c.res = r.tokens.est.Estimate(key, r.promptTokens(c), req.MaxTokens, req.Generates)
 	if c.prompt.bytes > 0 {
 		if l := lim.Limits(); l.Tokens > 0 && (int64(c.res.Prompt) > l.Tokens/2 || int64(c.res.Total) > l.Tokens ||
 			int64(c.prompt.bytes+c.prompt.fixed) > l.Tokens) {
@@ -338,7 +338,7 @@ func (r *Router) estimate(ctx *fasthttp.RequestCtx, c *call) {
 			// decision, as a freed slot can (the request would then be
 			// admitted on the estimate this count is here to check).
 			if d := lim.Check(r.clock(), 0); d.Allowed || d.Limited != limiter.Requests || c.mayQueue(&d) {
-				c.res = r.est.Estimate(key, r.exactPrompt(c), req.MaxTokens, req.Generates)
+				c.res = r.tokens.est.Estimate(key, r.exactPrompt(c), req.MaxTokens, req.Generates)
 				c.prompt.bytes = 0
 			}
 		}
@@ -570,13 +570,13 @@ func (r *Router) promptTokens(c *call) int {
 	if size <= reserve.ExactBytes {
 		n := fixed
 		for _, text := range req.Texts {
-			n += r.tok.Count(req.Model, text)
+			n += r.tokens.tok.Count(req.Model, text)
 		}
 		return n
 	}
 	k := reserve.RatioKey{Tenant: c.t.name, Model: req.Model, Script: reserve.ScriptOf(largest)}
 	c.prompt = promptEstimate{key: k, bytes: size, fixed: fixed}
-	return fixed + r.ratios.Estimate(r.tok, k, req.Texts, size, largest)
+	return fixed + r.tokens.ratios.Estimate(r.tokens.tok, k, req.Texts, size, largest)
 }
 
 // The bytes of a body that are neither counted text nor media that JSON's
@@ -599,7 +599,7 @@ func (r *Router) exactPrompt(c *call) int {
 	}
 	n := c.prompt.fixed
 	for _, text := range c.req.Texts {
-		n += r.tok.Count(c.req.Model, text)
+		n += r.tokens.tok.Count(c.req.Model, text)
 	}
 	return n
 }
@@ -924,7 +924,7 @@ func (r *Router) stream(ctx *fasthttp.RequestCtx, c *call, resp *fasthttp.Respon
 func (r *Router) streamUsage(c *call, f *upstream.StreamFilter, complete bool) (u upstream.Usage, ok bool, completion int) {
 	u = f.Usage()
 	if !u.Reported || !complete {
-		completion = r.tok.CountBytes(c.req.Model, f.Text())
+		completion = r.tokens.tok.CountBytes(c.req.Model, f.Text())
 		if kept := len(f.Text()); kept > 0 && f.TextBytes() > kept {
 			// Past MaxStreamText only the length was kept: the rest
 			// is counted at the kept text's tokens per byte.
@@ -996,7 +996,7 @@ func (r *Router) actualUsage(c *call, u upstream.Usage, ok bool, countedCompleti
 		if c.prompt.bytes > 0 && ok {
 			// Only a complete call's report: a cut one's prompt may be
 			// this node's own estimate (exactPrompt).
-			r.ratios.Learn(c.prompt.key, c.prompt.bytes, u.Prompt-c.prompt.fixed)
+			r.tokens.ratios.Learn(c.prompt.key, c.prompt.bytes, u.Prompt-c.prompt.fixed)
 		}
 		if ok {
 			r.learn(c, u.Prompt, u.Completion)
@@ -1075,7 +1075,7 @@ func (r *Router) learn(c *call, prompt, completion int) {
 		completion /= n
 	}
 	if m := c.req.MaxTokens; m > 0 && completion >= m &&
-		completion < r.est.Estimate(res.Key, 0, 0, true).Completion {
+		completion < r.tokens.est.Estimate(res.Key, 0, 0, true).Completion {
 		// Cut short by its max_tokens, below what a call without one
 		// is reserved: a bound, not a length, it must not lower that.
 		// Learned, calls with max_tokens 1 would teach an average of 1,
@@ -1085,7 +1085,7 @@ func (r *Router) learn(c *call, prompt, completion int) {
 		// would be reserved 256 each (10 at once for a tpm of 10 000).
 		return
 	}
-	r.est.Settle(res, reserve.Usage{Prompt: prompt, Completion: completion})
+	r.tokens.est.Settle(res, reserve.Usage{Prompt: prompt, Completion: completion})
 }
 
 // countCompletion counts the completion text of a JSON answer that reported
@@ -1093,7 +1093,7 @@ func (r *Router) learn(c *call, prompt, completion int) {
 func (r *Router) countCompletion(c *call, answer []byte) int {
 	n := 0
 	upstream.CompletionText(c.req.Endpoint, answer, func(text []byte) {
-		n += r.tok.CountBytes(c.req.Model, text)
+		n += r.tokens.tok.CountBytes(c.req.Model, text)
 	})
 	return n
 }

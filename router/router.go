@@ -48,81 +48,118 @@ type Router struct {
 	// nodeName is node, for the x-ringgate-node header.
 	nodeName []byte
 	clock    func() int64
+	life     lifecycle
+	// clientWriteIdle: clientWriteIdle, shorter in tests.
+	clientWriteIdle time.Duration
+	log             *slog.Logger
+	tokens          tokenEstimates
+	metrics         *metrics
+	metricsServe    struct {
+		once    sync.Once
+		handler fasthttp.RequestHandler
+	}
+	onAdmit func(tenant string, at int64)
+
+	state   atomic.Pointer[state]
+	cores   *cores // makes the tenants' cores on the config in force
+	reloads reloading
+	view    views
+	hops    *hopsign.Signer
+	peers   *peers
+	ids     *deltaid.IDs // names this node's deltas, skips ones applied twice
+	// hopCalls are hop calls waiting for their upstream, for an edge's
+	// cancel (hopcancel.go); watches the client connections of calls
+	// waiting for theirs (hangup.go).
+	hopCalls  hopWatches
+	watches   hangups
+	moving    tenantMoves
+	spillover spillWork
+	leaser    *lease.Leaser
+	lines     budgetLines
+	// unreach: the owners this node admits fallback shares for, which
+	// its gossip metadata names (unreachable.go).
+	unreach unreachables
+	// clustered: the node gossips; until it holds a ring it owns nothing.
+	clustered bool
+}
+
+// lifecycle is where the node is in its life: started, ready, draining,
+// woken from a pause, closed.
+type lifecycle struct {
 	// quit is closed by Close: background work that outlives requests
 	// (reports retried to an owner out of reach) ends with it.
 	quit      chan struct{}
 	closeOnce sync.Once
-	// clientWriteIdle: clientWriteIdle, shorter in tests.
-	clientWriteIdle time.Duration
-	log             *slog.Logger
-	tok             *reserve.Tokenizer
-	est             *reserve.Estimator
-	ratios          *reserve.Ratios // prompt tokens per byte (promptTokens)
-	metrics         *metrics
-	onAdmit         func(tenant string, at int64)
+	draining  atomic.Bool
+	ready     atomic.Bool
+	wake      wakeGuard    // pause watchdog (wake.go)
+	active    atomic.Int64 // client requests and streams being served
+	started   time.Time
+}
 
-	state    atomic.Pointer[state]
-	cores    *cores // makes the tenants' cores on the config in force
-	reloadMu sync.Mutex
-	view     views
-	hops     *hopsign.Signer
+// tokenEstimates are what a call's tokens are reserved with.
+type tokenEstimates struct {
+	tok    *reserve.Tokenizer
+	est    *reserve.Estimator
+	ratios *reserve.Ratios // prompt tokens per byte (promptTokens)
+}
+
+// reloading applies the config again: mu orders reloads; reloader reads
+// and applies the file (SetReloader); last is its last outcome, for
+// /cluster.
+type reloading struct {
+	mu       sync.Mutex
+	reloader atomic.Pointer[func(trigger string) ReloadResult]
+	last     atomic.Pointer[ReloadResult]
+}
+
+// tenantMoves is what moves tenants' state between nodes needs here
+// (handoff.go, peerstate.go).
+type tenantMoves struct {
 	// fallbackSeed loads a tenant's last snapshot (nil without Redis).
 	fallbackSeed atomic.Pointer[func(tenant string) (limiter.State, bool)]
-	peers        *peers
-	held         heldDeltas   // deltas for tenants not taken over yet (handoff.go)
-	ids          *deltaid.IDs // names this node's deltas, skips ones applied twice
-	hopCalls     hopWatches   // hop calls waiting for their upstream, for an edge's cancel (hopcancel.go)
-	watches      hangups      // client connections of calls waiting for their upstream (hangup.go)
-	spillRetryAt atomic.Int64 // no spillover switch before (spill.go)
-	ownerSpills  atomic.Int32 // spills this node owns (spill.go)
-	// reloader reads and applies the config again (SetReloader);
-	// lastReload is its last outcome, for /cluster.
-	reloader   atomic.Pointer[func(trigger string) ReloadResult]
-	lastReload atomic.Pointer[ReloadResult]
+	held         heldDeltas // deltas for tenants not taken over yet
 	// departed are the members that left this node's view (and have not
-	// come back): a report from one frees its slots (handoff.go).
+	// come back): a report from one frees its slots.
 	departed struct {
 		mu sync.Mutex
 		at map[string]bool
 	}
-	// spills counts the tenants with a spill, owned or served here
-	// (spillHolder): while there are none the spillover loop looks only
-	// at the tenants that had requests (arrived).
-	spills atomic.Int64
-	// arrived are the tenants that had a request since the spillover
-	// loop's last tick (tenant.listed).
-	arrivedMu sync.Mutex
-	arrived   []*tenant
 	// changed are the tenants whose owner limiter changed since it was
 	// last found empty, for the periodic save (Changed).
-	changedMu    sync.Mutex
-	changed      []string
-	leaser       *lease.Leaser
-	linesMu      sync.Mutex
-	lines        map[string]*queue.Queue   // the budgets' lines, by budget key (budgets.go)
-	droppedLines []*queue.Queue            // lines a reload dropped, until kicked
-	learned      map[string]*learnedModels // by upstream name, across reloads (learned.go)
-	// handOver answers a peer asking for tenants' state (peerstate.go).
+	changedMu sync.Mutex
+	changed   []string
+	// handOver answers a peer asking for tenants' state.
 	handOver atomic.Pointer[func(asker string, tenants []string) []handoff.Reply]
 	// takeBack takes a tenant back from a node it bounced with
-	// (handoff.Mover.TakeBack; peerstate.go's tookBack).
+	// (handoff.Mover.TakeBack; tookBack).
 	takeBack atomic.Pointer[func(tenant, other string) bool]
-	// unreach: the owners this node admits fallback shares for, which
-	// its gossip metadata names (unreachable.go).
-	unreach unreachables
 	// deltaRetries counts the reports being retried (deliverDeltasRetrying).
 	deltaRetries atomic.Int64
-	// clustered: the node gossips; until it holds a ring it owns nothing.
-	clustered bool
+}
 
-	draining atomic.Bool
-	ready    atomic.Bool
-	wake     wakeGuard    // pause watchdog (wake.go)
-	active   atomic.Int64 // client requests and streams being served
-	started  time.Time
+// spillWork is the spillover loop's (spill.go).
+type spillWork struct {
+	retryAt atomic.Int64 // no spillover switch before
+	owned   atomic.Int32 // spills this node owns
+	// count is the tenants with a spill, owned or served here
+	// (spillHolder): while there are none the loop looks only at the
+	// tenants that had requests (arrived).
+	count atomic.Int64
+	// arrived are the tenants that had a request since the loop's last
+	// tick (tenant.listed).
+	arrivedMu sync.Mutex
+	arrived   []*tenant
+}
 
-	metricsOnce sync.Once
-	metricsHTTP fasthttp.RequestHandler
+// budgetLines are the lines of requests waiting for the provider's
+// budgets, and the limits the providers' answers taught (budgets.go,
+// learned.go): kept across reloads.
+type budgetLines struct {
+	mu      sync.Mutex
+	byKey   map[string]*queue.Queue   // by budget key
+	dropped []*queue.Queue            // lines a reload dropped, until kicked
+	learned map[string]*learnedModels // by upstream name
 }
 
 // New builds a router from a validated configuration.
@@ -144,20 +181,18 @@ func New(o Options) (*Router, error) {
 		o.Tokenizer = tok
 	}
 	r := &Router{
-		quit:            make(chan struct{}),
+		life:            lifecycle{quit: make(chan struct{}), started: time.Now()},
 		clientWriteIdle: clientWriteIdle,
 		node:            o.Config.Node.Name,
 		nodeName:        []byte(o.Config.Node.Name),
 		clock:           o.Clock,
 		log:             o.Logger,
-		tok:             o.Tokenizer,
-		est:             reserve.NewEstimator(o.Config.Limits.DefaultCompletion),
-		ratios:          reserve.NewRatios(),
-		metrics:         newMetrics(),
-		ids:             deltaid.New(),
-		leaser:          o.Leaser,
-		onAdmit:         o.OnAdmit,
-		started:         time.Now(),
+		tokens: tokenEstimates{tok: o.Tokenizer, est: reserve.NewEstimator(o.Config.Limits.DefaultCompletion),
+			ratios: reserve.NewRatios()},
+		metrics: newMetrics(),
+		ids:     deltaid.New(),
+		leaser:  o.Leaser,
+		onAdmit: o.OnAdmit,
 		// A cluster node owns nothing until it has joined and holds a
 		// ring; a standalone one owns everything.
 		clustered: o.Config.Node.Gossip != "",
@@ -176,8 +211,8 @@ func New(o Options) (*Router, error) {
 	r.metrics.reg.MustRegister(leaseCollector{r}, queueCollector{r}, prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "ringgate_inflight_requests",
 		Help: "Client requests and streams being served by this node.",
-	}, func() float64 { return float64(r.active.Load()) }))
-	r.ready.Store(true)
+	}, func() float64 { return float64(r.life.active.Load()) }))
+	r.life.ready.Store(true)
 	// One clock for the windows, the snapshots and the hop timestamps.
 	clock := o.Clock
 	r.hops = hopsign.New(o.Config.Cluster.Secret, o.Config.Cluster.HopSkew, func() time.Time { return time.Unix(0, clock()) })
@@ -219,15 +254,15 @@ func peerTimeouts(cfg *config.Config) (first, idle time.Duration) {
 // owner out of reach are dropped (the node is going). Requests still in
 // flight finish as they would.
 func (r *Router) Close() {
-	r.closeOnce.Do(func() { close(r.quit) })
+	r.life.closeOnce.Do(func() { close(r.life.quit) })
 }
 
 // Reload swaps in a new configuration's tenants, limits and upstreams. Usage
 // already counted is kept for tenants that keep their name, and calls in
 // flight settle on it; a new window or slot TTL rebuckets it (buildState).
 func (r *Router) Reload(cfg *config.Config) error {
-	r.reloadMu.Lock()
-	defer r.reloadMu.Unlock()
+	r.reloads.mu.Lock()
+	defer r.reloads.mu.Unlock()
 	prev := r.state.Load()
 	st, err := buildState(cfg, prev, r.metrics, r.cores)
 	if err != nil {
@@ -388,8 +423,8 @@ func (r *Router) Handler(ctx *fasthttp.RequestCtx) {
 			fail(ctx, fasthttp.StatusMethodNotAllowed, "invalid_request_error", "method_not_allowed", "Use POST.")
 			return
 		}
-		r.active.Add(1)
-		if r.draining.Load() {
+		r.life.active.Add(1)
+		if r.life.draining.Load() {
 			// Clients must not reuse a connection to a node about to go.
 			ctx.SetConnectionClose()
 		}
@@ -421,21 +456,21 @@ func (r *Router) Handler(ctx *fasthttp.RequestCtx) {
 }
 
 func (r *Router) done() {
-	r.active.Add(-1)
+	r.life.active.Add(-1)
 }
 
 // BeginDrain marks the node as draining: /readyz answers 503 so load
 // balancers stop sending new connections, and every answer closes its
 // connection so clients do not reuse one to a node about to go.
 func (r *Router) BeginDrain() {
-	if r.draining.CompareAndSwap(false, true) {
-		r.log.Info("drain", "phase", "start", "in_flight", r.active.Load())
+	if r.life.draining.CompareAndSwap(false, true) {
+		r.log.Info("drain", "phase", "start", "in_flight", r.life.active.Load())
 	}
 }
 
 // SetReady says whether the node has joined and holds a ring; /readyz
 // answers 503 until then.
-func (r *Router) SetReady(ready bool) { r.ready.Store(ready) }
+func (r *Router) SetReady(ready bool) { r.life.ready.Store(ready) }
 
 // WaitIdle waits until no request or stream is in flight and at least grace
 // has passed (time for load balancers to see /readyz fail), at most timeout.
@@ -443,9 +478,9 @@ func (r *Router) SetReady(ready bool) { r.ready.Store(ready) }
 func (r *Router) WaitIdle(grace, timeout time.Duration) bool {
 	start := time.Now()
 	deadline := start.Add(timeout)
-	for r.active.Load() > 0 || time.Since(start) < grace {
+	for r.life.active.Load() > 0 || time.Since(start) < grace {
 		if time.Now().After(deadline) {
-			r.log.Warn("drain", "phase", "timeout", "in_flight", r.active.Load())
+			r.log.Warn("drain", "phase", "timeout", "in_flight", r.life.active.Load())
 			return false
 		}
 		time.Sleep(10 * time.Millisecond)
@@ -455,7 +490,7 @@ func (r *Router) WaitIdle(grace, timeout time.Duration) bool {
 }
 
 // InFlight reports the client requests and streams being served.
-func (r *Router) InFlight() int64 { return r.active.Load() }
+func (r *Router) InFlight() int64 { return r.life.active.Load() }
 
 // fasthttpLogger routes fasthttp's own messages (a malformed request, a
 // connection error) into slog: one line a second at most, saying how many

@@ -272,7 +272,7 @@ func (t *tenant) spillable() bool {
 func (r *Router) canSpill() bool {
 	v := r.view.Load()
 	return r.state.Load().cfg.Limits.SpilloverRPS > 0 && r.leaser.HasStore() && r.hops.Enabled() &&
-		r.clustered && !r.draining.Load() && v != nil && len(v.members) > 1 && r.clock() >= r.spillRetryAt.Load()
+		r.clustered && !r.life.draining.Load() && v != nil && len(v.members) > 1 && r.clock() >= r.spillover.retryAt.Load()
 }
 
 // ownerSpill is the spill this node, the tenant's owner, serves it on, once
@@ -380,10 +380,10 @@ func (r *Router) RunSpillover(ctx context.Context) {
 		v := r.view.Load()
 		threshold := float64(st.cfg.Limits.SpilloverRPS)
 		can := r.canSpill()
-		r.arrivedMu.Lock()
-		arrived := r.arrived
-		r.arrived = nil
-		r.arrivedMu.Unlock()
+		r.spillover.arrivedMu.Lock()
+		arrived := r.spillover.arrived
+		r.spillover.arrived = nil
+		r.spillover.arrivedMu.Unlock()
 		for _, t := range arrived {
 			t.listed.Store(false) // its next request lists it again
 		}
@@ -391,7 +391,7 @@ func (r *Router) RunSpillover(ctx context.Context) {
 		// with a spill need watching: a node configured with 100 000
 		// tenants does not look at each one four times a second.
 		tenants := func(yield func(string, *tenant) bool) {
-			if r.spills.Load() > 0 {
+			if r.spillover.count.Load() > 0 {
 				for name, t := range st.byName {
 					if !yield(name, t) {
 						return
@@ -445,17 +445,17 @@ func (r *Router) RunSpillover(ctx context.Context) {
 // noteArrival lists t for the spillover loop's next tick: its first
 // request since the last tick.
 func (r *Router) noteArrival(t *tenant) {
-	r.arrivedMu.Lock()
-	r.arrived = append(r.arrived, t)
-	r.arrivedMu.Unlock()
+	r.spillover.arrivedMu.Lock()
+	r.spillover.arrived = append(r.spillover.arrived, t)
+	r.spillover.arrivedMu.Unlock()
 }
 
 // spillOn switches a tenant this node owns to spillover.
 func (r *Router) spillOn(ctx context.Context, name string, rate float64) {
-	r.reloadMu.Lock()
+	r.reloads.mu.Lock()
 	t := r.state.Load().byName[name]
 	if t == nil || t.spilled() != nil {
-		r.reloadMu.Unlock()
+		r.reloads.mu.Unlock()
 		return
 	}
 	sp := r.newSpill(t, r.node, r.clock(), t.limits)
@@ -463,7 +463,7 @@ func (r *Router) spillOn(ctx context.Context, name string, rate float64) {
 	sp.told = make(map[string]time.Time)
 	t.c().spill.Store(sp)
 	sp.watchLine()
-	r.reloadMu.Unlock()
+	r.reloads.mu.Unlock()
 
 	s := t.c().lim.Seal(r.clock())
 	sp.budget.Seed(spillSeed(s), slotsOf(s))
@@ -481,14 +481,14 @@ func (r *Router) spillOn(ctx context.Context, name string, rate float64) {
 		t.c().spill.endEpoch(sp.epoch)
 		close(sp.ready)
 		r.leaser.Drop(sp.key)
-		r.spillRetryAt.Store(r.clock() + int64(spillBackoff))
+		r.spillover.retryAt.Store(r.clock() + int64(spillBackoff))
 		r.metrics.spillover.WithLabelValues("refused").Inc()
 		r.log.Warn("spillover", "phase", "refused", "tenant", name, "rate", round1(rate), "reason", "store_unreachable")
 		return
 	}
 	close(sp.ready)
 	t.c().queue.Kick() // those waiting are decided on the spill
-	r.ownerSpills.Add(1)
+	r.spillover.owned.Add(1)
 	r.metrics.spillover.WithLabelValues("on").Inc()
 	r.log.Info("spillover", "phase", "on", "tenant", name, "rate", round1(rate),
 		"threshold", r.state.Load().cfg.Limits.SpilloverRPS, "budget", sp.key)
@@ -560,7 +560,7 @@ func (r *Router) runOwnerSpill(ctx context.Context, name string, sp *spill) {
 		}
 		reason := ""
 		switch {
-		case r.draining.Load():
+		case r.life.draining.Load():
 			reason = "drain"
 		case st.cfg.Limits.SpilloverRPS <= 0 || !t.spillable():
 			reason = "disabled"
@@ -691,7 +691,7 @@ func (r *Router) endSpill(t *tenant, name string, sp *spill, reason string) {
 	}
 	defer close(sp.done)
 	if t == nil {
-		r.ownerSpills.Add(-1)
+		r.spillover.owned.Add(-1)
 		return
 	}
 	timeout := spillCallTimeout
@@ -728,7 +728,7 @@ func (r *Router) endSpill(t *tenant, name string, sp *spill, reason string) {
 	t.c().queue.Kick()
 	sp.line.Kick() // those waiting for the spill are decided again
 	r.leaser.Retire(sp.key)
-	r.ownerSpills.Add(-1)
+	r.spillover.owned.Add(-1)
 	r.metrics.spillover.WithLabelValues("off").Inc()
 	r.log.Info("spillover", "phase", "off", "tenant", name, "reason", reason,
 		"spilled_ms", time.Since(sp.since).Milliseconds(), "unconfirmed", unconfirmed)
@@ -789,7 +789,7 @@ func (r *Router) endSpillsMovedBy(v *view) {
 // endOwnedSpills ends the spills this node owns of the tenants named, all
 // at once.
 func (r *Router) endOwnedSpills(names []string) {
-	if r.ownerSpills.Load() == 0 {
+	if r.spillover.owned.Load() == 0 {
 		return
 	}
 	var wg sync.WaitGroup
@@ -892,20 +892,20 @@ func (r *Router) serveSpill(ctx *fasthttp.RequestCtx) {
 		if cur != nil {
 			r.leaveSpill(t, cur, "replaced")
 		}
-		// Under reloadMu: a reload keeps the budgets of the spills it
+		// Under reloads.mu: a reload keeps the budgets of the spills it
 		// sees, and must see this one.
-		r.reloadMu.Lock()
+		r.reloads.mu.Lock()
 		sp := r.newSpill(t, m.Owner, m.Epoch, m.Limits)
 		sp.done = make(chan struct{})
 		sp.until.Store(r.clock() + int64(spillLease))
 		if !t.c().spill.CompareAndSwap(nil, sp) {
-			r.reloadMu.Unlock()
+			r.reloads.mu.Unlock()
 			r.leaser.Drop(sp.key)
 			refuse("busy", "Another spillover change is in progress.")
 			return
 		}
 		sp.watchLine()
-		r.reloadMu.Unlock()
+		r.reloads.mu.Unlock()
 		cur = sp
 	} else if cur.budget.Stats(r.clock()).Limits != m.Limits {
 		cur.budget.SetLimits(m.Limits, lease.Share) // the owner reloaded

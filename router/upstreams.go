@@ -267,9 +267,9 @@ func (c leaseCollector) Collect(ch chan<- prometheus.Metric) {
 			gauge(leaseWanted, float64(s.DemandSlots), "concurrency")
 		}
 	}
-	c.r.linesMu.Lock()
-	defer c.r.linesMu.Unlock()
-	for key, q := range c.r.lines {
+	c.r.lines.mu.Lock()
+	defer c.r.lines.mu.Unlock()
+	for key, q := range c.r.lines.byKey {
 		for _, class := range []queue.Class{queue.Interactive, queue.Batch} {
 			ch <- prometheus.MustNewConstMetric(leaseQueued, prometheus.GaugeValue, float64(q.Depth(class)), key, class.String())
 		}

@@ -46,29 +46,29 @@ type wakeGuard struct {
 // Heartbeat more often than that.
 func (r *Router) SetPauseLimit(d time.Duration) {
 	r.Heartbeat()
-	r.wake.limit.Store(int64(d))
+	r.life.wake.limit.Store(int64(d))
 }
 
 // Heartbeat is the node watchdog's tick.
 func (r *Router) Heartbeat() {
-	r.wake.beat.Store(int64(time.Since(r.started)))
+	r.life.wake.beat.Store(int64(time.Since(r.life.started)))
 }
 
 // SetCatchingUp says whether the node is catching up after a pause.
-func (r *Router) SetCatchingUp(on bool) { r.wake.catching.Store(on) }
+func (r *Router) SetCatchingUp(on bool) { r.life.wake.catching.Store(on) }
 
 // Deciding reports whether this node decides for what it owns now: it has
 // joined and holds a ring, and is not catching up after a pause
 // (handoff.Tenants: no snapshot is saved from a stale view).
-func (r *Router) Deciding() bool { return r.ready.Load() && !r.catchingUp() }
+func (r *Router) Deciding() bool { return r.life.ready.Load() && !r.catchingUp() }
 
 // catchingUp reports whether this node must not decide now.
 func (r *Router) catchingUp() bool {
-	if r.wake.catching.Load() {
+	if r.life.wake.catching.Load() {
 		return true
 	}
-	limit := r.wake.limit.Load()
-	return limit > 0 && int64(time.Since(r.started))-r.wake.beat.Load() > limit
+	limit := r.life.wake.limit.Load()
+	return limit > 0 && int64(time.Since(r.life.started))-r.life.wake.beat.Load() > limit
 }
 
 // refuseCatchingUp answers a request that reached this node while it
