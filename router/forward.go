@@ -6,112 +6,14 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
-	"os"
-	"sync"
-	"sync/atomic"
-	"syscall"
 	"time"
 
 	"github.com/valyala/fasthttp"
 
-	"github.com/ringgate/ringgate/keepalive"
 	"github.com/ringgate/ringgate/limiter"
+	"github.com/ringgate/ringgate/router/internal/hop"
 	"github.com/ringgate/ringgate/router/internal/hopsign"
-	"github.com/ringgate/ringgate/upstream"
 )
-
-// peerDownFor is how long an owner that refused a connection is skipped
-// before this node tries it again; meanwhile its tenants get the strict local
-// share here.
-const peerDownFor = time.Second
-
-// patientConnect is the least a second connect attempt to a peer that was
-// answering waits (10 × forward_connect_timeout otherwise).
-const patientConnect = 100 * time.Millisecond
-
-// peers pools one connection pool per peer HTTP address.
-type peers struct {
-	connect     time.Duration // budget to connect to an owner
-	first, idle time.Duration // read budgets, as for upstreams
-	mu          sync.Mutex
-	byAddr      map[string]*peer
-}
-
-type peer struct {
-	hc        *fasthttp.HostClient
-	downUntil atomic.Int64 // Unix ns; 0 = up
-	timeouts  atomic.Int32 // connect timeouts in a row
-}
-
-// failed records a failed connect and reports whether the peer is now marked
-// down. A refused connection means nobody listens: down at once. A connect
-// that merely took longer than the budget may be a busy owner that is alive
-// (and enforcing its full limit), so only a second one in a row marks it
-// down; the request at hand still gets the local share.
-func (pc *peer) failed(err error) {
-	if errors.Is(err, syscall.ECONNREFUSED) || pc.timeouts.Add(1) >= 2 {
-		pc.downUntil.Store(time.Now().Add(peerDownFor).UnixNano())
-	}
-}
-
-// dialError marks a failure to connect: the owner never saw the request, so
-// falling back to local limits cannot count it twice.
-type dialError struct{ err error }
-
-func (e *dialError) Error() string { return "connect to owner: " + e.err.Error() }
-func (e *dialError) Unwrap() error { return e.err }
-
-func (p *peers) get(addr string) *peer {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if pc, ok := p.byAddr[addr]; ok {
-		return pc
-	}
-	pc := &peer{}
-	// timeout is the request's own (fasthttp passes a DoTimeout's; an
-	// admin view asked of the owner has one, a hop none: 0): it caps both
-	// tries together.
-	dial := upstream.IdleDialerTimeout(p.first, p.idle, func(addr string, timeout time.Duration) (net.Conn, error) {
-		start := time.Now()
-		try := func(d time.Duration) (net.Conn, error) {
-			if timeout > 0 {
-				d = min(d, timeout-time.Since(start))
-				if d <= 0 {
-					return nil, os.ErrDeadlineExceeded
-				}
-			}
-			return (&net.Dialer{Timeout: d}).Dial("tcp", addr)
-		}
-		c, err := try(p.connect)
-		var ne net.Error
-		if err != nil && errors.As(err, &ne) && ne.Timeout() && pc.timeouts.Load() == 0 {
-			// A slow connect to a peer that answered last time is more
-			// likely an owner that is alive but busy (and admitting its
-			// full limit) than a dead one: falling back now would admit
-			// a share on top. Wait longer once; a second slow connect in
-			// a row marks it down (failed).
-			c, err = try(max(10*p.connect, patientConnect))
-		}
-		if err != nil {
-			return nil, &dialError{err}
-		}
-		return keepalive.Checked(c, keepalive.Options{}), nil // see package keepalive
-	})
-	pc.hc = &fasthttp.HostClient{
-		Addr:                     addr,
-		Name:                     "ringgate-peer",
-		DialTimeout:              dial,
-		MaxConns:                 4096,
-		MaxConnWaitTimeout:       100 * time.Millisecond,
-		MaxIdleConnDuration:      30 * time.Second,
-		StreamResponseBody:       true,
-		NoDefaultUserAgentHeader: true,
-	}
-	pc.hc.RetryIfErr = keepalive.RetryStale(pc.hc)
-	p.byAddr[addr] = pc
-	return pc
-}
 
 // toOwner hands the client's request to the tenant's owner and relays the
 // answer. handled is false when the owner could not be reached before any of
@@ -122,8 +24,7 @@ func (r *Router) toOwner(ctx *fasthttp.RequestCtx, v *view, owner string, t *ten
 	if addr == "" || !r.hops.Enabled() {
 		return false, false
 	}
-	pc := r.peers.get(addr)
-	if until := pc.downUntil.Load(); until != 0 && time.Now().UnixNano() < until {
+	if r.peers.Down(addr) {
 		r.metrics.hopEnded(hopUnreachable, 0) // marked down a moment ago: not tried
 		return false, false
 	}
@@ -135,7 +36,7 @@ func (r *Router) toOwner(ctx *fasthttp.RequestCtx, v *view, owner string, t *ten
 	resp := fasthttp.AcquireResponse()
 	w := r.watchHop(ctx, v, owner, string(req.Header.Peek(hopHeader)))
 	sent := time.Now()
-	err := pc.hc.Do(req, resp)
+	err := r.peers.Hop(addr, req, resp)
 	took := time.Since(sent)
 	fasthttp.ReleaseRequest(req)
 	if w.Stop() {
@@ -151,16 +52,8 @@ func (r *Router) toOwner(ctx *fasthttp.RequestCtx, v *view, owner string, t *ten
 	}
 	if err != nil {
 		fasthttp.ReleaseResponse(resp)
-		var de *dialError
-		if errors.As(err, &de) || errors.Is(err, fasthttp.ErrNoFreeConns) {
-			r.metrics.hopEnded(hopUnreachable, took)
-			pc.failed(err)
-			return false, false
-		}
-		if errors.Is(err, keepalive.ErrStale) {
-			// Every pooled connection tried was closed by the owner
-			// before the request was written (package keepalive): it never saw
-			// it. Not a sign it is down: the next hop dials afresh.
+		if errors.Is(err, hop.ErrUnreachable) {
+			// The owner never saw it: decided here.
 			r.metrics.hopEnded(hopUnreachable, took)
 			return false, false
 		}
@@ -172,8 +65,6 @@ func (r *Router) toOwner(ctx *fasthttp.RequestCtx, v *view, owner string, t *ten
 			fmt.Sprintf("The node enforcing this tenant's limits (%s) failed mid-request; retry.", owner))
 		return true, false
 	}
-	pc.downUntil.Store(0)
-	pc.timeouts.Store(0)
 	if reason := hopRefusal(resp); reason != "" {
 		// The owner refused the hop (stale, not ready, ...): it took
 		// nothing, and its refusal is not the client's (wake.go).

@@ -110,7 +110,7 @@ func (r *Router) peerDo(v *view, addr, to, method, path string, body []byte, hop
 		req.SetBody(body)
 	}
 	r.hops.Sign(req, r.node, to, v.version(), hops)
-	if err := r.peers.get(addr).hc.DoTimeout(req, resp, timeout); err != nil {
+	if err := r.peers.Call(addr, req, resp, timeout); err != nil {
 		return 0, nil, err
 	}
 	// The answer is streamed (the peers' pool streams every body): read

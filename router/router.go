@@ -20,6 +20,7 @@ import (
 	"github.com/ringgate/ringgate/queue"
 	"github.com/ringgate/ringgate/reserve"
 	"github.com/ringgate/ringgate/router/internal/deltaid"
+	"github.com/ringgate/ringgate/router/internal/hop"
 	"github.com/ringgate/ringgate/router/internal/hopsign"
 	"github.com/ringgate/ringgate/upstream"
 )
@@ -40,6 +41,9 @@ type Options struct {
 	// tenant and when (Clock), for an auditor that counts decisions
 	// rather than arrivals at the provider. It must not block.
 	OnAdmit func(tenant string, at int64)
+	// Dial, if set, connects to a peer within timeout instead of TCP: a
+	// test's in-memory network (package hop's Inmem).
+	Dial func(addr string, timeout time.Duration) (net.Conn, error)
 }
 
 // Router serves one node's HTTP: the client API and the admin endpoints.
@@ -65,7 +69,7 @@ type Router struct {
 	reloads reloading
 	view    views
 	hops    *hopsign.Signer
-	peers   *peers
+	peers   *hop.Pool
 	ids     *deltaid.IDs // names this node's deltas, skips ones applied twice
 	// hopCalls are hop calls waiting for their upstream, for an edge's
 	// cancel (hopcancel.go); watches the client connections of calls
@@ -221,7 +225,7 @@ func New(o Options) (*Router, error) {
 	if connect <= 0 {
 		connect = 15 * time.Millisecond
 	}
-	r.peers = &peers{connect: connect, first: first, idle: idle, byAddr: make(map[string]*peer)}
+	r.peers = hop.New(hop.Config{Connect: connect, First: first, Idle: idle, Dial: o.Dial, Clock: o.Clock})
 	return r, nil
 }
 

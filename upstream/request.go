@@ -252,11 +252,13 @@ func ParseRequest(ep Endpoint, body []byte) (Request, error) {
 		return Request{}, err
 	}
 	// One copy of the body backs every string the Request keeps.
-	p := reqParse{reqBody: reqBody{b: body, src: string(body)}}
+	p := reqParse{
+		reqBody: reqBody{b: body, src: string(body)},
+		r:       Request{Endpoint: ep, Generates: ep != Embeddings},
+	}
 	if err := p.topFields(root); err != nil {
 		return Request{}, err
 	}
-	p.r = Request{Endpoint: ep, Generates: ep != Embeddings}
 	err = p.parse()
 	return p.r, err
 }
