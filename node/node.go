@@ -64,28 +64,20 @@ type Node struct {
 	ln     net.Listener
 	served chan error
 	grace  time.Duration
-	// conns are the server's open connections, which Close cuts as a
-	// crash would (a server's Shutdown answers on them until they idle).
-	connsMu sync.Mutex
-	conns   map[net.Conn]struct{}
+	conns  openConns
 
 	gossip *gossip.Node // nil: standalone (node.gossip = "")
 	table  *ring.Table
 
-	mover *handoff.Mover  // moves tenants' state on ring changes
-	store *snapshot.Store // nil without Redis
-	conn  *redisconn.Conn // nil without Redis
-	// leaser keeps this node's part of the providers' limits.
-	leaser     *lease.Leaser
-	stopLeases context.CancelFunc
+	mover  *handoff.Mover  // moves tenants' state on ring changes
+	store  *snapshot.Store // nil without Redis
+	conn   *redisconn.Conn // nil without Redis
+	leases leaseWork
 
-	pubMu   sync.Mutex
-	mu      sync.Mutex
-	metrics *nodeMetrics
-	// source reads the config again (Options.Source); reloadMu keeps
-	// two reloads from it (a SIGHUP and a POST) from interleaving.
-	source      func() (*config.Config, error)
-	reloadMu    sync.Mutex
+	pubMu       sync.Mutex
+	mu          sync.Mutex
+	metrics     *nodeMetrics
+	reload      reloading
 	ring        *ring.Ring // the ring onRing last handled: the one routing uses
 	members     []gossip.Member
 	changedAt   time.Time
@@ -97,6 +89,28 @@ type Node struct {
 	pins pinsAgreement // where teams place their tenants (pins.go)
 }
 
+// openConns are the server's open connections, which Close cuts as a crash
+// would (a server's Shutdown answers on them until they idle).
+type openConns struct {
+	mu  sync.Mutex
+	set map[net.Conn]struct{}
+}
+
+// leaseWork keeps this node's part of the providers' limits: the leaser,
+// and stop, which ends the leaser's and the router's spillover goroutines.
+type leaseWork struct {
+	leaser *lease.Leaser
+	stop   context.CancelFunc
+}
+
+// reloading is what ReloadFromSource reads the config again with: source
+// (Options.Source), and mu, which keeps two reloads from it (a SIGHUP and a
+// POST) from interleaving.
+type reloading struct {
+	mu     sync.Mutex
+	source func() (*config.Config, error)
+}
+
 // Start builds and starts a node; it serves until Drain or Close. With
 // node.gossip empty the node runs standalone and enforces every tenant.
 func Start(cfg *config.Config, o Options) (*Node, error) {
@@ -104,64 +118,20 @@ func Start(cfg *config.Config, o Options) (*Node, error) {
 		o.Logger = slog.Default()
 	}
 	log := o.Logger.With("node", cfg.Node.Name)
-	// One Redis connection (one budget per call, one breaker) for the
-	// snapshots and the leases.
-	var conn *redisconn.Conn
-	var leases lease.Store
 	var metrics atomic.Pointer[nodeMetrics] // made with the router, which holds the registry
-	if cfg.Redis.Enabled() {
-		rc := redisConfig(cfg.Redis, log)
-		rc.OnCall = func(took time.Duration, err error) {
-			if m := metrics.Load(); m != nil { // the script load at start comes first
-				m.redisCall(took, err)
-			}
-		}
-		c, err := redisconn.New(rc)
-		if err != nil {
-			return nil, fmt.Errorf("start node %s: redis: %w", cfg.Node.Name, err)
-		}
-		conn = c
-		rs := lease.NewRedisStore(conn, "")
-		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		if err := rs.Load(ctx); err != nil {
-			// Not fatal: Redis may come later, and a script unknown to
-			// it is sent whole (EVAL) on first use.
-			log.Warn("lease", "phase", "load_scripts", "error", err.Error())
-		}
-		cancel()
-		leases = rs
+	conn, leases, err := dialRedis(cfg, log, &metrics)
+	if err != nil {
+		return nil, err
 	}
-	leaser := lease.NewLeaser(lease.LeaserConfig{Store: leases, Node: cfg.Node.Name, Clock: o.Clock, Logger: log})
-	rt, err := router.New(router.Options{Config: cfg, Tokenizer: o.Tokenizer, Clock: o.Clock, Logger: log, Leaser: leaser, OnAdmit: o.OnAdmit})
+	n, err := newNode(cfg, o, log, conn, leases)
 	if err != nil {
 		if conn != nil {
 			_ = conn.Close()
 		}
-		return nil, fmt.Errorf("start node %s: %w", cfg.Node.Name, err)
+		return nil, err
 	}
-	ln := o.Listener
-	if ln == nil {
-		ln, err = net.Listen("tcp", cfg.Node.Listen)
-		if err != nil {
-			if conn != nil {
-				_ = conn.Close()
-			}
-			return nil, fmt.Errorf("start node %s: listen %s: %w", cfg.Node.Name, cfg.Node.Listen, err)
-		}
-	}
-	n := &Node{cfg: cfg, log: log, router: rt, server: rt.Server(), ln: ln, served: make(chan error, 1), grace: o.DrainGrace,
-		conn: conn, leaser: leaser, metrics: newNodeMetrics(rt.Register)}
 	metrics.Store(n.metrics)
-	n.conns = make(map[net.Conn]struct{})
-	n.server.ConnState = n.trackConn
-	leaseCtx, stopLeases := context.WithCancel(context.Background())
-	n.stopLeases = stopLeases
-	go leaser.Run(leaseCtx)
-	go rt.RunSpillover(leaseCtx)
-	if n.grace <= 0 {
-		n.grace = time.Second
-	}
-	n.tenantNames = rt.Names()
+	n.startLeases()
 	if len(n.tenantNames) >= bigConfig {
 		// Parsing and building a big config leaves a heap's worth of
 		// garbage (the TOML document as maps): give it back to the
@@ -169,87 +139,180 @@ func Start(cfg *config.Config, o Options) (*Node, error) {
 		// resident memory with 100 000 tenants).
 		debug.FreeOSMemory()
 	}
+	store, err := n.openSnapshots()
+	if err != nil {
+		_ = n.ln.Close()
+		n.closeLeases(false)
+		return nil, err
+	}
+	n.startHandoff(o, store)
+	go func() { n.served <- n.server.Serve(n.ln) }()
+
+	if cfg.Node.Gossip != "" {
+		if err := n.join(o); err != nil {
+			_ = n.ln.Close()
+			n.closeLeases(false)
+			n.shutdown()
+			return nil, err
+		}
+	}
+	if o.Source != nil {
+		n.reload.source = o.Source
+		n.router.SetReloader(n.ReloadFromSource)
+	}
+	log.Info("start", "listen", n.ln.Addr().String(), "gossip", n.GossipAddr(), "tenants", len(cfg.Tenants), "upstreams", len(cfg.Upstreams),
+		"config_version", n.router.ConfigVersion())
+	return n, nil
+}
+
+// dialRedis opens the one Redis connection (one budget per call, one
+// breaker) that the snapshots and the leases share, and the lease store on
+// it; both are nil without Redis. metrics counts the calls once the router,
+// which holds the registry, has made it.
+func dialRedis(cfg *config.Config, log *slog.Logger, metrics *atomic.Pointer[nodeMetrics]) (*redisconn.Conn, lease.Store, error) {
+	if !cfg.Redis.Enabled() {
+		return nil, nil, nil
+	}
+	rc := redisConfig(cfg.Redis, log)
+	rc.OnCall = func(took time.Duration, err error) {
+		if m := metrics.Load(); m != nil { // the script load at start comes first
+			m.redisCall(took, err)
+		}
+	}
+	conn, err := redisconn.New(rc)
+	if err != nil {
+		return nil, nil, fmt.Errorf("start node %s: redis: %w", cfg.Node.Name, err)
+	}
+	rs := lease.NewRedisStore(conn, "")
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	if err := rs.Load(ctx); err != nil {
+		// Not fatal: Redis may come later, and a script unknown to
+		// it is sent whole (EVAL) on first use.
+		log.Warn("lease", "phase", "load_scripts", "error", err.Error())
+	}
+	return conn, rs, nil
+}
+
+// newNode makes the node's leaser, router and listener: all it serves with,
+// nothing started yet.
+func newNode(cfg *config.Config, o Options, log *slog.Logger, conn *redisconn.Conn, leases lease.Store) (*Node, error) {
+	leaser := lease.NewLeaser(lease.LeaserConfig{Store: leases, Node: cfg.Node.Name, Clock: o.Clock, Logger: log})
+	rt, err := router.New(router.Options{Config: cfg, Tokenizer: o.Tokenizer, Clock: o.Clock, Logger: log, Leaser: leaser, OnAdmit: o.OnAdmit})
+	if err != nil {
+		return nil, fmt.Errorf("start node %s: %w", cfg.Node.Name, err)
+	}
+	ln := o.Listener
+	if ln == nil {
+		if ln, err = net.Listen("tcp", cfg.Node.Listen); err != nil {
+			return nil, fmt.Errorf("start node %s: listen %s: %w", cfg.Node.Name, cfg.Node.Listen, err)
+		}
+	}
+	n := &Node{cfg: cfg, log: log, router: rt, server: rt.Server(), ln: ln, served: make(chan error, 1), grace: o.DrainGrace,
+		conn: conn, leases: leaseWork{leaser: leaser}, metrics: newNodeMetrics(rt.Register)}
+	n.conns.set = make(map[net.Conn]struct{})
+	n.server.ConnState = n.conns.track
+	if n.grace <= 0 {
+		n.grace = time.Second
+	}
+	n.tenantNames = rt.Names()
+	return n, nil
+}
+
+// startLeases runs the leaser and the router's spillover until closeLeases.
+func (n *Node) startLeases() {
+	ctx, stop := context.WithCancel(context.Background())
+	n.leases.stop = stop
+	go n.leases.leaser.Run(ctx)
+	go n.router.RunSpillover(ctx)
+}
+
+// openSnapshots opens the snapshot store on the Redis connection and
+// exposes its counters; without Redis the handoff protocol has no store.
+func (n *Node) openSnapshots() (handoff.Store, error) {
+	if !n.cfg.Redis.Enabled() {
+		return handoff.NoStore{}, nil
+	}
+	s, err := snapshot.NewStore(snapshot.StoreConfig{Conn: n.conn, Logger: n.log})
+	if err != nil {
+		return nil, fmt.Errorf("start node %s: redis: %w", n.cfg.Node.Name, err)
+	}
+	n.store = s
+	for _, c := range storeCollectors(s) {
+		_ = n.router.Register(c)
+	}
+	return s, nil
+}
+
+// startHandoff starts the handoff protocol, on which the router hands
+// tenants over and takes them back.
+func (n *Node) startHandoff(o Options, store handoff.Store) {
 	clock := o.Clock
 	if clock == nil {
 		clock = func() int64 { return time.Now().UnixNano() }
 	}
-	var store handoff.Store = handoff.NoStore{}
-	if cfg.Redis.Enabled() {
-		s, err := snapshot.NewStore(snapshot.StoreConfig{Conn: conn, Logger: log})
-		if err != nil {
-			_ = ln.Close()
-			n.closeLeases(false)
-			return nil, fmt.Errorf("start node %s: redis: %w", cfg.Node.Name, err)
-		}
-		n.store, store = s, s
-		for _, c := range storeCollectors(s) {
-			_ = rt.Register(c)
-		}
-	}
-	n.mover = handoff.New(moverConfig(cfg, clock, o), rt, rt, store, n.currentRing)
-	rt.SetHandOver(n.mover.HandOver)
-	rt.SetTakeBack(n.mover.TakeBack)
+	n.mover = handoff.New(moverConfig(n.cfg, clock, o), n.router, n.router, store, n.currentRing)
+	n.router.SetHandOver(n.mover.HandOver)
+	n.router.SetTakeBack(n.mover.TakeBack)
 	if n.store != nil {
-		rt.SetFallbackSeed(n.mover.LastState)
+		n.router.SetFallbackSeed(n.mover.LastState)
 	}
 	n.mover.Start()
-	if n.store != nil && cfg.Node.Gossip == "" {
-		// A standalone node restarting continues its tenants' windows
-		// from the last snapshots instead of starting them empty; it
-		// loads them before it serves.
-		a := n.mover.Restore(n.tenants())
-		n.metrics.handedOff(a, a.Took)
-		log.Info("rebalance", "ring_version", 0, "members", []string{cfg.Node.Name}, "taken_over", len(n.tenants()),
-			"state", a.Counts(), "handoff_ms", a.Took.Milliseconds())
+	if n.store != nil && n.cfg.Node.Gossip == "" {
+		n.restore()
 	}
-	go func() { n.served <- n.server.Serve(ln) }()
+}
 
-	if cfg.Node.Gossip != "" {
-		if len(cfg.Cluster.Secret) == 0 {
-			log.Warn("start", "detail", "no cluster.secret: gossip is unencrypted and peer hops are off; this node enforces its strict share of tenants it does not own")
-		}
-		rt.SetReady(false)
-		n.table = ring.NewTable(cfg.Node.Name, o.RingDebounce, n.onRing)
-		// Until the members are known, the placement its config asks for
-		// (agreePins).
-		n.pins.setWant(rt.Pins())
-		n.pins.use, n.pins.useHash = n.pins.want, n.pins.wantHash
-		n.table.SetPins(n.pins.use)
-		g, err := gossip.Start(gossip.Config{
-			Name:          cfg.Node.Name,
-			BindAddr:      cfg.Node.Gossip,
-			AdvertiseAddr: cfg.Node.Advertise,
-			HTTPAddr:      advertisedHTTP(ln.Addr().String(), cfg.Node.Advertise, cfg.Node.Gossip),
-			Seeds:         cfg.Node.Join,
-			SecretKey:     cfg.Cluster.Secret,
-			Timing:        o.Timing,
-			Logger:        o.Logger, // gossip adds the node name itself
-			OnChange:      n.onMembers,
-			Pins:          n.pins.wantHash,
-			ConfigVersion: rt.ConfigVersion(),
-		})
-		if err != nil {
-			n.table.Close()
-			_ = ln.Close()
-			n.closeLeases(false)
-			n.shutdown()
-			return nil, fmt.Errorf("start node %s: gossip: %w", cfg.Node.Name, err)
-		}
-		n.mu.Lock()
-		n.gossip = g
-		n.mu.Unlock()
-		// The owners this node falls back on are named in its metadata:
-		// each keeps its own admissions to its part (router/unreachable.go).
-		rt.SetCannotReachHook(func(owners []string) { _ = g.SetCannotReach(owners) })
-		n.startWatchdog(o.Timing)
+// restore makes a standalone node that restarts continue its tenants'
+// windows from the last snapshots instead of starting them empty; it runs
+// before the node serves.
+func (n *Node) restore() {
+	a := n.mover.Restore(n.tenants())
+	n.metrics.handedOff(a, a.Took)
+	n.log.Info("rebalance", "ring_version", 0, "members", []string{n.cfg.Node.Name}, "taken_over", len(n.tenants()),
+		"state", a.Counts(), "handoff_ms", a.Took.Milliseconds())
+}
+
+// join makes the node a cluster member: unready until it has joined and
+// holds a ring, it builds its rings from what gossip says of the members
+// and watches for pauses.
+func (n *Node) join(o Options) error {
+	cfg := n.cfg
+	if len(cfg.Cluster.Secret) == 0 {
+		n.log.Warn("start", "detail", "no cluster.secret: gossip is unencrypted and peer hops are off; this node enforces its strict share of tenants it does not own")
 	}
-	if o.Source != nil {
-		n.source = o.Source
-		rt.SetReloader(n.ReloadFromSource)
+	n.router.SetReady(false)
+	n.table = ring.NewTable(cfg.Node.Name, o.RingDebounce, n.onRing)
+	// Until the members are known, the placement its config asks for
+	// (agreePins).
+	n.pins.setWant(n.router.Pins())
+	n.pins.use, n.pins.useHash = n.pins.want, n.pins.wantHash
+	n.table.SetPins(n.pins.use)
+	g, err := gossip.Start(gossip.Config{
+		Name:          cfg.Node.Name,
+		BindAddr:      cfg.Node.Gossip,
+		AdvertiseAddr: cfg.Node.Advertise,
+		HTTPAddr:      advertisedHTTP(n.ln.Addr().String(), cfg.Node.Advertise, cfg.Node.Gossip),
+		Seeds:         cfg.Node.Join,
+		SecretKey:     cfg.Cluster.Secret,
+		Timing:        o.Timing,
+		Logger:        o.Logger, // gossip adds the node name itself
+		OnChange:      n.onMembers,
+		Pins:          n.pins.wantHash,
+		ConfigVersion: n.router.ConfigVersion(),
+	})
+	if err != nil {
+		n.table.Close()
+		return fmt.Errorf("start node %s: gossip: %w", cfg.Node.Name, err)
 	}
-	log.Info("start", "listen", ln.Addr().String(), "gossip", n.GossipAddr(), "tenants", len(cfg.Tenants), "upstreams", len(cfg.Upstreams),
-		"config_version", rt.ConfigVersion())
-	return n, nil
+	n.mu.Lock()
+	n.gossip = g
+	n.mu.Unlock()
+	// The owners this node falls back on are named in its metadata:
+	// each keeps its own admissions to its part (router/unreachable.go).
+	n.router.SetCannotReachHook(func(owners []string) { _ = g.SetCannotReach(owners) })
+	n.startWatchdog(o.Timing)
+	return nil
 }
 
 // advertisedHTTP is the HTTP address peers should use: the listener's, with
@@ -444,12 +507,12 @@ func (n *Node) Reload(cfg *config.Config) error {
 // outcome is logged and shown in /cluster.
 func (n *Node) ReloadFromSource(trigger string) router.ReloadResult {
 	res := router.ReloadResult{At: time.Now(), Trigger: trigger}
-	n.reloadMu.Lock()
-	defer n.reloadMu.Unlock()
+	n.reload.mu.Lock()
+	defer n.reload.mu.Unlock()
 	var err error
-	if n.source == nil {
+	if n.reload.source == nil {
 		err = errors.New("no config source")
-	} else if next, e := n.source(); e != nil {
+	} else if next, e := n.reload.source(); e != nil {
 		err = e
 	} else {
 		restart := next.RestartOnly(n.router.Config())
@@ -499,28 +562,34 @@ func (n *Node) Drain() bool {
 // closed as a killed process's are, not answered until they idle.
 func (n *Node) Close() error {
 	err := n.ln.Close()
-	n.connsMu.Lock()
-	for c := range n.conns {
-		_ = c.Close()
-	}
-	n.connsMu.Unlock()
+	n.conns.closeAll()
 	n.stop(false)
 	return err
 }
 
-// trackConn keeps the server's open connections for Close. fasthttp calls
-// it for every request too (active, idle): those take no lock.
-func (n *Node) trackConn(c net.Conn, st fasthttp.ConnState) {
+// track keeps the server's open connections for Close
+// (fasthttp.Server.ConnState). fasthttp calls it for every request too
+// (active, idle): those take no lock.
+func (oc *openConns) track(c net.Conn, st fasthttp.ConnState) {
 	switch st {
 	case fasthttp.StateNew:
-		n.connsMu.Lock()
-		n.conns[c] = struct{}{}
-		n.connsMu.Unlock()
+		oc.mu.Lock()
+		oc.set[c] = struct{}{}
+		oc.mu.Unlock()
 	case fasthttp.StateClosed, fasthttp.StateHijacked:
-		n.connsMu.Lock()
-		delete(n.conns, c)
-		n.connsMu.Unlock()
+		oc.mu.Lock()
+		delete(oc.set, c)
+		oc.mu.Unlock()
 	}
+}
+
+// closeAll closes every open connection.
+func (oc *openConns) closeAll() {
+	oc.mu.Lock()
+	for c := range oc.set {
+		_ = c.Close()
+	}
+	oc.mu.Unlock()
 }
 
 func (n *Node) stop(leave bool) {
@@ -563,12 +632,12 @@ func (n *Node) stop(leave bool) {
 func (n *Node) closeLeases(giveBack bool) {
 	if giveBack {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		if err := n.leaser.GiveBack(ctx); err != nil {
+		if err := n.leases.leaser.GiveBack(ctx); err != nil {
 			n.log.Warn("drain", "phase", "give_back_leases", "error", err.Error())
 		}
 		cancel()
 	}
-	n.stopLeases()
+	n.leases.stop()
 	if n.conn != nil {
 		_ = n.conn.Close()
 	}
