@@ -129,7 +129,49 @@ func (s *Server) serveAPI(ctx *fasthttp.RequestCtx) {
 		}
 	}()
 	o := s.opts.Load()
+	root, valid := readRecord(ctx, rec, o.CountTokens)
+	ep := endpointOf(ctx.Path())
 
+	// The limits decide at arrival, before Latency, as a provider's front
+	// door does; an admitted request holds its concurrency slot until its
+	// answer is complete.
+	var maxTokens int64 // max_completion_tokens, else max_tokens
+	var v verdict
+	if valid && ep != epUnknown && ctx.IsPost() && o.Status == 0 {
+		maxTokens, v = s.admit(o, rec, root, ep)
+		if v.ok {
+			ls = v.lease
+		}
+	}
+	s.addRecord(rec, o.MaxRecords)
+
+	if o.Latency > 0 && !s.sleep(o.Latency) {
+		writeError(ctx, fasthttp.StatusServiceUnavailable, "fakeupstream: server closing")
+		return
+	}
+	if s.refused(ctx, o, rec, ep, valid, &v) {
+		return
+	}
+	s.setRateHeaders(ctx, ep == epMessages, o, rec.Model, v.ms)
+	rq := s.newRequest(o, rec, ep, root, maxTokens)
+	if !rq.stream {
+		completion = rq.completion
+		ctx.SetContentType(ctJSON)
+		ctx.SetBody(appendJSONResponse(make([]byte, 0, 256+5*rq.completion), rq, !o.NoUsage))
+		return
+	}
+	if !s.beginStream() {
+		writeError(ctx, fasthttp.StatusServiceUnavailable, "fakeupstream: server closing")
+		return
+	}
+	streaming = true
+	s.answerStream(ctx, o, rec, rq, ls)
+}
+
+// readRecord fills rec from the request: its path, body and headers and,
+// if the body is a JSON object (valid), what it asks for. root is that
+// object.
+func readRecord(ctx *fasthttp.RequestCtx, rec *Record, countTokens func(model, text string) int) (root gjson.Result, valid bool) {
 	// One private copy of the body: it is the record's Body and, as it is
 	// never modified, gjson reads it in place.
 	var body []byte
@@ -144,79 +186,72 @@ func (s *Server) serveAPI(ctx *fasthttp.RequestCtx) {
 	rec.Body = body
 	rec.APIKey = apiKey(&ctx.Request.Header)
 	rec.AnthropicVersion = string(ctx.Request.Header.Peek("anthropic-version"))
-	valid := gjson.Valid(js) && gjson.Parse(js).IsObject()
-	var root gjson.Result
-	if valid {
-		root = gjson.Parse(js)
-		rec.Model = root.Get("model").String()
-		if u := root.Get("user"); u.Type == gjson.String {
-			rec.User = u.Str
-		} else {
-			rec.User = root.Get("metadata.user_id").String()
-		}
-		rec.Stream = root.Get("stream").Bool()
-		rec.IncludeUsage = root.Get("stream_options.include_usage").Bool()
-		rec.PromptTokens = promptTokens(root, rec.Model, o.CountTokens)
+	if !gjson.Valid(js) || !gjson.Parse(js).IsObject() {
+		return root, false
 	}
-	ep := endpointOf(ctx.Path())
-	anthropic := ep == epMessages
+	root = gjson.Parse(js)
+	rec.Model = root.Get("model").String()
+	if u := root.Get("user"); u.Type == gjson.String {
+		rec.User = u.Str
+	} else {
+		rec.User = root.Get("metadata.user_id").String()
+	}
+	rec.Stream = root.Get("stream").Bool()
+	rec.IncludeUsage = root.Get("stream_options.include_usage").Bool()
+	rec.PromptTokens = promptTokens(root, rec.Model, countTokens)
+	return root, true
+}
 
-	// The limits decide at arrival, before Latency, as a provider's front
-	// door does; an admitted request holds its concurrency slot until its
-	// answer is complete.
-	var maxTokens int64 // max_completion_tokens, else max_tokens
-	var v verdict
-	if valid && ep != epUnknown && ctx.IsPost() && o.Status == 0 {
-		if ep != epEmbeddings {
-			maxTokens = root.Get("max_completion_tokens").Int()
-			if ep == epResponses {
-				maxTokens = root.Get("max_output_tokens").Int()
-			}
-			mt := root.Get("max_tokens").Int()
-			if maxTokens <= 0 {
-				maxTokens = mt
-			}
-			rec.TokenCharge = max(maxTokens, 0)
-			if anthropic {
-				rec.TokenCharge = max(mt, 0)
-			}
+// admit asks the limits for room for rec: its prompt and the most it may
+// complete (maxTokens; Anthropic's charge is its max_tokens). A refusal is
+// noted in rec.
+func (s *Server) admit(o *Options, rec *Record, root gjson.Result, ep endpoint) (maxTokens int64, v verdict) {
+	if ep != epEmbeddings {
+		maxTokens = root.Get("max_completion_tokens").Int()
+		if ep == epResponses {
+			maxTokens = root.Get("max_output_tokens").Int()
 		}
-		rec.TokenCharge += int64(rec.PromptTokens)
-		v = s.lim.admit(&o.Limits, rec.Model, rec.TokenCharge)
-		if v.ok {
-			ls = v.lease
-		} else {
-			rec.RateLimited, rec.LimitedBy = true, v.by
+		mt := root.Get("max_tokens").Int()
+		if maxTokens <= 0 {
+			maxTokens = mt
+		}
+		rec.TokenCharge = max(maxTokens, 0)
+		if ep == epMessages {
+			rec.TokenCharge = max(mt, 0)
 		}
 	}
-	s.addRecord(rec, o.MaxRecords)
+	rec.TokenCharge += int64(rec.PromptTokens)
+	v = s.lim.admit(&o.Limits, rec.Model, rec.TokenCharge)
+	if !v.ok {
+		rec.RateLimited, rec.LimitedBy = true, v.by
+	}
+	return maxTokens, v
+}
 
-	if o.Latency > 0 && !s.sleep(o.Latency) {
-		writeError(ctx, fasthttp.StatusServiceUnavailable, "fakeupstream: server closing")
-		return
-	}
-	if o.Status != 0 {
+// refused answers with an error a request that gets no completion: a
+// status is forced, the path or method is not the API's, the body is not a
+// JSON object or the limits refused it (v). It reports whether it answered.
+func (s *Server) refused(ctx *fasthttp.RequestCtx, o *Options, rec *Record, ep endpoint, valid bool, v *verdict) bool {
+	switch {
+	case o.Status != 0:
 		writeError(ctx, o.Status, "fakeupstream: forced status "+strconv.Itoa(o.Status))
-		return
-	}
-	if ep == epUnknown {
+	case ep == epUnknown:
 		writeError(ctx, fasthttp.StatusNotFound, "fakeupstream: unknown path "+strconv.Quote(rec.Path))
-		return
-	}
-	if !ctx.IsPost() {
+	case !ctx.IsPost():
 		writeError(ctx, fasthttp.StatusMethodNotAllowed, "fakeupstream: use POST")
-		return
-	}
-	if !valid {
+	case !valid:
 		writeError(ctx, fasthttp.StatusBadRequest, "fakeupstream: request body is not a JSON object")
-		return
+	case rec.RateLimited:
+		s.writeRateLimited(ctx, ep == epMessages, o, rec.Model, v)
+	default:
+		return false
 	}
-	if rec.RateLimited {
-		s.writeRateLimited(ctx, anthropic, o, rec.Model, &v)
-		return
-	}
-	s.setRateHeaders(ctx, anthropic, o, rec.Model, v.ms)
+	return true
+}
 
+// newRequest is the answer to give rec: its id, and how many words it
+// completes (at most maxTokens if set) or inputs it embeds.
+func (s *Server) newRequest(o *Options, rec *Record, ep endpoint, root gjson.Result, maxTokens int64) *request {
 	rq := &request{
 		ep:           ep,
 		model:        rec.Model,
@@ -234,18 +269,12 @@ func (s *Server) serveAPI(ctx *fasthttp.RequestCtx) {
 			rq.completion, rq.capped = int(maxTokens), true
 		}
 	}
+	return rq
+}
 
-	if !rq.stream {
-		completion = rq.completion
-		ctx.SetContentType(ctJSON)
-		ctx.SetBody(appendJSONResponse(make([]byte, 0, 256+5*rq.completion), rq, !o.NoUsage))
-		return
-	}
-	if !s.beginStream() {
-		writeError(ctx, fasthttp.StatusServiceUnavailable, "fakeupstream: server closing")
-		return
-	}
-	streaming = true
+// answerStream answers rq with server-sent events; the request leaves the
+// in-flight count as its stream ends (beginStream counted the stream).
+func (s *Server) answerStream(ctx *fasthttp.RequestCtx, o *Options, rec *Record, rq *request, ls lease) {
 	ctx.SetContentType(ctSSE)
 	ctx.Response.Header.Set("Cache-Control", "no-cache")
 	noUsage, interval := o.NoUsage, o.ChunkInterval
@@ -347,38 +376,91 @@ func writeError(ctx *fasthttp.RequestCtx, status int, msg string) {
 // stream) is attempted: a client that has seen the end of the stream must
 // never find the request still counted in flight.
 func (s *Server) writeStream(w *bufio.Writer, rq *request, noUsage bool, interval time.Duration, beforeLast func(n int)) (int, bool) {
-	var t *time.Timer
-	if interval > 0 {
-		t = time.NewTimer(interval)
-		t.Stop()
-		defer t.Stop()
-	}
-	wait := func() bool {
-		if t == nil {
-			select {
-			case <-s.closing:
-				return false
-			default:
-				return true
-			}
-		}
-		t.Reset(interval)
-		select {
-		case <-t.C:
-			return true
-		case <-s.closing:
-			return false
-		}
-	}
+	ew := newEventWriter(w, interval, s.closing)
+	defer ew.stop()
 	buf := make([]byte, 0, 512)
-	emit := func(b []byte) bool {
-		if _, err := w.Write(b); err != nil {
-			return false
-		}
-		return w.Flush() == nil
+	opening, head, tail := streamOpening(buf, rq, noUsage)
+	if len(opening) > 0 && !ew.emit(opening) {
+		return 0, false
 	}
+	for i := range rq.completion {
+		if !ew.wait() {
+			return i, false
+		}
+		b := append(buf[:0], head...)
+		b = append(b, quotedWords[i%len(words)]...)
+		b = append(b, tail...)
+		if !ew.emit(b) {
+			return i, false
+		}
+	}
+	n := rq.completion
+	b := appendStreamEnd(buf[:0], rq, noUsage)
+	beforeLast(n)
+	if !ew.emit(b) {
+		return n, false
+	}
+	return n, true
+}
 
-	var head, tail []byte // around the JSON-quoted token text of a content event
+// eventWriter writes a stream's events, each flushed, the content ones an
+// interval apart; the server's closing cuts the stream.
+type eventWriter struct {
+	w        *bufio.Writer
+	interval time.Duration
+	t        *time.Timer // nil without an interval
+	closing  <-chan struct{}
+}
+
+// newEventWriter writes to w; an interval of 0 sends the events at once.
+func newEventWriter(w *bufio.Writer, interval time.Duration, closing <-chan struct{}) *eventWriter {
+	ew := &eventWriter{w: w, interval: interval, closing: closing}
+	if interval > 0 {
+		ew.t = time.NewTimer(interval)
+		ew.t.Stop()
+	}
+	return ew
+}
+
+// stop releases the timer.
+func (ew *eventWriter) stop() {
+	if ew.t != nil {
+		ew.t.Stop()
+	}
+}
+
+// wait waits for the next content event's time; false if the server is
+// closing.
+func (ew *eventWriter) wait() bool {
+	if ew.t == nil {
+		select {
+		case <-ew.closing:
+			return false
+		default:
+			return true
+		}
+	}
+	ew.t.Reset(ew.interval)
+	select {
+	case <-ew.t.C:
+		return true
+	case <-ew.closing:
+		return false
+	}
+}
+
+// emit writes and flushes b; false if the client went away.
+func (ew *eventWriter) emit(b []byte) bool {
+	if _, err := ew.w.Write(b); err != nil {
+		return false
+	}
+	return ew.w.Flush() == nil
+}
+
+// streamOpening is what rq's stream sends before its content, built in buf
+// (nothing for a completions stream), and the head and tail of its content
+// events, around the JSON-quoted token text.
+func streamOpening(buf []byte, rq *request, noUsage bool) (opening, head, tail []byte) {
 	switch rq.ep {
 	case epMessages:
 		b := append(buf[:0], "event: message_start\ndata: "...)
@@ -387,52 +469,35 @@ func (s *Server) writeStream(w *bufio.Writer, rq *request, noUsage bool, interva
 		b = append(b, "event: content_block_start\ndata: "+
 			`{"type":"content_block_start","index":0,"content_block":{"type":"text","text":""}}`+"\n\n"+
 			"event: ping\ndata: "+`{"type":"ping"}`+"\n\n"...)
-		if !emit(b) {
-			return 0, false
-		}
 		head = []byte("event: content_block_delta\ndata: " +
 			`{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":`)
-		tail = []byte("}}\n\n")
+		return b, head, []byte("}}\n\n")
 	case epChat:
 		head = appendOpenAIChunkHead(nil, rq, "chat.completion.chunk")
 		b := append(buf[:0], head...)
 		b = append(b, `{"index":0,"delta":{"role":"assistant","content":""},"logprobs":null,"finish_reason":null}]`...)
 		b = appendUsageNull(b, rq)
-		if !emit(b) {
-			return 0, false
-		}
 		head = append(head, `{"index":0,"delta":{"content":`...)
-		tail = appendUsageNull([]byte(`},"logprobs":null,"finish_reason":null}]`), rq)
+		return b, head, appendUsageNull([]byte(`},"logprobs":null,"finish_reason":null}]`), rq)
 	case epCompletions:
 		head = appendOpenAIChunkHead(nil, rq, "text_completion")
 		head = append(head, `{"text":`...)
-		tail = appendUsageNull([]byte(`,"index":0,"logprobs":null,"finish_reason":null}]`), rq)
+		return nil, head, appendUsageNull([]byte(`,"index":0,"logprobs":null,"finish_reason":null}]`), rq)
 	case epResponses:
 		b := append(buf[:0], "event: response.created\ndata: "+`{"type":"response.created","response":`...)
 		b = appendResponse(b, rq, "in_progress", 0, false)
 		b = append(b, "}\n\n"...)
-		if !emit(b) {
-			return 0, false
-		}
 		head = []byte("event: response.output_text.delta\ndata: " +
 			`{"type":"response.output_text.delta","item_id":"msg_` + rq.id + `","output_index":0,"content_index":0,"delta":`)
-		tail = []byte("}\n\n")
+		return b, head, []byte("}\n\n")
 	}
+	return nil, nil, nil
+}
 
-	for i := range rq.completion {
-		if !wait() {
-			return i, false
-		}
-		b := append(buf[:0], head...)
-		b = append(b, quotedWords[i%len(words)]...)
-		b = append(b, tail...)
-		if !emit(b) {
-			return i, false
-		}
-	}
-
+// appendStreamEnd appends the events that end rq's stream, after its
+// rq.completion content events.
+func appendStreamEnd(b []byte, rq *request, noUsage bool) []byte {
 	n := rq.completion
-	b := buf[:0]
 	switch rq.ep {
 	case epMessages:
 		b = append(b, "event: content_block_stop\ndata: "+`{"type":"content_block_stop","index":0}`+"\n\n"+
@@ -446,36 +511,38 @@ func (s *Server) writeStream(w *bufio.Writer, rq *request, noUsage bool, interva
 		}
 		b = append(b, "}\n\nevent: message_stop\ndata: "+`{"type":"message_stop"}`+"\n\n"...)
 	case epChat, epCompletions:
-		obj := "chat.completion.chunk"
-		if rq.ep == epCompletions {
-			obj = "text_completion"
-		}
-		b = appendOpenAIChunkHead(b, rq, obj)
-		if rq.ep == epChat {
-			b = append(b, `{"index":0,"delta":{},"logprobs":null,"finish_reason":`...)
-		} else {
-			b = append(b, `{"text":"","index":0,"logprobs":null,"finish_reason":`...)
-		}
-		b = appendJSONString(b, openAIFinishReason(rq))
-		b = append(b, "}]"...)
-		b = appendUsageNull(b, rq)
-		if rq.includeUsage {
-			b = appendOpenAIChunkHead(b, rq, obj) // ends with `"choices":[`
-			b = append(b, `],"usage":`...)
-			b = appendOpenAIUsage(b, rq.prompt, n)
-			b = append(b, "}\n\n"...)
-		}
-		b = append(b, "data: [DONE]\n\n"...)
+		b = appendOpenAIStreamEnd(b, rq)
 	case epResponses: // no [DONE]: response.completed ends the stream
 		b = append(b, "event: response.completed\ndata: "+`{"type":"response.completed","response":`...)
 		b = appendResponse(b, rq, "completed", n, !noUsage)
 		b = append(b, "}\n\n"...)
 	}
-	beforeLast(n)
-	if !emit(b) {
-		return n, false
+	return b
+}
+
+// appendOpenAIStreamEnd appends the chunk with the finish reason, the usage
+// chunk if the client asked for it, and [DONE].
+func appendOpenAIStreamEnd(b []byte, rq *request) []byte {
+	obj := "chat.completion.chunk"
+	if rq.ep == epCompletions {
+		obj = "text_completion"
 	}
-	return n, true
+	b = appendOpenAIChunkHead(b, rq, obj)
+	if rq.ep == epChat {
+		b = append(b, `{"index":0,"delta":{},"logprobs":null,"finish_reason":`...)
+	} else {
+		b = append(b, `{"text":"","index":0,"logprobs":null,"finish_reason":`...)
+	}
+	b = appendJSONString(b, openAIFinishReason(rq))
+	b = append(b, "}]"...)
+	b = appendUsageNull(b, rq)
+	if rq.includeUsage {
+		b = appendOpenAIChunkHead(b, rq, obj) // ends with `"choices":[`
+		b = append(b, `],"usage":`...)
+		b = appendOpenAIUsage(b, rq.prompt, rq.completion)
+		b = append(b, "}\n\n"...)
+	}
+	return append(b, "data: [DONE]\n\n"...)
 }
 
 // appendOpenAIChunkHead appends `data: {"id":…,"choices":[`.
