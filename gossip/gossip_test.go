@@ -61,7 +61,10 @@ func TestThreeMembersJoinViaSeeds(t *testing.T) {
 func TestJoinSeedThatStartsLater(t *testing.T) {
 	t.Parallel()
 	lc := newLogCapture(t)
-	port := freePort(t)
+	// Held until a starts: a port freed early can be taken by another
+	// package's socket, and a listener there that never answers holds
+	// each of b's joins for the whole TCP timeout.
+	port, release := reservePort(t)
 	seedAddr := "127.0.0.1:" + itoa(port)
 
 	b := startNode(t, lc, Config{Name: "b", Seeds: []string{seedAddr}})
@@ -70,6 +73,7 @@ func TestJoinSeedThatStartsLater(t *testing.T) {
 		t.Fatal("b joined a seed that does not exist")
 	}
 
+	release()
 	a := startNode(t, lc, Config{Name: "a", BindAddr: seedAddr})
 	took := waitFor(t, 5*time.Second, "a and b see each other", func() bool {
 		return b.Joined() && sameNames(a.Members(), "a", "b") && sameNames(b.Members(), "a", "b")

@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -224,6 +225,43 @@ func freePort(t *testing.T) int {
 	}
 	t.Fatal("no free port")
 	return 0
+}
+
+// reservePort holds a loopback port that nobody listens on: a TCP socket
+// bound to it without listening, so a connection is refused as at a port
+// nobody uses, and a UDP socket on it. No other socket, of this test
+// process or another package's running beside it, takes the port until
+// release.
+func reservePort(t *testing.T) (port int, release func()) {
+	t.Helper()
+	fd, err := syscall.Socket(syscall.AF_INET, syscall.SOCK_STREAM, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Bind(fd, &syscall.SockaddrInet4{Addr: [4]byte{127, 0, 0, 1}}); err != nil {
+		_ = syscall.Close(fd)
+		t.Fatal(err)
+	}
+	sa, err := syscall.Getsockname(fd)
+	if err != nil {
+		_ = syscall.Close(fd)
+		t.Fatal(err)
+	}
+	port = sa.(*syscall.SockaddrInet4).Port
+	u, err := net.ListenPacket("udp", "127.0.0.1:"+strconv.Itoa(port))
+	if err != nil {
+		_ = syscall.Close(fd)
+		t.Skipf("udp port %d taken: %v", port, err)
+	}
+	var once sync.Once
+	release = func() {
+		once.Do(func() {
+			_ = syscall.Close(fd)
+			_ = u.Close()
+		})
+	}
+	t.Cleanup(release)
+	return port, release
 }
 
 // ---- fault-injection transport ----
