@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/valyala/fasthttp"
 	"github.com/valyala/fasthttp/fasthttpadaptor"
@@ -62,7 +63,7 @@ func (r *Router) serveAdmin(ctx *fasthttp.RequestCtx) {
 		// for its leases (peerUpstreams), signed with the cluster
 		// secret in place of the admin token.
 		if _, err := r.hops.Verify(&ctx.Request, r.node); err != nil {
-			r.metrics.hopsRefused.Inc()
+			r.metrics.HopsRefused.Inc()
 			fail(ctx, fasthttp.StatusUnauthorized, "invalid_request_error", "invalid_peer_signature",
 				"Peer request refused: "+err.Error()+".")
 			return
@@ -420,10 +421,14 @@ func teamName(t *tenant) string {
 
 func (r *Router) metricsHandler(ctx *fasthttp.RequestCtx) {
 	r.metricsServe.once.Do(func() {
-		r.metricsServe.handler = fasthttpadaptor.NewFastHTTPHandler(promhttp.HandlerFor(r.metrics.reg, promhttp.HandlerOpts{}))
+		r.metricsServe.handler = fasthttpadaptor.NewFastHTTPHandler(promhttp.HandlerFor(r.metrics.Reg, promhttp.HandlerOpts{}))
 	})
 	r.metricsServe.handler(ctx)
 }
+
+// Register adds a collector (the node's snapshot store counters, say) to
+// the node's /metrics.
+func (r *Router) Register(c prometheus.Collector) error { return r.metrics.Reg.Register(c) }
 
 func writeJSON(ctx *fasthttp.RequestCtx, status int, v any) {
 	b, err := json.Marshal(v)

@@ -71,7 +71,21 @@ func (r *Router) SetView(v View) {
 			r.dropGoneSlots(t, nv)
 		}
 	}
-	r.metrics.viewChanged(r.clusterView())
+	r.viewMetrics()
+}
+
+// viewMetrics sets the ring and membership gauges from the view.
+func (r *Router) viewMetrics() {
+	cv := r.clusterView()
+	active, draining := 0, 0
+	for _, mb := range cv.Members {
+		if mb.State == "draining" {
+			draining++
+		} else {
+			active++
+		}
+	}
+	r.metrics.ViewChanged(cv.RingVersion, active, draining, cv.ConfigsDiffer)
 }
 
 // noteDeparted records the members old had and nv has not (they left:

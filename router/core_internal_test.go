@@ -46,7 +46,7 @@ func TestCoresMadeAtFirstUse(t *testing.T) {
 	other := Member{Name: "u", Addr: "127.0.0.1:2"}
 	r.SetView(View{Ring: ring.New(1, []string{"t", "u"}), Members: []Member{self, other}})
 	r.SetView(View{Ring: ring.New(2, []string{"t"}), Members: []Member{self}}) // u gone: the slot pass
-	if _, err := r.metrics.reg.Gather(); err != nil {
+	if _, err := r.metrics.Reg.Gather(); err != nil {
 		t.Fatal(err)
 	}
 	r.KickQueues(r.Names())

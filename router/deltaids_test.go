@@ -193,7 +193,7 @@ func TestDeltaRetriesBounded(t *testing.T) {
 	}
 	dropped := func() float64 {
 		var m dto.Metric
-		if err := p.edge.metrics.deltaRetriesDropped.Write(&m); err != nil {
+		if err := p.edge.metrics.DeltaRetriesDropped.Write(&m); err != nil {
 			t.Fatal(err)
 		}
 		return m.GetCounter().GetValue()

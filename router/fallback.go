@@ -201,7 +201,7 @@ func (r *Router) reportFallback(t *tenant) {
 	}
 	l.pending = slices.DeleteFunc(l.pending, func(e *fallbackEntry) bool { return e.reported })
 	l.mu.Unlock()
-	r.metrics.fallbackReported.Add(float64(len(ds)))
+	r.metrics.FallbackReported.Add(float64(len(ds)))
 }
 
 // reportFallbacksTo reports the ledgers of tenants whose owner the view v

@@ -13,6 +13,7 @@ import (
 	"github.com/ringgate/ringgate/limiter"
 	"github.com/ringgate/ringgate/router/internal/hop"
 	"github.com/ringgate/ringgate/router/internal/hopsign"
+	"github.com/ringgate/ringgate/router/internal/metrics"
 )
 
 // toOwner hands the client's request to the tenant's owner and relays the
@@ -25,7 +26,7 @@ func (r *Router) toOwner(ctx *fasthttp.RequestCtx, v *view, owner string, t *ten
 		return false, false
 	}
 	if r.peers.Down(addr) {
-		r.metrics.hopEnded(hopUnreachable, 0) // marked down a moment ago: not tried
+		r.metrics.HopEnded(metrics.HopUnreachable, 0) // marked down a moment ago: not tried
 		return false, false
 	}
 	req := fasthttp.AcquireRequest()
@@ -43,9 +44,9 @@ func (r *Router) toOwner(ctx *fasthttp.RequestCtx, v *view, owner string, t *ten
 		// The client hung up while the owner waited for the upstream:
 		// the owner was told and ended the call; nothing to relay.
 		if err != nil {
-			r.metrics.hopEnded(hopFailed, took)
+			r.metrics.HopEnded(metrics.HopFailed, took)
 		} else {
-			r.metrics.hopEnded(hopAnswered, took)
+			r.metrics.HopEnded(metrics.HopAnswered, took)
 		}
 		r.hopGone(ctx, w, owner, resp)
 		return true, false
@@ -54,12 +55,12 @@ func (r *Router) toOwner(ctx *fasthttp.RequestCtx, v *view, owner string, t *ten
 		fasthttp.ReleaseResponse(resp)
 		if errors.Is(err, hop.ErrUnreachable) {
 			// The owner never saw it: decided here.
-			r.metrics.hopEnded(hopUnreachable, took)
+			r.metrics.HopEnded(metrics.HopUnreachable, took)
 			return false, false
 		}
 		// The owner took the request and then failed: it may have admitted
 		// it, so it is not retried here.
-		r.metrics.hopEnded(hopFailed, took)
+		r.metrics.HopEnded(metrics.HopFailed, took)
 		r.log.Warn("forward", "tenant", t.name, "owner", owner, "error", err.Error())
 		fail(ctx, fasthttp.StatusBadGateway, "server_error", "owner_failed",
 			fmt.Sprintf("The node enforcing this tenant's limits (%s) failed mid-request; retry.", owner))
@@ -68,7 +69,7 @@ func (r *Router) toOwner(ctx *fasthttp.RequestCtx, v *view, owner string, t *ten
 	if reason := hopRefusal(resp); reason != "" {
 		// The owner refused the hop (stale, not ready, ...): it took
 		// nothing, and its refusal is not the client's (wake.go).
-		r.metrics.hopEnded(hopRefused, took)
+		r.metrics.HopEnded(metrics.HopRefused, took)
 		fasthttp.ReleaseResponse(resp)
 		r.ownerRefused(ctx, t, owner, reason)
 		return true, false
@@ -82,7 +83,7 @@ func (r *Router) toOwner(ctx *fasthttp.RequestCtx, v *view, owner string, t *ten
 	}
 	ctx.SetStatusCode(resp.StatusCode())
 	if bytes.HasPrefix(resp.Header.ContentType(), []byte("text/event-stream")) {
-		r.metrics.hopEnded(hopAnswered, took)
+		r.metrics.HopEnded(metrics.HopAnswered, took)
 		wd := r.writeDeadline(ctx)
 		setStream(ctx, func(w *bufio.Writer) {
 			defer r.done()
@@ -96,9 +97,9 @@ func (r *Router) toOwner(ctx *fasthttp.RequestCtx, v *view, owner string, t *ten
 	err = readAnswer(&ctx.Response, resp)
 	fasthttp.ReleaseResponse(resp)
 	if err == nil {
-		r.metrics.hopEnded(hopAnswered, took)
+		r.metrics.HopEnded(metrics.HopAnswered, took)
 	} else {
-		r.metrics.hopEnded(hopFailed, took)
+		r.metrics.HopEnded(metrics.HopFailed, took)
 		ctx.Response.ResetBody()
 		ctx.Response.Header.Reset()
 		r.setNodeHeader(&ctx.Response.Header)
@@ -201,7 +202,7 @@ func (r *Router) fallbackLimiter(t *tenant, v *view, owner string) (*limiter.Ten
 			}
 			fb.logged.Store(log) // read by the episode's end (endFallback)
 			t.c().inFallback.Store(true)
-			r.metrics.fallbackEpisodes.Inc()
+			r.metrics.FallbackEpisodes.Inc()
 			if log {
 				r.log.Warn("fallback", "phase", "start", "tenant", t.name, "owner", owner, "members", n,
 					"share_rpm", l.Requests, "share_tpm", l.Tokens, "share_concurrency", l.Concurrency, "seeded", seeded,

@@ -404,7 +404,7 @@ func (r *Router) deliverDeltasRetrying(t *tenant, from string, ds []limiter.Delt
 	}
 	if r.moving.deltaRetries.Add(1) > maxDeltaRetries {
 		r.moving.deltaRetries.Add(-1)
-		r.metrics.deltaRetriesDropped.Inc()
+		r.metrics.DeltaRetriesDropped.Inc()
 		return
 	}
 	defer r.moving.deltaRetries.Add(-1)
@@ -478,7 +478,7 @@ func (r *Router) deliverDeltas(t *tenant, from string, ds []limiter.Delta, forwa
 	}
 	// Tried even when the peer is marked down for hops: an owner slow to
 	// accept is still alive and must learn of these (fallback.go).
-	r.metrics.deltasSent.Add(float64(len(ds)))
+	r.metrics.DeltasSent.Add(float64(len(ds)))
 	status, _, err := r.peerCall(v, addr, dest, deltaPath, deltaMsg{Tenant: t.name, From: from, Deltas: ds}, forwarded+1, deltaTimeout)
 	if err != nil || status != fasthttp.StatusNoContent {
 		r.logDeltaLost(t, dest, fmt.Sprint(err), status)
@@ -521,7 +521,7 @@ func (r *Router) serveDelta(ctx *fasthttp.RequestCtx) {
 	if from == r.node {
 		from = "" // this node's own calls, reported back to it
 	}
-	r.metrics.deltasApplied.Add(float64(r.applyOnce(t, now, from, m.Deltas)))
+	r.metrics.DeltasApplied.Add(float64(r.applyOnce(t, now, from, m.Deltas)))
 	ctx.SetStatusCode(fasthttp.StatusNoContent)
 }
 

@@ -44,7 +44,7 @@ func (r *Router) watchClient(ctx *fasthttp.RequestCtx, c *call) *hangup.Watch {
 // callGone finishes a call whose client is gone: settled at its
 // reservation, the prompt counted exactly.
 func (r *Router) callGone(c *call) {
-	r.metrics.clientGone.Inc()
+	r.metrics.ClientGone.Inc()
 	// The provider runs the call on until it answers: its budgets keep
 	// the slot (freed now, a concurrency of 1 could run 2 calls at once)
 	// until the handler hears the answer (clientGone). A
@@ -68,7 +68,7 @@ func (r *Router) clientGone(ctx *fasthttp.RequestCtx, c *call, w *hangup.Watch, 
 	w.WaitFired()
 	if err == nil {
 		status = resp.StatusCode()
-		r.metrics.answered(c.prov.Name, status)
+		r.metrics.Answered(c.prov.Name, status)
 		r.learnProvider(c, &resp.Header, status)
 		if u, ok, completion, whole := r.lateUsage(c, status, resp); whole {
 			// An answer read whole: the provider generated (and bills)

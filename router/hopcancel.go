@@ -53,7 +53,7 @@ func (r *Router) serveCancel(ctx *fasthttp.RequestCtx) {
 func (r *Router) watchHop(ctx *fasthttp.RequestCtx, v *view, owner, hop string) *hangup.Watch {
 	addr := v.addrs[owner]
 	return r.watch(ctx, func() {
-		r.metrics.clientGone.Inc()
+		r.metrics.ClientGone.Inc()
 		go func() {
 			_, _, _ = r.peerCall(v, addr, owner, cancelPath, cancelMsg{Hop: hop}, 1, deltaTimeout)
 		}()

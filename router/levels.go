@@ -212,7 +212,7 @@ func (r *Router) levelsShadowed(ctx *fasthttp.RequestCtx, c *call) {
 		if l := &c.levels[i]; l.shadow {
 			// Counted and marked; the rate-limit headers keep reporting
 			// the limits that are enforced.
-			l.e.counters().refused(l.d.Limited)
+			l.e.counters().Refused(l.d.Limited)
 			r.shadowRefusal(ctx, l.e.name, &l.e.shadowLog, l.d.Limited, l.d.RetryAfter)
 		}
 	}

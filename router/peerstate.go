@@ -77,7 +77,7 @@ func (r *Router) peerPost(ctx *fasthttp.RequestCtx) (hopsign.Info, bool) {
 	}
 	info, err := r.hops.Verify(&ctx.Request, r.node)
 	if err != nil {
-		r.metrics.hopsRefused.Inc()
+		r.metrics.HopsRefused.Inc()
 		fail(ctx, fasthttp.StatusUnauthorized, "invalid_request_error", "invalid_peer_signature",
 			"Peer request refused: "+err.Error()+".")
 		return hopsign.Info{}, false

@@ -115,7 +115,7 @@ func (r *Router) serveAPI(ctx *fasthttp.RequestCtx, ep upstream.Endpoint) bool {
 		info, err := r.hops.Verify(&ctx.Request, r.node)
 		hops = info.Hops
 		if err != nil {
-			r.metrics.hopsRefused.Inc()
+			r.metrics.HopsRefused.Inc()
 			r.log.Warn("hop_refused", "remote", ctx.RemoteAddr().String(), "error", err.Error())
 			// Marked, so that the edge knows nothing was admitted and
 			// does not pass the 401 on to its client (wake.go).
@@ -386,7 +386,7 @@ func (r *Router) firstTry(ctx *fasthttp.RequestCtx, ep upstream.Endpoint, st *st
 		return r.admitQueued(ctx, ep, st, c, &d, nil)
 	}
 	setRateHeaders(&ctx.Response.Header, &d)
-	c.t.counters().refused(d.Limited)
+	c.t.counters().Refused(d.Limited)
 	refuseOn(ctx, &d, st.cfg.Limits.Window, int64(c.res.Total), c.refusedBy)
 	return false
 }
@@ -399,7 +399,7 @@ func (r *Router) providerRefused(ctx *fasthttp.RequestCtx, ep upstream.Endpoint,
 	if w := c.t.queueWait(c.class); w > 0 && br.waitable(time.Now().Add(w)) {
 		return r.admitQueued(ctx, ep, st, c, nil, br)
 	}
-	return r.refusedByBudget(ctx, c, br, c.t.counters().upstream)
+	return r.refusedByBudget(ctx, c, br, c.t.counters().Upstream)
 }
 
 // refusedByBudget answers a request a provider's budget has no room for
@@ -533,8 +533,8 @@ func (r *Router) redecideSpill(ctx *fasthttp.RequestCtx, ep upstream.Endpoint, s
 // admitted counts an admitted call (it goes upstream now) and tells the
 // OnAdmit hook.
 func (r *Router) admitted(c *call) {
-	c.t.counters().allowed.Inc()
-	c.t.counters().reserved.Add(float64(c.res.Total))
+	c.t.counters().Allowed.Inc()
+	c.t.counters().Reserved.Add(float64(c.res.Total))
 	if r.onAdmit != nil {
 		r.onAdmit(c.t.name, r.clock())
 	}
@@ -693,7 +693,7 @@ func (r *Router) forward(ctx *fasthttp.RequestCtx, c *call) bool {
 		return false
 	}
 	status := resp.StatusCode()
-	r.metrics.answered(c.prov.Name, status)
+	r.metrics.Answered(c.prov.Name, status)
 	r.learnProvider(c, &resp.Header, status)
 	if status == fasthttp.StatusUnauthorized || status == fasthttp.StatusForbidden {
 		// The upstream refused the gateway's own key: not the client's fault.
@@ -1062,7 +1062,7 @@ func (r *Router) settle(c *call, actual int, known, late bool) {
 	// A counter: a second settlement adds only what exceeds the first
 	// (a call served uncharged in shadow mode has no ticket to read it
 	// from, and would be counted twice).
-	c.t.counters().settled.Add(float64(max(int64(actual)-c.settled, 0)))
+	c.t.counters().Settled.Add(float64(max(int64(actual)-c.settled, 0)))
 	c.settled = max(c.settled, int64(actual))
 }
 
@@ -1100,12 +1100,12 @@ func (r *Router) countCompletion(c *call, answer []byte) int {
 
 func (r *Router) upstreamFailed(ctx *fasthttp.RequestCtx, p *upstream.Provider, err error) {
 	if errors.Is(err, upstream.ErrTimeout) {
-		r.metrics.answersOf(p.Name).timeout.Inc()
+		r.metrics.TimedOut(p.Name)
 		fail(ctx, fasthttp.StatusGatewayTimeout, "upstream_error", "upstream_timeout",
 			fmt.Sprintf("Upstream %q did not answer in time.", p.Name))
 		return
 	}
-	r.metrics.answersOf(p.Name).err.Inc()
+	r.metrics.Failed(p.Name)
 	r.log.Warn("upstream", "upstream", p.Name, "error", err.Error())
 	fail(ctx, fasthttp.StatusBadGateway, "upstream_error", "upstream_unreachable",
 		fmt.Sprintf("Upstream %q failed: %v", p.Name, err))

@@ -192,7 +192,7 @@ func (r *Router) admitQueued(ctx *fasthttp.RequestCtx, ep upstream.Endpoint, st 
 	w := r.newWaiter(st, c, first, on)
 	r.cancelBudgets(c) // each try takes them afresh
 	err := w.wait(ctx)
-	r.metrics.queueWaited.WithLabelValues(c.class.String()).Observe(w.waited.Seconds())
+	r.metrics.QueueWaited.WithLabelValues(c.class.String()).Observe(w.waited.Seconds())
 	ctx.Response.Header.Set("x-ringgate-queued-ms", strconv.FormatInt(w.waited.Milliseconds(), 10))
 	if err != nil {
 		return w.gaveUp(ctx, err)
@@ -455,7 +455,7 @@ func (w *waiter) gaveUp(ctx *fasthttp.RequestCtx, err error) bool {
 		return false
 	case w.at != inTenantLine && w.at != inLevelLine:
 		// Waiting for a provider's limit.
-		return r.refusedByBudget(ctx, c, &w.budget, t.counters().queue)
+		return r.refusedByBudget(ctx, c, &w.budget, t.counters().Queue)
 	}
 	// Refused with what the limiter says of the room (when it frees).
 	if !w.tried {
@@ -467,7 +467,7 @@ func (w *waiter) gaveUp(ctx *fasthttp.RequestCtx, err error) bool {
 		w.last = refusalNow(lim.Peek(r.clock()), int64(c.res.Total))
 	}
 	setRateHeaders(&ctx.Response.Header, &w.last)
-	t.counters().queue.Inc()
+	t.counters().Queue.Inc()
 	refuseOn(ctx, &w.last, w.st.cfg.Limits.Window, int64(c.res.Total), c.refusedBy)
 	return false
 }
@@ -495,10 +495,10 @@ func (w *waiter) serve(ctx *fasthttp.RequestCtx, ep upstream.Endpoint) bool {
 		r.cancelBudgets(c)
 		return r.serveAPI(ctx, ep)
 	case refusedByBudget:
-		return r.refusedByBudget(ctx, c, &w.budget, t.counters().upstream)
+		return r.refusedByBudget(ctx, c, &w.budget, t.counters().Upstream)
 	case refusedForGood:
 		setRateHeaders(&ctx.Response.Header, &w.last)
-		t.counters().refused(w.last.Limited)
+		t.counters().Refused(w.last.Limited)
 		refuseOn(ctx, &w.last, st.cfg.Limits.Window, int64(c.res.Total), c.refusedBy)
 		return false
 	}

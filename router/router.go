@@ -22,6 +22,7 @@ import (
 	"github.com/ringgate/ringgate/router/internal/deltaid"
 	"github.com/ringgate/ringgate/router/internal/hop"
 	"github.com/ringgate/ringgate/router/internal/hopsign"
+	"github.com/ringgate/ringgate/router/internal/metrics"
 	"github.com/ringgate/ringgate/upstream"
 )
 
@@ -57,7 +58,7 @@ type Router struct {
 	clientWriteIdle time.Duration
 	log             *slog.Logger
 	tokens          tokenEstimates
-	metrics         *metrics
+	metrics         *metrics.Metrics
 	metricsServe    struct {
 		once    sync.Once
 		handler fasthttp.RequestHandler
@@ -193,7 +194,7 @@ func New(o Options) (*Router, error) {
 		log:             o.Logger,
 		tokens: tokenEstimates{tok: o.Tokenizer, est: reserve.NewEstimator(o.Config.Limits.DefaultCompletion),
 			ratios: reserve.NewRatios()},
-		metrics: newMetrics(),
+		metrics: metrics.New(),
 		ids:     deltaid.New(),
 		leaser:  o.Leaser,
 		onAdmit: o.OnAdmit,
@@ -212,7 +213,7 @@ func New(o Options) (*Router, error) {
 	}
 	st.budgets = r.buildBudgets(o.Config, st.providers)
 	r.cores.install(st, 0)
-	r.metrics.reg.MustRegister(leaseCollector{r}, queueCollector{r}, prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+	r.metrics.Reg.MustRegister(leaseCollector{r}, queueCollector{r}, prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "ringgate_inflight_requests",
 		Help: "Client requests and streams being served by this node.",
 	}, func() float64 { return float64(r.life.active.Load()) }))

@@ -44,7 +44,7 @@ func (m *logMeter) allow(now int64, every time.Duration) (bool, int64) {
 // and that is served anyway.
 func (r *Router) shadowRefused(ctx *fasthttp.RequestCtx, t *tenant, d *limiter.Decision) {
 	setRateHeaders(&ctx.Response.Header, d)
-	t.counters().refused(d.Limited)
+	t.counters().Refused(d.Limited)
 	r.shadowRefusal(ctx, t.name, &t.shadowLog, d.Limited, d.RetryAfter)
 }
 
@@ -52,7 +52,7 @@ func (r *Router) shadowRefused(ctx *fasthttp.RequestCtx, t *tenant, d *limiter.D
 // per limit) a refusal on dim by the shadow limit name.
 func (r *Router) shadowRefusal(ctx *fasthttp.RequestCtx, name string, m *logMeter, dim limiter.Dimension, retry time.Duration) {
 	ctx.Response.Header.Set("x-ringgate-shadow-refused", dim.String())
-	r.metrics.shadow.WithLabelValues(name, dim.String()).Inc()
+	r.metrics.Shadow.WithLabelValues(name, dim.String()).Inc()
 	ok, muted := m.allow(time.Now().UnixNano(), shadowLogEvery)
 	if !ok {
 		return

@@ -482,14 +482,14 @@ func (r *Router) spillOn(ctx context.Context, name string, rate float64) {
 		close(sp.ready)
 		r.leaser.Drop(sp.key)
 		r.spillover.retryAt.Store(r.clock() + int64(spillBackoff))
-		r.metrics.spillover.WithLabelValues("refused").Inc()
+		r.metrics.Spillover.WithLabelValues("refused").Inc()
 		r.log.Warn("spillover", "phase", "refused", "tenant", name, "rate", round1(rate), "reason", "store_unreachable")
 		return
 	}
 	close(sp.ready)
 	t.c().queue.Kick() // those waiting are decided on the spill
 	r.spillover.owned.Add(1)
-	r.metrics.spillover.WithLabelValues("on").Inc()
+	r.metrics.Spillover.WithLabelValues("on").Inc()
 	r.log.Info("spillover", "phase", "on", "tenant", name, "rate", round1(rate),
 		"threshold", r.state.Load().cfg.Limits.SpilloverRPS, "budget", sp.key)
 	r.runOwnerSpill(ctx, name, sp)
@@ -729,7 +729,7 @@ func (r *Router) endSpill(t *tenant, name string, sp *spill, reason string) {
 	sp.line.Kick() // those waiting for the spill are decided again
 	r.leaser.Retire(sp.key)
 	r.spillover.owned.Add(-1)
-	r.metrics.spillover.WithLabelValues("off").Inc()
+	r.metrics.Spillover.WithLabelValues("off").Inc()
 	r.log.Info("spillover", "phase", "off", "tenant", name, "reason", reason,
 		"spilled_ms", time.Since(sp.since).Milliseconds(), "unconfirmed", unconfirmed)
 }
@@ -941,7 +941,7 @@ func (r *Router) leaveSpill(t *tenant, sp *spill, reason string) bool {
 	if !was {
 		r.leaser.Retire(sp.key) // its slots held while its calls run
 		if reason != "owner_ended" {
-			r.metrics.spillover.WithLabelValues("left").Inc()
+			r.metrics.Spillover.WithLabelValues("left").Inc()
 			r.log.Info("spillover", "phase", "left", "tenant", t.name, "owner", sp.owner, "reason", reason)
 		}
 		if sp.done != nil {

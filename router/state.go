@@ -12,6 +12,7 @@ import (
 	"github.com/ringgate/ringgate/limiter"
 	"github.com/ringgate/ringgate/queue"
 	"github.com/ringgate/ringgate/ring"
+	"github.com/ringgate/ringgate/router/internal/metrics"
 	"github.com/ringgate/ringgate/upstream"
 )
 
@@ -28,8 +29,8 @@ type tenant struct {
 	cores *cores
 	// counts are the tenant's metric series, made at its first count
 	// (counters): a node serves few of many configured tenants.
-	metrics *metrics
-	counts  atomic.Pointer[tenantCounters]
+	metrics *metrics.Metrics
+	counts  atomic.Pointer[metrics.Counters]
 
 	// gate holds requests while this node, the new owner, loads the
 	// tenant's state; nil when open.
@@ -309,7 +310,7 @@ type state struct {
 // nothing shared with prev: cores.install gives the cores the new limits
 // and window once the state is built, so a reload that fails changes
 // nothing.
-func buildState(cfg *config.Config, prev *state, m *metrics, cs *cores) (*state, error) {
+func buildState(cfg *config.Config, prev *state, m *metrics.Metrics, cs *cores) (*state, error) {
 	st := &state{
 		cfg:     cfg,
 		version: cfg.Fingerprint(),
@@ -402,7 +403,7 @@ const (
 // so the usage) of each one prev had under the same name.
 type entityBuilder struct {
 	st, prev *state
-	m        *metrics
+	m        *metrics.Metrics
 	cores    *cores
 	pins     ring.Pins
 }
@@ -438,11 +439,11 @@ func (b *entityBuilder) entity(name string, limits limiter.Limits, mode string) 
 }
 
 // counters are t's metric series (made at the first call).
-func (t *tenant) counters() *tenantCounters {
+func (t *tenant) counters() *metrics.Counters {
 	if c := t.counts.Load(); c != nil {
 		return c
 	}
-	c := t.metrics.tenant(t.name)
+	c := t.metrics.Tenant(t.name)
 	t.counts.Store(c)
 	return c
 }
