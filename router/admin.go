@@ -15,8 +15,7 @@ import (
 	"github.com/valyala/fasthttp/pprofhandler"
 
 	"github.com/ringgate/ringgate/config"
-	"github.com/ringgate/ringgate/limiter"
-	"github.com/ringgate/ringgate/queue"
+	"github.com/ringgate/ringgate/router/internal/status"
 )
 
 // serveAdmin answers the health, cluster, tenant and metrics endpoints.
@@ -114,12 +113,12 @@ func (r *Router) fromOwner(ctx *fasthttp.RequestCtx, owner string) string {
 	if addr == "" || !r.hops.Enabled() {
 		return "no address for the owner, or no cluster secret to ask it with"
 	}
-	status, body, err := r.peerDo(v, addr, owner, fasthttp.MethodGet, string(ctx.URI().RequestURI()), nil, 1, ownerViewTimeout)
+	code, body, err := r.peerDo(v, addr, owner, fasthttp.MethodGet, string(ctx.URI().RequestURI()), nil, 1, ownerViewTimeout)
 	switch {
 	case err != nil:
 		return err.Error()
-	case status != fasthttp.StatusOK:
-		return fmt.Sprintf("%s answered %d: %.200s", owner, status, body)
+	case code != fasthttp.StatusOK:
+		return fmt.Sprintf("%s answered %d: %.200s", owner, code, body)
 	}
 	ctx.SetStatusCode(fasthttp.StatusOK)
 	ctx.SetContentType("application/json")
@@ -236,93 +235,11 @@ func (r *Router) serveReload(ctx *fasthttp.RequestCtx) {
 	writeJSON(ctx, fasthttp.StatusOK, map[string]any{"status": "reloaded", "config_version": res.ConfigVersion, "at": res.At})
 }
 
-type dimension struct {
-	Used  int64 `json:"used"`
-	Limit int64 `json:"limit"` // 0: no limit
-}
-
-// queueView is a queue by class, as /tenants and /upstreams show it.
-type queueView struct {
-	Interactive classQueue `json:"interactive"`
-	Batch       classQueue `json:"batch"`
-}
-
-type classQueue struct {
-	Waiting  int   `json:"waiting"`
-	OldestMs int64 `json:"oldest_ms"` // how long the longest-waiting one has waited
-}
-
-// viewQueue is the lines qs together, by class.
-func viewQueue(qs ...*queue.Queue) queueView {
-	class := func(c queue.Class) classQueue {
-		var cq classQueue
-		for _, q := range qs {
-			cq.Waiting += q.Depth(c)
-			cq.OldestMs = max(cq.OldestMs, q.Oldest(c).Milliseconds())
-		}
-		return cq
-	}
-	return queueView{Interactive: class(queue.Interactive), Batch: class(queue.Batch)}
-}
-
-type tenantView struct {
-	Name  string `json:"name"`
-	Owner string `json:"owner"`
-	Node  string `json:"node"`
-	// OwnerError says why the owner, another node, was not asked for its
-	// view: the answer is this node's own.
-	OwnerError string    `json:"owner_error,omitempty"`
-	Priority   string    `json:"priority"`
-	Window     string    `json:"window"`
-	Requests   dimension `json:"requests"`
-	Tokens     dimension `json:"tokens"`
-	InFlight   dimension `json:"in_flight"`
-	Queued     int64     `json:"queued"` // in the tenant's queue, both classes
-	Queue      queueView `json:"queue"`
-	// Spillover says who decides for the tenant: its owner, or every node
-	// on its leased budget (spill.go).
-	Spillover spillView `json:"spillover"`
-	// Team is the tenant's team ("" for none); ModelLimits its own
-	// per-model limits, by model.
-	Team        string               `json:"team,omitempty"`
-	ModelLimits map[string]usageView `json:"model_limits,omitempty"`
-	Mode        string               `json:"mode"`
-}
-
-// usageView is one level's windows against its limits.
-type usageView struct {
-	Requests dimension `json:"requests"`
-	Tokens   dimension `json:"tokens"`
-	InFlight dimension `json:"in_flight"`
-}
-
-func viewUsage(u limiter.Usage) usageView {
-	return usageView{
-		Requests: dimension{Used: u.Requests, Limit: max(u.Limits.Requests, 0)},
-		Tokens:   dimension{Used: u.Tokens, Limit: max(u.Limits.Tokens, 0)},
-		InFlight: dimension{Used: u.InFlight, Limit: max(u.Limits.Concurrency, 0)},
-	}
-}
-
 func (t *tenant) mode() string {
 	if t.shadow {
 		return config.ModeShadow
 	}
 	return config.ModeEnforce
-}
-
-// teamView is /teams/{name}: the team's windows against its limits, and
-// each of its tenants' own usage.
-type teamView struct {
-	Name  string `json:"name"`
-	Owner string `json:"owner"`
-	Node  string `json:"node"`
-	// OwnerError: as tenantView's.
-	OwnerError string `json:"owner_error,omitempty"`
-	Window     string `json:"window"`
-	Mode       string `json:"mode"`
-	usageView
-	Tenants map[string]usageView `json:"tenants"`
 }
 
 // ownerView finds the owner of entity (a tenant or a team, named name to
@@ -362,10 +279,10 @@ func (r *Router) serveTeam(ctx *fasthttp.RequestCtx, name string, local, fromPee
 		return
 	}
 	now := r.clock()
-	tv := teamView{Name: name, Owner: owner, Node: r.node, OwnerError: ownerError, Window: st.cfg.Limits.Window.String(), Mode: e.mode(),
-		usageView: viewUsage(e.usage(now)), Tenants: make(map[string]usageView, len(e.members))}
+	tv := status.Team{Name: name, Owner: owner, Node: r.node, OwnerError: ownerError, Window: st.cfg.Limits.Window.String(), Mode: e.mode(),
+		Usage: status.UsageOf(e.usage(now)), Tenants: make(map[string]status.Usage, len(e.members))}
 	for _, m := range e.members {
-		tv.Tenants[m.name] = viewUsage(m.usage(now))
+		tv.Tenants[m.name] = status.UsageOf(m.usage(now))
 	}
 	writeJSON(ctx, fasthttp.StatusOK, tv)
 }
@@ -382,28 +299,28 @@ func (r *Router) serveTenant(ctx *fasthttp.RequestCtx, name string, local, fromP
 		return
 	}
 	u := t.usage(r.clock())
-	q := viewQueue(t.ownLines()...)
-	writeJSON(ctx, fasthttp.StatusOK, tenantView{
+	q := status.QueueOf(t.ownLines()...)
+	writeJSON(ctx, fasthttp.StatusOK, status.Tenant{
 		Name:       t.name,
 		Owner:      owner,
 		Node:       r.node,
 		OwnerError: ownerError,
 		Priority:   t.priority,
 		Window:     st.cfg.Limits.Window.String(),
-		Requests:   dimension{Used: u.Requests, Limit: max(u.Limits.Requests, 0)},
-		Tokens:     dimension{Used: u.Tokens, Limit: max(u.Limits.Tokens, 0)},
-		InFlight:   dimension{Used: u.InFlight, Limit: max(u.Limits.Concurrency, 0)},
+		Requests:   status.Dimension{Used: u.Requests, Limit: max(u.Limits.Requests, 0)},
+		Tokens:     status.Dimension{Used: u.Tokens, Limit: max(u.Limits.Tokens, 0)},
+		InFlight:   status.Dimension{Used: u.InFlight, Limit: max(u.Limits.Concurrency, 0)},
 		Queued:     int64(q.Interactive.Waiting + q.Batch.Waiting),
 		Queue:      q,
 		Spillover:  r.spillView(t),
 		Team:       strings.TrimPrefix(teamName(t), "team/"),
-		ModelLimits: func() map[string]usageView {
+		ModelLimits: func() map[string]status.Usage {
 			if t.models == nil {
 				return nil
 			}
-			out := make(map[string]usageView, len(t.models))
+			out := make(map[string]status.Usage, len(t.models))
 			for model, e := range t.models {
-				out[model] = viewUsage(e.usage(r.clock()))
+				out[model] = status.UsageOf(e.usage(r.clock()))
 			}
 			return out
 		}(),

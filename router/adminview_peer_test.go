@@ -27,6 +27,7 @@ import (
 	"github.com/ringgate/ringgate/config"
 	"github.com/ringgate/ringgate/reserve"
 	"github.com/ringgate/ringgate/ring"
+	"github.com/ringgate/ringgate/router/internal/status"
 )
 
 const viewAdminToken = "review-admin-token"
@@ -516,10 +517,10 @@ func TestTenantViewLeavesPeerStateAlone(t *testing.T) {
 // peer's question without a valid signature is refused.
 func TestUpstreamsViewAsksEveryMember(t *testing.T) {
 	p := newViewPair(t, []string{"t0", "t1"}, nil)
-	get := func(addr, uri string) (viewReply, upstreamsView) {
+	get := func(addr, uri string) (viewReply, status.Upstreams) {
 		t.Helper()
 		r := viewGet(t, addr, uri)
-		var uv upstreamsView
+		var uv status.Upstreams
 		if r.status != fasthttp.StatusOK || json.Unmarshal(r.body, &uv) != nil {
 			t.Fatalf("GET %s: %d %s", uri, r.status, r.body)
 		}

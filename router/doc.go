@@ -13,7 +13,10 @@
 // (firstTry) and a queued request's every try (waiter.try) call it.
 //
 // What is one protocol of its own lives under router/internal, importing
-// nothing of router: hangup watches a waiting call's client connection;
-// hopsign signs and checks what nodes send each other; deltaid names the
-// deltas a node sends and skips one applied before.
+// nothing of router: hop carries requests between nodes over an injected
+// network (Inmem in tests); hangup watches a waiting call's client
+// connection; hopsign signs and checks what nodes send each other;
+// deltaid names the deltas a node sends and skips one applied before;
+// metrics holds the node's Prometheus series; status the admin
+// endpoints' JSON shapes.
 package router

@@ -16,6 +16,7 @@ import (
 	"github.com/ringgate/ringgate/limiter"
 	"github.com/ringgate/ringgate/queue"
 	"github.com/ringgate/ringgate/router/internal/hopsign"
+	"github.com/ringgate/ringgate/router/internal/status"
 	"github.com/ringgate/ringgate/upstream"
 )
 
@@ -557,7 +558,7 @@ func (c queueCollector) Collect(ch chan<- prometheus.Metric) {
 		if !waiting(ls) {
 			continue
 		}
-		v := viewQueue(ls...)
+		v := status.QueueOf(ls...)
 		ch <- prometheus.MustNewConstMetric(tenantQueued, prometheus.GaugeValue, float64(v.Interactive.Waiting), name, queue.Interactive.String())
 		ch <- prometheus.MustNewConstMetric(tenantQueued, prometheus.GaugeValue, float64(v.Batch.Waiting), name, queue.Batch.String())
 	}

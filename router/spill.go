@@ -13,6 +13,7 @@ import (
 	"github.com/ringgate/ringgate/lease"
 	"github.com/ringgate/ringgate/limiter"
 	"github.com/ringgate/ringgate/queue"
+	"github.com/ringgate/ringgate/router/internal/status"
 )
 
 // Hot-tenant spillover. A tenant whose requests arrive at its owner faster
@@ -998,31 +999,14 @@ func chargeMirror(lim, mirror *limiter.Tenant, now int64) {
 	}
 }
 
-// spillView is a tenant's spillover as /tenants/{name} shows it.
-type spillView struct {
-	Mode    string `json:"mode"` // "owner": its owner decides; "spill": every node, on the leased budget
-	Owner   string `json:"owner,omitempty"`
-	Budget  string `json:"budget,omitempty"`
-	SinceMs int64  `json:"since_ms,omitempty"`
-	// This node's part of the budget.
-	Blocks    int   `json:"blocks,omitempty"`
-	LeftReq   int64 `json:"left_requests,omitempty"`
-	LeftTok   int64 `json:"left_tokens,omitempty"`
-	SlotsHeld int64 `json:"slots_held,omitempty"`
-	SlotsUsed int64 `json:"slots_used,omitempty"`
-	// The store's window after this node's last grant (every node's).
-	WindowReq int64 `json:"window_requests,omitempty"`
-	WindowTok int64 `json:"window_tokens,omitempty"`
-	Degraded  bool  `json:"degraded,omitempty"`
-}
-
-func (r *Router) spillView(t *tenant) spillView {
+// spillView is the tenant's spillover as /tenants/{name} shows it.
+func (r *Router) spillView(t *tenant) status.Spill {
 	sp := t.spilled()
 	if sp == nil || sp.failed.Load() || sp.closed.Load() {
-		return spillView{Mode: "owner"}
+		return status.Spill{Mode: "owner"}
 	}
 	s := sp.budget.Stats(r.clock())
-	return spillView{Mode: "spill", Owner: sp.owner, Budget: sp.key, SinceMs: time.Since(sp.since).Milliseconds(),
+	return status.Spill{Mode: "spill", Owner: sp.owner, Budget: sp.key, SinceMs: time.Since(sp.since).Milliseconds(),
 		Blocks: s.Blocks, LeftReq: s.Left.Requests, LeftTok: s.Left.Tokens, SlotsHeld: s.SlotsHeld, SlotsUsed: s.SlotsUsed,
 		WindowReq: s.Used.Requests, WindowTok: s.Used.Tokens, Degraded: s.Degraded}
 }
