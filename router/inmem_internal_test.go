@@ -3,6 +3,7 @@ package router
 import (
 	"bytes"
 	"net/http"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -21,8 +22,9 @@ func TestHopsOverInmemNetwork(t *testing.T) {
 	n := hop.NewInmem()
 	rg := ring.New(1, []string{"o"})
 	view := View{Ring: rg, Members: []Member{{Name: "e", Addr: "e", State: "active"}, {Name: "o", Addr: "o", State: "active"}}}
-	now := time.Now().UnixNano()
-	clock := func() int64 { return now } // one clock: a cut's down mark lapses when the test says
+	var now atomic.Int64 // one clock: a cut's down mark lapses when the test says
+	now.Store(time.Now().UnixNano())
+	clock := now.Load
 	node := func(name string) *Router {
 		cfg := config.Default()
 		cfg.Node.Name = name
@@ -67,7 +69,7 @@ func TestHopsOverInmemNetwork(t *testing.T) {
 		t.Fatal("the refused owner is not marked down")
 	}
 	n.Heal()
-	now += int64(hop.DownFor) // the edge's down mark lapses
+	now.Add(int64(hop.DownFor)) // the edge's down mark lapses
 	if s, by := ask(); s != http.StatusOK || by != "o" || ownerCount() < 2 {
 		t.Fatalf("healed: %d from %q, owner counts %d; want the owner deciding again", s, by, ownerCount())
 	}

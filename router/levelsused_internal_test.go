@@ -1,8 +1,6 @@
 package router
 
 import (
-	"bytes"
-	"net/http"
 	"strings"
 	"testing"
 	"time"
@@ -11,7 +9,6 @@ import (
 
 	"github.com/ringgate/ringgate/config"
 	"github.com/ringgate/ringgate/fakeupstream"
-	"github.com/ringgate/ringgate/ring"
 )
 
 // A hop that waited in its tenant's line, once admitted, tells the edge
@@ -20,57 +17,11 @@ import (
 // path used to leave it out.
 func TestQueuedHopSendsLevelsUsed(t *testing.T) {
 	fake, upAddr := startFake(t, fakeupstream.Options{Latency: time.Second, CompletionMin: 5, CompletionMax: 5})
-
-	cfg := config.Default()
-	cfg.Node.Name = "t"
-	cfg.Cluster.Secret = bytes.Repeat([]byte{7}, 32)
-	cfg.Upstreams = []config.Upstream{{Name: "up", Kind: config.KindOpenAI, BaseURL: "http://" + upAddr, Models: []string{"gpt-4o"}}}
-	cfg.Queue.InteractiveWait = 5 * time.Second
-	cfg.Teams = []config.Team{{Name: "research", RPM: 1000}}
-	cfg.Tenants = []config.Tenant{{Name: "acme", Keys: []string{"k"}, RPM: 100, TPM: 1 << 30, Concurrency: 1,
-		Priority: config.PriorityInteractive, Team: "research"}}
-	r, err := New(Options{Config: cfg})
-	if err != nil {
-		t.Fatal(err)
-	}
-	rg := ring.New(1, []string{"t"})
-	r.SetView(View{Ring: rg, Members: []Member{
-		{Name: "p", Addr: deadAddr(t), State: "active"}, {Name: "t", Addr: "127.0.0.1:1", State: "active"}}})
-	tn := r.state.Load().byName["acme"]
-
-	url := "http://" + serveRouter(t, r) + "/v1/chat/completions"
-	body := []byte(`{"model":"gpt-4o","max_tokens":10,"messages":[{"role":"user","content":"hi"}]}`)
-	first := make(chan int, 1)
-	go func() {
-		req, _ := http.NewRequest(http.MethodPost, url, bytes.NewReader(body))
-		req.Header.Set("Authorization", "Bearer k")
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			first <- 0
-			return
-		}
-		resp.Body.Close()
-		first <- resp.StatusCode
-	}()
-	if !poll(2*time.Second, func() bool { return tn.c().lim.Usage(r.clock()).InFlight == 1 }) {
-		t.Fatal("the first call is not running")
-	}
-
-	hop := fasthttp.AcquireRequest()
-	defer fasthttp.ReleaseRequest(hop)
-	hop.Header.SetMethod(fasthttp.MethodPost)
-	hop.SetRequestURI(url)
-	hop.Header.Set("Authorization", "Bearer k")
-	hop.Header.SetContentType("application/json")
-	hop.SetBody(body)
-	r.hops.Sign(hop, "p", "t", rg.Version(), 1)
-	resp := fasthttp.AcquireResponse()
-	defer fasthttp.ReleaseResponse(resp)
-	done := make(chan error, 1)
-	go func() { done <- fasthttp.DoTimeout(hop, resp, 10*time.Second) }()
-	if !poll(2*time.Second, func() bool { return tn.c().queue.Waiting() == 1 }) {
-		t.Fatal("the hop is not waiting in the tenant's line")
-	}
+	r, rg := queuedHopRouter(t, upAddr, func(cfg *config.Config) {
+		cfg.Teams = []config.Team{{Name: "research", RPM: 1000}}
+		cfg.Tenants[0].Team = "research"
+	})
+	first, done, resp := hopBehindCall(t, r, rg, 1)
 	fake.SetOptions(fakeupstream.Options{CompletionMin: 5, CompletionMax: 5})
 	if err := <-done; err != nil {
 		t.Fatal(err)
@@ -82,7 +33,7 @@ func TestQueuedHopSendsLevelsUsed(t *testing.T) {
 	if !strings.HasPrefix(used, "acme=2,") || !strings.Contains(used, ";team/research=2,") {
 		t.Errorf("%s: %q, want the tenant's and the team's two requests", levelsUsedHeader, used)
 	}
-	if s := <-first; s != http.StatusOK {
+	if s := <-first; s != 200 {
 		t.Errorf("the first call: %d, want 200", s)
 	}
 }

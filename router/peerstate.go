@@ -270,6 +270,12 @@ func (r *Router) movedOn(ctx *fasthttp.RequestCtx, t *tenant, lim *limiter.Tenan
 			return streaming
 		}
 	}
+	return r.refuseMoving(ctx)
+}
+
+// refuseMoving answers a request whose tenant's limits are moving between
+// nodes: 503 with Retry-After. Nothing was admitted; the client retries.
+func (r *Router) refuseMoving(ctx *fasthttp.RequestCtx) bool {
 	r.setNodeHeader(&ctx.Response.Header)
 	ctx.Response.Header.Set("Retry-After", "1")
 	fail(ctx, fasthttp.StatusServiceUnavailable, "server_error", "tenant_moving",

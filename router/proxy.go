@@ -244,10 +244,7 @@ func (r *Router) serveLocalOnce(ctx *fasthttp.RequestCtx, ep upstream.Endpoint, 
 		return r.refuseZeroShare(ctx)
 	}
 	if c.lim == t.c().lim && (!t.awaitHandoff() || !c.awaitLevels()) {
-		ctx.Response.Header.Set("Retry-After", "1")
-		fail(ctx, fasthttp.StatusServiceUnavailable, "server_error", "tenant_moving",
-			"This tenant's limits are moving between gateway nodes; retry in 1s.")
-		return false
+		return r.refuseMoving(ctx)
 	}
 	return r.firstTry(ctx, ep, st, c)
 }

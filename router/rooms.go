@@ -43,14 +43,13 @@ func (r *Router) decide(c *call) admit.Outcome {
 func (p *providerRoom) Take() admit.Verdict {
 	c := (*call)(p)
 	br, ok := c.r.takeBudgets(c)
-	switch {
-	case ok:
+	if ok {
 		return admit.Taken
-	case br.behind:
-		c.bud.refusal = br
-		return admit.Behind
 	}
 	c.bud.refusal = br
+	if br.behind {
+		return admit.Behind
+	}
 	return admit.Refused
 }
 

@@ -1,7 +1,6 @@
 package router
 
 import (
-	"bytes"
 	"net/http"
 	"sync/atomic"
 	"testing"
@@ -9,10 +8,8 @@ import (
 
 	"github.com/valyala/fasthttp"
 
-	"github.com/ringgate/ringgate/config"
 	"github.com/ringgate/ringgate/fakeupstream"
 	"github.com/ringgate/ringgate/limiter"
-	"github.com/ringgate/ringgate/ring"
 )
 
 // A request that another node bounced back here, for a tenant frozen for
@@ -27,23 +24,8 @@ import (
 // finds the tenant frozen for the node that sent it.
 func TestQueuedBounceTakenBack(t *testing.T) {
 	fake, upAddr := startFake(t, fakeupstream.Options{Latency: time.Second, CompletionMin: 5, CompletionMax: 5})
-
-	cfg := config.Default()
-	cfg.Node.Name = "t"
-	cfg.Cluster.Secret = bytes.Repeat([]byte{7}, 32)
-	cfg.Upstreams = []config.Upstream{{Name: "up", Kind: config.KindOpenAI, BaseURL: "http://" + upAddr, Models: []string{"gpt-4o"}}}
-	cfg.Queue.InteractiveWait = 5 * time.Second
-	cfg.Tenants = []config.Tenant{{Name: "acme", Keys: []string{"k"}, RPM: 100, TPM: 1 << 30, Concurrency: 1,
-		Priority: config.PriorityInteractive}}
-	r, err := New(Options{Config: cfg})
-	if err != nil {
-		t.Fatal(err)
-	}
-	rg := ring.New(1, []string{"t"})
-	r.SetView(View{Ring: rg, Members: []Member{
-		{Name: "p", Addr: deadAddr(t), State: "active"}, {Name: "t", Addr: "127.0.0.1:1", State: "active"}}})
-	tn := r.state.Load().byName["acme"]
-	lim := tn.c().lim
+	r, rg := queuedHopRouter(t, upAddr, nil)
+	lim := r.state.Load().byName["acme"].c().lim
 	var frozen atomic.Pointer[limiter.State]
 	var taken atomic.Int32
 	r.SetTakeBack(func(tenant, other string) bool {
@@ -58,40 +40,7 @@ func TestQueuedBounceTakenBack(t *testing.T) {
 		return true
 	})
 
-	url := "http://" + serveRouter(t, r) + "/v1/chat/completions"
-	body := []byte(`{"model":"gpt-4o","max_tokens":10,"messages":[{"role":"user","content":"hi"}]}`)
-
-	first := make(chan int, 1)
-	go func() {
-		req, _ := http.NewRequest(http.MethodPost, url, bytes.NewReader(body))
-		req.Header.Set("Authorization", "Bearer k")
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			first <- 0
-			return
-		}
-		resp.Body.Close()
-		first <- resp.StatusCode
-	}()
-	if !poll(2*time.Second, func() bool { return lim.Usage(r.clock()).InFlight == 1 }) {
-		t.Fatal("the first call is not running")
-	}
-
-	hop := fasthttp.AcquireRequest()
-	defer fasthttp.ReleaseRequest(hop)
-	hop.Header.SetMethod(fasthttp.MethodPost)
-	hop.SetRequestURI(url)
-	hop.Header.Set("Authorization", "Bearer k")
-	hop.Header.SetContentType("application/json")
-	hop.SetBody(body)
-	r.hops.Sign(hop, "p", "t", rg.Version(), maxHops)
-	resp := fasthttp.AcquireResponse()
-	defer fasthttp.ReleaseResponse(resp)
-	done := make(chan error, 1)
-	go func() { done <- fasthttp.DoTimeout(hop, resp, 10*time.Second) }()
-	if !poll(2*time.Second, func() bool { return tn.c().queue.Waiting() == 1 }) {
-		t.Fatal("the hop is not waiting in the tenant's line")
-	}
+	first, done, resp := hopBehindCall(t, r, rg, maxHops)
 	st := lim.Freeze(r.clock(), "p")
 	frozen.Store(&st)
 	fake.SetOptions(fakeupstream.Options{CompletionMin: 5, CompletionMax: 5})

@@ -127,9 +127,8 @@ func (p *Pool) Call(addr string, req *fasthttp.Request, resp *fasthttp.Response,
 // the cause's.
 type unreachable struct{ err error }
 
-func (e *unreachable) Error() string        { return e.err.Error() }
-func (e *unreachable) Unwrap() []error      { return []error{ErrUnreachable, e.err} }
-func (e *unreachable) Is(target error) bool { return target == ErrUnreachable }
+func (e *unreachable) Error() string   { return e.err.Error() }
+func (e *unreachable) Unwrap() []error { return []error{ErrUnreachable, e.err} }
 
 // dialError marks a failure to connect: the peer never saw the request.
 type dialError struct{ err error }
