@@ -23,7 +23,8 @@
 // line) is first come, first served.
 //
 // The package knows nothing of HTTP, tenants or limits: the router asks it
-// to Wait with a Try, and Kicks it when capacity frees.
+// to Wait with a Try, and Kicks it when capacity frees. Its waits and
+// timers run on the Queue's Clock, the node's one clock.
 package queue
 
 import (
@@ -32,6 +33,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/jonboulle/clockwork"
 )
 
 // Class is a request's place in the order.
@@ -76,8 +79,12 @@ type Flow struct {
 	Cost   float64
 }
 
-// Queue is one limit's line. The zero Queue is ready.
+// Queue is one limit's line. The zero Queue is ready, on the wall clock.
 type Queue struct {
+	// Clock is what waits, deadlines and retries are timed on; nil is the
+	// wall clock. Set it before the first Wait.
+	Clock clockwork.Clock
+
 	waiting atomic.Int32 // read without the lock on the hot path
 
 	mu sync.Mutex
@@ -87,7 +94,16 @@ type Queue struct {
 	sinceBatch int         // admissions from the line since the last batch one
 	trying     *waiter     // the head while it tries
 	kicked     bool        // a Kick came while the head tried: the next head tries at once
-	timer      *time.Timer // the head's retry
+	timer      clockwork.Timer // the head's retry
+}
+
+var wallClock = clockwork.NewRealClock()
+
+func (q *Queue) clock() clockwork.Clock {
+	if q.Clock != nil {
+		return q.Clock
+	}
+	return wallClock
 }
 
 // line is one class: its flows, those with waiters in the order they
@@ -161,14 +177,15 @@ func (q *Queue) Oldest(c Class) time.Duration {
 	if first.IsZero() {
 		return 0
 	}
-	return time.Since(first)
+	return q.clock().Since(first)
 }
 
 // Wait queues a request of class for f (at most maxDepth of the flow's
 // class waiting) until try says it was decided, deadline passes, or cancel
 // is closed, and reports how long it waited.
 func (q *Queue) Wait(c Class, f Flow, maxDepth int, deadline time.Time, cancel <-chan struct{}, try Try) (time.Duration, error) {
-	w := &waiter{class: c, wake: make(chan struct{}, 1), since: time.Now(), cost: 1}
+	clk := q.clock()
+	w := &waiter{class: c, wake: make(chan struct{}, 1), since: clk.Now(), cost: 1}
 	if f.Weight > 0 {
 		w.cost = max(f.Cost, 1) / f.Weight
 	}
@@ -184,17 +201,17 @@ func (q *Queue) Wait(c Class, f Flow, maxDepth int, deadline time.Time, cancel <
 	q.mu.Unlock()
 	q.Kick() // it may be the head
 
-	budget := time.NewTimer(time.Until(deadline))
+	budget := clk.NewTimer(clk.Until(deadline))
 	defer budget.Stop()
 	for {
 		select {
 		case <-w.wake:
-		case <-budget.C:
+		case <-budget.Chan():
 			q.leave(w)
-			return time.Since(w.since), ErrTimeout
+			return clk.Since(w.since), ErrTimeout
 		case <-cancel:
 			q.leave(w)
-			return time.Since(w.since), ErrCanceled
+			return clk.Since(w.since), ErrCanceled
 		}
 		q.mu.Lock()
 		if q.head() != w || q.trying != nil {
@@ -216,13 +233,13 @@ func (q *Queue) Wait(c Class, f Flow, maxDepth int, deadline time.Time, cancel <
 			q.remove(w, retry >= 0)
 			q.mu.Unlock()
 			q.Kick() // the next one may fit too
-			return time.Since(w.since), nil
+			return clk.Since(w.since), nil
 		}
 		if retry > 0 {
 			if q.timer != nil {
 				q.timer.Stop()
 			}
-			q.timer = time.AfterFunc(retry, q.Kick)
+			q.timer = clk.AfterFunc(retry, q.Kick)
 		}
 		q.mu.Unlock()
 	}

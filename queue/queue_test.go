@@ -1,10 +1,13 @@
 package queue
 
 import (
+	"context"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/jonboulle/clockwork"
 )
 
 // slots is a capacity of n calls in flight for the tests' Try.
@@ -310,5 +313,51 @@ func TestFlowsShareByWeight(t *testing.T) {
 			}
 			wg.Wait()
 		})
+	}
+}
+
+// A wait's budget and a head's retry run on the queue's clock: on a fake
+// one, nothing ends or tries again until it is advanced, whatever the
+// wall clock does.
+func TestWaitOnTheQueuesClock(t *testing.T) {
+	clk := clockwork.NewFakeClock()
+	q := &Queue{Clock: clk}
+	var tries atomic.Int32
+	try := func() (bool, time.Duration) {
+		tries.Add(1)
+		return false, 100 * time.Millisecond
+	}
+	type result struct {
+		waited time.Duration
+		err    error
+	}
+	done := make(chan result, 1)
+	go func() {
+		d, err := q.Wait(Interactive, Flow{}, 10, clk.Now().Add(2*time.Second), nil, try)
+		done <- result{d, err}
+	}()
+	// Its deadline's timer and the retry's are both set.
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	if err := clk.BlockUntilContext(ctx, 2); err != nil {
+		t.Fatalf("the wait set no timers on the queue's clock: %v", err)
+	}
+	if n := tries.Load(); n != 1 {
+		t.Fatalf("%d tries before the clock moved, want 1", n)
+	}
+	clk.Advance(100 * time.Millisecond)
+	waitUntil(t, func() bool { return tries.Load() == 2 })
+	select {
+	case r := <-done:
+		t.Fatalf("the wait ended before its deadline on the queue's clock: %+v", r)
+	default:
+	}
+	clk.Advance(1900 * time.Millisecond)
+	r := <-done
+	if r.err != ErrTimeout || r.waited != 2*time.Second {
+		t.Fatalf("got %v after %v, want the wait budget spent after 2s", r.err, r.waited)
+	}
+	if q.Waiting() != 0 {
+		t.Fatalf("%d still waiting", q.Waiting())
 	}
 }

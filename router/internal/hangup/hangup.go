@@ -30,6 +30,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/jonboulle/clockwork"
+
 	"github.com/ringgate/ringgate/keepalive"
 )
 
@@ -47,6 +49,7 @@ type Watch struct {
 	onGone func(any)
 	arg    any
 	conn   syscall.Conn
+	clk    clockwork.Clock // its List's, set with start when it is watched
 	start  time.Time
 
 	list *shard // where it is listed (set by add, cleared by Stop under mu); nil: not listed
@@ -62,9 +65,10 @@ type Watch struct {
 }
 
 // New makes a watch that runs onGone(arg) once if its client hangs up
-// before Stop. It watches nothing until a List lists it.
+// before Stop. It watches nothing, and its time does not run, until
+// List.Watch.
 func New(onGone func(any), arg any) *Watch {
-	return &Watch{onGone: onGone, arg: arg, start: time.Now()}
+	return &Watch{onGone: onGone, arg: arg}
 }
 
 // Cancel is the client found gone by other means (a hop's edge says its own
@@ -82,7 +86,7 @@ func (w *Watch) Cancel() {
 
 // markGone records the client gone; w.mu is held.
 func (w *Watch) markGone() {
-	w.gone = max(time.Since(w.start), 1)
+	w.gone = max(w.clk.Since(w.start), 1)
 	w.stopped = true
 	w.fired = make(chan struct{})
 }
@@ -105,7 +109,7 @@ func (w *Watch) WasGone() bool {
 func (w *Watch) Gone() (after, watched time.Duration) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	return w.gone, time.Since(w.start)
+	return w.gone, w.clk.Since(w.start)
 }
 
 // WaitFired waits until onGone is done; only after Stop reported the
@@ -174,6 +178,10 @@ func (w *Watch) Stop() bool {
 // concurrent calls off one lock, and a call finds the goroutine running
 // without taking any other.
 type List struct {
+	// Clock times the watches and ticks the peeks; nil is the wall clock.
+	// Set it before the first Watch.
+	Clock clockwork.Clock
+
 	shards [shards]shard
 	// running: the ticking goroutine is on. add lists a watch, then
 	// starts the goroutine if it is off; tick turns it off, then looks
@@ -182,6 +190,15 @@ type List struct {
 }
 
 const shards = 16
+
+var wallClock = clockwork.NewRealClock()
+
+func (l *List) clock() clockwork.Clock {
+	if l.Clock != nil {
+		return l.Clock
+	}
+	return wallClock
+}
 
 // peeksPerGoroutine is how many watches one goroutine peeks at in a tick
 // (a peek is 1–3 µs).
@@ -198,6 +215,8 @@ type shard struct {
 // platform without a non-blocking peek, w watches nothing, but Cancel
 // still works. It returns w.
 func (l *List) Watch(conn net.Conn, w *Watch) *Watch {
+	w.clk = l.clock()
+	w.start = w.clk.Now()
 	sc, ok := conn.(syscall.Conn)
 	if !keepalive.CanPeek || !ok {
 		return w
@@ -231,10 +250,10 @@ func (s *shard) remove(w *Watch) {
 // tick peeks, every Check, for the calls listed; it returns at a tick that
 // finds none.
 func (l *List) tick() {
-	t := time.NewTicker(Check)
+	t := l.clock().NewTicker(Check)
 	defer t.Stop()
 	var due []*Watch
-	for range t.C {
+	for range t.Chan() {
 		due = due[:0]
 		for i := range l.shards {
 			s := &l.shards[i]

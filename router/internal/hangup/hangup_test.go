@@ -1,10 +1,13 @@
 package hangup
 
 import (
+	"context"
 	"net"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/jonboulle/clockwork"
 )
 
 // The hang-up watches' ticking goroutine runs only while calls are
@@ -17,7 +20,7 @@ func TestWatchListTicksOnlyWhileWatching(t *testing.T) {
 		ws := make([]*Watch, 2*peeksPerGoroutine+1) // a tick peeks on several goroutines
 		for i := range ws {
 			// Stopped already: a tick that comes finds nothing to peek.
-			ws[i] = &Watch{stopped: true}
+			ws[i] = &Watch{stopped: true, clk: wallClock}
 			l.add(ws[i])
 		}
 		if !running() {
@@ -45,11 +48,11 @@ func TestSlowFinishDoesNotDelayOtherHangups(t *testing.T) {
 	cb, sb := tcpPair(t)
 	inA := make(chan struct{})
 	var bGoneAt atomic.Int64
-	wa := &Watch{conn: sa, start: time.Now(), onGone: func(any) {
+	wa := &Watch{conn: sa, clk: wallClock, start: time.Now(), onGone: func(any) {
 		close(inA)
 		time.Sleep(time.Second)
 	}}
-	wb := &Watch{conn: sb, start: time.Now(), onGone: func(any) { bGoneAt.Store(time.Now().UnixNano()) }}
+	wb := &Watch{conn: sb, clk: wallClock, start: time.Now(), onGone: func(any) { bGoneAt.Store(time.Now().UnixNano()) }}
 	l.add(wa)
 	l.add(wb)
 	defer wa.Stop()
@@ -93,13 +96,13 @@ func tcpPair(t *testing.T) (client net.Conn, server *net.TCPConn) {
 func TestWatchListedAsTickerStopsIsPeeked(t *testing.T) {
 	var l List
 	for round := range 20 {
-		warm := &Watch{stopped: true}
+		warm := &Watch{stopped: true, clk: wallClock}
 		l.add(warm) // starts the goroutine
 		warm.Stop() // its next tick finds none and stops it
 		time.Sleep(Check + time.Duration(round)*Check/20 - Check/2)
 		c, s := tcpPair(t)
 		gone := make(chan struct{})
-		w := &Watch{conn: s, start: time.Now(), onGone: func(any) { close(gone) }}
+		w := &Watch{conn: s, clk: wallClock, start: time.Now(), onGone: func(any) { close(gone) }}
 		c.Close()
 		l.add(w)
 		select {
@@ -120,4 +123,36 @@ func poll(d time.Duration, cond func() bool) bool {
 		}
 	}
 	return cond()
+}
+
+// The peeks tick on the List's clock, and a watch's times are read on it:
+// on a fake clock a client that hung up is found at the first tick the
+// clock is advanced to, gone one Check after the watch began.
+func TestWatchOnTheListsClock(t *testing.T) {
+	clk := clockwork.NewFakeClock()
+	l := List{Clock: clk}
+	c, s := tcpPair(t)
+	gone := make(chan struct{})
+	w := l.Watch(s, New(func(any) { close(gone) }, nil))
+	defer w.Stop()
+	c.Close()
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	if err := clk.BlockUntilContext(ctx, 1); err != nil {
+		t.Fatalf("no ticker on the list's clock: %v", err)
+	}
+	time.Sleep(3 * Check) // wall time: no peek comes of it
+	if w.WasGone() {
+		t.Fatal("a peek ran before the list's clock ticked")
+	}
+	clk.Advance(Check)
+	select {
+	case <-gone:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the hang-up was not found at the clock's tick")
+	}
+	clk.Advance(time.Second)
+	if after, watched := w.Gone(); after != Check || watched != Check+time.Second {
+		t.Fatalf("gone after %s, watched %s; want %s and %s on the list's clock", after, watched, Check, Check+time.Second)
+	}
 }
