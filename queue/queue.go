@@ -91,9 +91,9 @@ type Queue struct {
 	// lines are made at the first Wait: a gateway has a queue for each of
 	// its many tenants, and few of them ever wait.
 	lines      *[2]line
-	sinceBatch int         // admissions from the line since the last batch one
-	trying     *waiter     // the head while it tries
-	kicked     bool        // a Kick came while the head tried: the next head tries at once
+	sinceBatch int             // admissions from the line since the last batch one
+	trying     *waiter         // the head while it tries
+	kicked     bool            // a Kick came while the head tried: the next head tries at once
 	timer      clockwork.Timer // the head's retry
 }
 
