@@ -17,6 +17,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/jonboulle/clockwork"
 	"github.com/valyala/fasthttp"
 
 	"github.com/ringgate/ringgate/config"
@@ -34,7 +35,7 @@ import (
 type Options struct {
 	Logger    *slog.Logger
 	Tokenizer *reserve.Tokenizer // shared by nodes in one process; nil loads one
-	Clock     func() int64
+	Clock     clockwork.Clock    // the node's one clock; nil is the wall clock
 	// Listener, if set, is used instead of listening on cfg.Node.Listen.
 	Listener net.Listener
 	// Timing overrides gossip timings (zero: gossip.LANFast).
@@ -194,10 +195,19 @@ func dialRedis(cfg *config.Config, log *slog.Logger, metrics *atomic.Pointer[nod
 	return conn, rs, nil
 }
 
+// unixNano reads o's clock in Unix nanoseconds, for the packages that only
+// read it.
+func (o Options) unixNano() func() int64 {
+	if o.Clock == nil {
+		return func() int64 { return time.Now().UnixNano() }
+	}
+	return func() int64 { return o.Clock.Now().UnixNano() }
+}
+
 // newNode makes the node's leaser, router and listener: all it serves with,
 // nothing started yet.
 func newNode(cfg *config.Config, o Options, log *slog.Logger, conn *redisconn.Conn, leases lease.Store) (*Node, error) {
-	leaser := lease.NewLeaser(lease.LeaserConfig{Store: leases, Node: cfg.Node.Name, Clock: o.Clock, Logger: log})
+	leaser := lease.NewLeaser(lease.LeaserConfig{Store: leases, Node: cfg.Node.Name, Clock: o.unixNano(), Logger: log})
 	rt, err := router.New(router.Options{Config: cfg, Tokenizer: o.Tokenizer, Clock: o.Clock, Logger: log, Leaser: leaser, OnAdmit: o.OnAdmit})
 	if err != nil {
 		return nil, fmt.Errorf("start node %s: %w", cfg.Node.Name, err)
@@ -247,11 +257,7 @@ func (n *Node) openSnapshots() (handoff.Store, error) {
 // startHandoff starts the handoff protocol, on which the router hands
 // tenants over and takes them back.
 func (n *Node) startHandoff(o Options, store handoff.Store) {
-	clock := o.Clock
-	if clock == nil {
-		clock = func() int64 { return time.Now().UnixNano() }
-	}
-	n.mover = handoff.New(moverConfig(n.cfg, clock, o), n.router, n.router, store, n.currentRing)
+	n.mover = handoff.New(moverConfig(n.cfg, o.unixNano(), o), n.router, n.router, store, n.currentRing)
 	n.router.SetHandOver(n.mover.HandOver)
 	n.router.SetTakeBack(n.mover.TakeBack)
 	if n.store != nil {

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"log/slog"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -21,10 +20,9 @@ import (
 // spent for a window while the cluster admits a fraction of the limit.
 // The restarts are logged once a second, not each.
 func TestFallbackFlappingSeedsOnce(t *testing.T) {
-	var now atomic.Int64
-	now.Store(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC).UnixNano())
+	now := newSetClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC).UnixNano())
 	var logs bytes.Buffer
-	r, cfg := testRouter(t, Options{Clock: now.Load, Logger: slog.New(slog.NewJSONHandler(&logs, nil))})
+	r, cfg := testRouter(t, Options{Clock: now, Logger: slog.New(slog.NewJSONHandler(&logs, nil))})
 	cfg.Limits.Window = 60 * time.Second
 	cfg.Tenants = []config.Tenant{{Name: "a", Keys: []string{"ka"}, RPM: 600}}
 	if err := r.Reload(cfg); err != nil {

@@ -5,7 +5,6 @@ import (
 	"log/slog"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -66,9 +65,8 @@ func TestSlotFromGoneNodeDropped(t *testing.T) {
 // holds the slot for good. Before, two scale-ups in a row left a new
 // owner counting a call in flight after every call had ended (in CI).
 func TestReleaseBeforeFirstRingHeld(t *testing.T) {
-	var clock atomic.Int64
-	clock.Store(time.Now().UnixNano())
-	r, cfg := testRouter(t, Options{Clock: clock.Load})
+	clock := newSetClock(time.Now().UnixNano())
+	r, cfg := testRouter(t, Options{Clock: clock})
 	cfg.Tenants = []config.Tenant{{Name: "acme", Keys: []string{"k"}, RPM: 100, Concurrency: 2}}
 	if err := r.Reload(cfg); err != nil {
 		t.Fatal(err)

@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/jonboulle/clockwork"
 	"github.com/valyala/fasthttp"
 
 	"github.com/ringgate/ringgate/limiter"
@@ -39,7 +40,7 @@ func (r *Router) Hold(name string, wait time.Duration) bool {
 	if t == nil {
 		return false
 	}
-	g := &gate{open: make(chan struct{}), wait: wait}
+	g := &gate{open: make(chan struct{}), wait: wait, clk: r.clk}
 	if old := t.gate.Swap(g); old != nil {
 		old.release()
 	}
@@ -294,6 +295,7 @@ func (r *Router) counts(name, from string) bool {
 type gate struct {
 	open chan struct{}
 	wait time.Duration
+	clk  clockwork.Clock // the node's: the wait's budget
 }
 
 func (g *gate) release() {
@@ -314,12 +316,12 @@ func (t *tenant) awaitHandoff() bool {
 	if g == nil {
 		return true
 	}
-	timer := time.NewTimer(g.wait)
+	timer := g.clk.NewTimer(g.wait)
 	defer timer.Stop()
 	select {
 	case <-g.open:
 		return true
-	case <-timer.C:
+	case <-timer.Chan():
 		return false
 	}
 }

@@ -4,9 +4,11 @@ import (
 	"bytes"
 	"net"
 	"net/http"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/jonboulle/clockwork"
 	"github.com/valyala/fasthttp"
 
 	"github.com/ringgate/ringgate/config"
@@ -109,3 +111,21 @@ func hopBehindCall(t *testing.T, r *Router, rg *ring.Ring, hops int) (first <-ch
 	}
 	return firstCh, doneCh, resp
 }
+
+// setClock is a clock a test sets (Store, Add) for the windows it
+// counts in, while its waits and timers run on the wall clock: these
+// tests move windows, not wait budgets.
+type setClock struct {
+	clockwork.Clock
+	atomic.Int64 // Unix ns
+}
+
+func newSetClock(ns int64) *setClock {
+	c := &setClock{Clock: clockwork.NewRealClock()}
+	c.Store(ns)
+	return c
+}
+
+func (c *setClock) Now() time.Time                  { return time.Unix(0, c.Load()) }
+func (c *setClock) Since(t time.Time) time.Duration { return c.Now().Sub(t) }
+func (c *setClock) Until(t time.Time) time.Duration { return t.Sub(c.Now()) }

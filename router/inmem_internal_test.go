@@ -3,7 +3,6 @@ package router
 import (
 	"bytes"
 	"net/http"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -22,16 +21,14 @@ func TestHopsOverInmemNetwork(t *testing.T) {
 	n := hop.NewInmem()
 	rg := ring.New(1, []string{"o"})
 	view := View{Ring: rg, Members: []Member{{Name: "e", Addr: "e", State: "active"}, {Name: "o", Addr: "o", State: "active"}}}
-	var now atomic.Int64 // one clock: a cut's down mark lapses when the test says
-	now.Store(time.Now().UnixNano())
-	clock := now.Load
+	now := newSetClock(time.Now().UnixNano()) // one clock: a cut's down mark lapses when the test says
 	node := func(name string) *Router {
 		cfg := config.Default()
 		cfg.Node.Name = name
 		cfg.Cluster.Secret = bytes.Repeat([]byte{7}, 32)
 		cfg.Upstreams = []config.Upstream{{Name: "up", Kind: config.KindOpenAI, BaseURL: "http://" + upAddr, Models: []string{"gpt-4o"}}}
 		cfg.Tenants = []config.Tenant{{Name: "acme", Keys: []string{"k"}, RPM: 600}}
-		r, err := New(Options{Config: cfg, Dial: n.Dialer(name), Clock: func() int64 { return clock() }})
+		r, err := New(Options{Config: cfg, Dial: n.Dialer(name), Clock: now})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -56,7 +53,7 @@ func TestHopsOverInmemNetwork(t *testing.T) {
 		resp.Body.Close()
 		return resp.StatusCode, resp.Header.Get("x-ringgate-node")
 	}
-	ownerCount := func() int64 { return owner.state.Load().byName["acme"].c().lim.Usage(clock()).Requests }
+	ownerCount := func() int64 { return owner.state.Load().byName["acme"].c().lim.Usage(now.Load()).Requests }
 
 	if s, by := ask(); s != http.StatusOK || by != "o" || ownerCount() != 1 {
 		t.Fatalf("across the network: %d from %q, owner counts %d; want 200 decided by o", s, by, ownerCount())

@@ -21,7 +21,7 @@ import (
 // play (three limiters, all charged or none), in the same run.
 func BenchmarkDecisionLevels(b *testing.B) {
 	now := time.Now().UnixNano()
-	r, cfg := testRouter(b, Options{Clock: func() int64 { return now }})
+	r, cfg := testRouter(b, Options{Clock: newSetClock(now)})
 	cfg.Teams = []config.Team{{Name: "research", RPM: 1 << 40, TPM: 1 << 50, Concurrency: 1 << 30}}
 	plain := config.Tenant{Name: "plain", Keys: []string{"k1"}, RPM: 1 << 40, TPM: 1 << 50, Concurrency: 1 << 30}
 	leveled := config.Tenant{Name: "leveled", Keys: []string{"k2"}, RPM: 1 << 40, TPM: 1 << 50, Concurrency: 1 << 30,
@@ -58,7 +58,7 @@ func BenchmarkDecisionLevels(b *testing.B) {
 // it were charged: nothing stays in any window.
 func TestLevelsAllOrNone(t *testing.T) {
 	now := time.Now().UnixNano()
-	r, cfg := testRouter(t, Options{Clock: func() int64 { return now }})
+	r, cfg := testRouter(t, Options{Clock: newSetClock(now)})
 	cfg.Teams = []config.Team{{Name: "research", RPM: 1}}
 	cfg.Tenants = []config.Tenant{{Name: "a", Keys: []string{"k"}, RPM: 10, TPM: 1000, Concurrency: 5,
 		Team: "research", ModelLimits: []config.ModelLimit{{Model: "gpt-4o", RPM: 5}}}}

@@ -233,7 +233,7 @@ type waiter struct {
 func (r *Router) newWaiter(st *state, c *call, first *limiter.Decision, on *budgetRefusal) *waiter {
 	t := c.t
 	w := &waiter{r: r, st: st, c: c, at: inTenantLine, movedLim: c.lim,
-		deadline: time.Now().Add(t.queueWait(c.class)),
+		deadline: r.clk.Now().Add(t.queueWait(c.class)),
 		// A head refused by a rate tries again one bucket after the
 		// room was due, not at its edge: requests let in the instant a
 		// charge leaves the window would reach the provider packed at
@@ -311,7 +311,7 @@ func (w *waiter) try() (bool, time.Duration) {
 		w.out = out
 		return true, -1
 	}
-	if wait := time.Until(w.notBefore); wait > 0 {
+	if wait := w.r.clk.Until(w.notBefore); wait > 0 {
 		return false, wait
 	}
 	if (w.at == inTenantLine || w.at == inLevelLine) && w.waits && c.sp == nil && !c.t.shadow {
@@ -390,7 +390,7 @@ func (w *waiter) moved(at int) outcome {
 func (w *waiter) rateRetry(dim limiter.Dimension, after time.Duration) time.Duration {
 	after += w.guard
 	if dim == limiter.Requests {
-		w.notBefore = time.Now().Add(after)
+		w.notBefore = w.r.clk.Now().Add(after)
 	}
 	return after
 }

@@ -22,7 +22,7 @@ func TestSpillRoomCancelGivesEverythingBack(t *testing.T) {
 	t.Cleanup(cancel)
 	ran := make(chan struct{})
 	go func() { leaser.Run(ctx); close(ran) }() // grants the spill's blocks
-	r, cfg := testRouter(t, Options{Clock: func() int64 { return now }, Leaser: leaser})
+	r, cfg := testRouter(t, Options{Clock: newSetClock(now), Leaser: leaser})
 	cfg.Tenants = []config.Tenant{{Name: "hot", Keys: []string{"k"}, RPM: 1}}
 	if err := r.Reload(cfg); err != nil {
 		t.Fatal(err)

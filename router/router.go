@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/jonboulle/clockwork"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/valyala/fasthttp"
 
@@ -31,9 +32,9 @@ type Options struct {
 	Config *config.Config
 	// Tokenizer counts prompt tokens; nil loads the embedded one.
 	Tokenizer *reserve.Tokenizer
-	// Clock returns wall-clock Unix nanoseconds; nil is time.Now. Tests
-	// inject their own.
-	Clock  func() int64
+	// Clock is the node's one clock: its windows, its deadlines and its
+	// waits. nil is the wall clock; tests inject a fake one.
+	Clock  clockwork.Clock
 	Logger *slog.Logger
 	// Leaser keeps the node's part of the providers' limits; nil: one
 	// without a store (every budget on this node's strict share).
@@ -52,7 +53,7 @@ type Router struct {
 	node string
 	// nodeName is node, for the x-ringgate-node header.
 	nodeName []byte
-	clock    func() int64
+	clk      clockwork.Clock // the node's one clock (clock reads it)
 	life     lifecycle
 	// clientWriteIdle: clientWriteIdle, shorter in tests.
 	clientWriteIdle time.Duration
@@ -99,7 +100,9 @@ type lifecycle struct {
 	ready     atomic.Bool
 	wake      wakeGuard    // pause watchdog (wake.go)
 	active    atomic.Int64 // client requests and streams being served
-	started   time.Time
+	// idle hears, while draining, that active came to 0 (WaitIdle).
+	idle    chan struct{}
+	started time.Time
 }
 
 // tokenEstimates are what a call's tokens are reserved with.
@@ -173,7 +176,7 @@ func New(o Options) (*Router, error) {
 		return nil, errors.New("router: no config")
 	}
 	if o.Clock == nil {
-		o.Clock = func() int64 { return time.Now().UnixNano() }
+		o.Clock = clockwork.NewRealClock()
 	}
 	if o.Logger == nil {
 		o.Logger = slog.Default()
@@ -186,11 +189,11 @@ func New(o Options) (*Router, error) {
 		o.Tokenizer = tok
 	}
 	r := &Router{
-		life:            lifecycle{quit: make(chan struct{}), started: time.Now()},
+		life:            lifecycle{quit: make(chan struct{}), idle: make(chan struct{}, 1), started: time.Now()},
 		clientWriteIdle: clientWriteIdle,
 		node:            o.Config.Node.Name,
 		nodeName:        []byte(o.Config.Node.Name),
-		clock:           o.Clock,
+		clk:             o.Clock,
 		log:             o.Logger,
 		tokens: tokenEstimates{tok: o.Tokenizer, est: reserve.NewEstimator(o.Config.Limits.DefaultCompletion),
 			ratios: reserve.NewRatios()},
@@ -203,10 +206,12 @@ func New(o Options) (*Router, error) {
 		clustered: o.Config.Node.Gossip != "",
 	}
 	r.watches.callGone = func(c any) { r.callGone(c.(*call)) }
+	r.watches.list.Clock = o.Clock
+	r.view.clk = o.Clock
 	if r.leaser == nil {
-		r.leaser = lease.NewLeaser(lease.LeaserConfig{Node: r.node, Clock: o.Clock, Logger: o.Logger})
+		r.leaser = lease.NewLeaser(lease.LeaserConfig{Node: r.node, Clock: r.clock, Logger: o.Logger})
 	}
-	r.cores = &cores{state: &r.state, hooks: r.stateHooks(), clock: o.Clock}
+	r.cores = &cores{state: &r.state, hooks: r.stateHooks(), clock: r.clock, clk: o.Clock}
 	st, err := buildState(o.Config, nil, r.metrics, r.cores)
 	if err != nil {
 		return nil, err
@@ -219,16 +224,19 @@ func New(o Options) (*Router, error) {
 	}, func() float64 { return float64(r.life.active.Load()) }))
 	r.life.ready.Store(true)
 	// One clock for the windows, the snapshots and the hop timestamps.
-	clock := o.Clock
-	r.hops = hopsign.New(o.Config.Cluster.Secret, o.Config.Cluster.HopSkew, func() time.Time { return time.Unix(0, clock()) })
+	r.hops = hopsign.New(o.Config.Cluster.Secret, o.Config.Cluster.HopSkew, o.Clock.Now)
 	first, idle := peerTimeouts(o.Config)
 	connect := o.Config.Cluster.ForwardConnectTimeout
 	if connect <= 0 {
 		connect = 15 * time.Millisecond
 	}
-	r.peers = hop.New(hop.Config{Connect: connect, First: first, Idle: idle, Dial: o.Dial, Clock: o.Clock})
+	r.peers = hop.New(hop.Config{Connect: connect, First: first, Idle: idle, Dial: o.Dial, Clock: r.clock})
 	return r, nil
 }
+
+// clock is the node's clock in Unix nanoseconds: what windows, tickets
+// and hop stamps count in.
+func (r *Router) clock() int64 { return r.clk.Now().UnixNano() }
 
 // peerTimeouts are the read budgets of a hop: forward_timeout if set, else
 // the longest wait in a tenant's queue and upstream budgets plus a margin,
@@ -461,7 +469,12 @@ func (r *Router) Handler(ctx *fasthttp.RequestCtx) {
 }
 
 func (r *Router) done() {
-	r.life.active.Add(-1)
+	if r.life.active.Add(-1) == 0 && r.life.draining.Load() {
+		select {
+		case r.life.idle <- struct{}{}:
+		default: // WaitIdle has one to hear already
+		}
+	}
 }
 
 // BeginDrain marks the node as draining: /readyz answers 503 so load
@@ -480,17 +493,30 @@ func (r *Router) SetReady(ready bool) { r.life.ready.Store(ready) }
 // WaitIdle waits until no request or stream is in flight and at least grace
 // has passed (time for load balancers to see /readyz fail), at most timeout.
 // It reports whether the node went idle in time.
+// It is called after BeginDrain, which makes the last request's end
+// heard.
 func (r *Router) WaitIdle(grace, timeout time.Duration) bool {
-	start := time.Now()
-	deadline := start.Add(timeout)
-	for r.life.active.Load() > 0 || time.Since(start) < grace {
-		if time.Now().After(deadline) {
-			r.log.Warn("drain", "phase", "timeout", "in_flight", r.life.active.Load())
-			return false
+	start := r.clk.Now()
+	graced := r.clk.NewTimer(grace)
+	defer graced.Stop()
+	deadline := r.clk.NewTimer(timeout)
+	defer deadline.Stop()
+wait:
+	for inGrace := grace > 0; inGrace || r.life.active.Load() > 0; {
+		select {
+		case <-graced.Chan():
+			inGrace = false
+		case <-r.life.idle:
+		case <-deadline.Chan():
+			// Idle at the deadline, its grace over, is in time.
+			if r.life.active.Load() > 0 || r.clk.Since(start) < grace {
+				r.log.Warn("drain", "phase", "timeout", "in_flight", r.life.active.Load())
+				return false
+			}
+			break wait
 		}
-		time.Sleep(10 * time.Millisecond)
 	}
-	r.log.Info("drain", "phase", "idle", "waited_ms", time.Since(start).Milliseconds())
+	r.log.Info("drain", "phase", "idle", "waited_ms", r.clk.Since(start).Milliseconds())
 	return true
 }
 

@@ -8,6 +8,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/jonboulle/clockwork"
+
 	"github.com/ringgate/ringgate/config"
 	"github.com/ringgate/ringgate/limiter"
 	"github.com/ringgate/ringgate/queue"
@@ -146,6 +148,7 @@ type cores struct {
 	window, slotTTL time.Duration
 	hooks           stateHooks
 	clock           func() int64
+	clk             clockwork.Clock // the lines' waits
 	// removed keeps, for a window and a slot TTL, the core of an entity a
 	// reload removed: put back by a later reload, it goes on with its
 	// usage and its running calls' slots, not from nothing (a tenant
@@ -185,8 +188,8 @@ func (cs *cores) make(t *tenant) *core {
 		lim:     limiter.NewTenant(limits, cs.window, cs.slotTTL),
 		fb:      &fallbackLedger{window: cs.window, slotTTL: cs.slotTTL},
 		spill:   &spillHolder{live: cs.hooks.spills},
-		queue:   &queue.Queue{},
-		fbQueue: &queue.Queue{},
+		queue:   &queue.Queue{Clock: cs.clk},
+		fbQueue: &queue.Queue{Clock: cs.clk},
 	}
 	if to := t.ref.frozenTo.Load(); to != nil {
 		c.lim.Freeze(cs.clock(), *to)

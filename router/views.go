@@ -4,6 +4,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/jonboulle/clockwork"
 )
 
 // views holds this node's cluster view, and wakes the requests waiting for
@@ -13,7 +15,8 @@ import (
 type views struct {
 	cur  atomic.Pointer[view]
 	mu   sync.Mutex
-	next chan struct{} // closed at the next change; nil: nobody waits
+	next chan struct{}   // closed at the next change; nil: nobody waits
+	clk  clockwork.Clock // the node's: the waits' budgets
 }
 
 // Load is the view in force.
@@ -51,9 +54,9 @@ func (vs *views) await(wait time.Duration, ok func(*view) bool) (*view, bool) {
 			return v, true
 		}
 		if timeout == nil {
-			t := time.NewTimer(wait)
+			t := vs.clk.NewTimer(wait)
 			defer t.Stop()
-			timeout = t.C
+			timeout = t.Chan()
 		}
 		select {
 		case <-next:
