@@ -27,6 +27,7 @@ import (
 	"github.com/ringgate/ringgate/config"
 	"github.com/ringgate/ringgate/reserve"
 	"github.com/ringgate/ringgate/ring"
+	"github.com/ringgate/ringgate/router/internal/admin"
 	"github.com/ringgate/ringgate/router/internal/status"
 )
 
@@ -259,7 +260,7 @@ func blackholeAddr(t *testing.T) string {
 }
 
 // TestTenantViewConnectWithinTimeout: "at most 1 s"
-// (docs/operations.md, ownerViewTimeout) is not what the edge waits for an
+// (docs/operations.md, admin.OwnerViewTimeout) is not what the edge waits for an
 // owner whose host drops the connection attempt (a dead host, a
 // partition). fasthttp does not bound a HostClient's own Dial with the
 // request's timeout (only DialTimeout gets it), and the peers' dial is
@@ -286,8 +287,8 @@ func TestTenantViewConnectWithinTimeout(t *testing.T) {
 	if r.status != fasthttp.StatusOK || r.view.OwnerError == "" {
 		t.Fatalf("%d %s", r.status, r.body)
 	}
-	if r.took > ownerViewTimeout+300*time.Millisecond {
-		t.Fatalf("the edge waited %s for an unreachable owner, want at most about %s", r.took.Round(time.Millisecond), ownerViewTimeout)
+	if r.took > admin.OwnerViewTimeout+300*time.Millisecond {
+		t.Fatalf("the edge waited %s for an unreachable owner, want at most about %s", r.took.Round(time.Millisecond), admin.OwnerViewTimeout)
 	}
 }
 
@@ -495,7 +496,7 @@ func TestTenantViewLeavesPeerStateAlone(t *testing.T) {
 		for range 2 {
 			r := viewGet(t, p.addrA, "/tenants/"+tenant)
 			t.Logf("%s: %d in %s: %q", tc.name, r.status, r.took.Round(time.Millisecond), r.view.OwnerError)
-			if r.status != 200 || r.view.Node != "a" || r.view.OwnerError == "" || r.took > ownerViewTimeout+300*time.Millisecond {
+			if r.status != 200 || r.view.Node != "a" || r.view.OwnerError == "" || r.took > admin.OwnerViewTimeout+300*time.Millisecond {
 				t.Errorf("%s: %d in %s: %s", tc.name, r.status, r.took, r.body)
 			}
 		}
@@ -545,7 +546,7 @@ func TestUpstreamsViewAsksEveryMember(t *testing.T) {
 	_ = ln.Close()
 	p.a.SetView(View{Ring: p.ring, Members: []Member{{Name: "a", Addr: p.addrA, State: "active"}, {Name: "b", Addr: gone, State: "active"}}})
 	r, uv := get(p.addrA, "/upstreams")
-	if len(uv.Peers) != 1 || uv.Peers[0].Error == "" || uv.Peers[0].Upstreams != nil || r.took > 3*ownerViewTimeout {
+	if len(uv.Peers) != 1 || uv.Peers[0].Error == "" || uv.Peers[0].Upstreams != nil || r.took > 3*admin.OwnerViewTimeout {
 		t.Errorf("b unreachable: peers %+v after %s; want b listed with its error", uv.Peers, r.took)
 	}
 

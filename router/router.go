@@ -60,11 +60,8 @@ type Router struct {
 	log             *slog.Logger
 	tokens          tokenEstimates
 	metrics         *metrics.Metrics
-	metricsServe    struct {
-		once    sync.Once
-		handler fasthttp.RequestHandler
-	}
-	onAdmit func(tenant string, at int64)
+	adminServe      adminServe
+	onAdmit         func(tenant string, at int64)
 
 	state   atomic.Pointer[state]
 	cores   *cores // makes the tenants' cores on the config in force

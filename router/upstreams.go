@@ -1,13 +1,9 @@
 package router
 
 import (
-	"encoding/json"
-	"fmt"
-	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/valyala/fasthttp"
 
 	"github.com/ringgate/ringgate/queue"
 	"github.com/ringgate/ringgate/router/internal/status"
@@ -44,56 +40,6 @@ func (r *Router) upstreamsView() status.Upstreams {
 		}
 		out.Upstreams = append(out.Upstreams, uv)
 	}
-	return out
-}
-
-// serveUpstreams answers GET /upstreams: this node's view, and unless
-// local (an admin's ?local=1, or a member asking) every other member's.
-func (r *Router) serveUpstreams(ctx *fasthttp.RequestCtx, local bool) {
-	out := r.upstreamsView()
-	if !local {
-		out.Peers = r.peerUpstreams()
-	}
-	writeJSON(ctx, fasthttp.StatusOK, out)
-}
-
-// peerUpstreams asks every other member of the view for its own
-// /upstreams, all at once, each within ownerViewTimeout: a member that
-// does not answer in time is listed with the error.
-func (r *Router) peerUpstreams() []status.PeerUpstreams {
-	v := r.view.Load()
-	if v == nil {
-		return nil
-	}
-	var out []status.PeerUpstreams
-	for _, m := range v.members { // sorted by name
-		if m.Name != r.node {
-			out = append(out, status.PeerUpstreams{Node: m.Name})
-		}
-	}
-	var wg sync.WaitGroup
-	for i := range out {
-		p := &out[i]
-		if !r.hops.Enabled() {
-			p.Error = "no cluster secret to ask it with"
-			continue
-		}
-		wg.Go(func() {
-			code, body, err := r.peerDo(v, v.addrs[p.Node], p.Node, fasthttp.MethodGet, "/upstreams?local=1", nil, 1, ownerViewTimeout)
-			var pv status.Upstreams
-			switch {
-			case err != nil:
-				p.Error = err.Error()
-			case code != fasthttp.StatusOK:
-				p.Error = fmt.Sprintf("%s answered %d: %.200s", p.Node, code, body)
-			case json.Unmarshal(body, &pv) != nil:
-				p.Error = fmt.Sprintf("%s answered what is not its view: %.200s", p.Node, body)
-			default:
-				p.Upstreams = pv.Upstreams
-			}
-		})
-	}
-	wg.Wait()
 	return out
 }
 

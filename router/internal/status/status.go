@@ -1,5 +1,5 @@
 // Package status holds what the admin endpoints answer: the JSON shapes
-// of /tenants, /teams and /upstreams, and their making from the
+// of /cluster, /tenants, /teams and /upstreams, and their making from the
 // limiter's, the queues' and the leases' figures. The shapes are the
 // operator's contract; the router fills them. It knows nothing of how
 // requests are decided.

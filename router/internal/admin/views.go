@@ -1,0 +1,136 @@
+package admin
+
+import (
+	"encoding/json"
+	"fmt"
+	"sync"
+
+	"github.com/valyala/fasthttp"
+
+	"github.com/ringgate/ringgate/router/internal/status"
+)
+
+func (h *Handler) serveTeam(ctx *fasthttp.RequestCtx, name string, local, fromPeer bool) {
+	entity, view, ok := h.cfg.Source.Team(name)
+	if !ok {
+		fail(ctx, fasthttp.StatusNotFound, "invalid_request_error", "unknown_team", "No team named "+name+".")
+		return
+	}
+	owner, ownerError, answered := h.ownerView(ctx, entity, name, local, fromPeer)
+	if answered {
+		return
+	}
+	WriteJSON(ctx, fasthttp.StatusOK, view(owner, ownerError))
+}
+
+func (h *Handler) serveTenant(ctx *fasthttp.RequestCtx, name string, local, fromPeer bool) {
+	entity, view, ok := h.cfg.Source.Tenant(name)
+	if !ok {
+		fail(ctx, fasthttp.StatusNotFound, "invalid_request_error", "unknown_tenant", "No tenant named "+name+".")
+		return
+	}
+	owner, ownerError, answered := h.ownerView(ctx, entity, name, local, fromPeer)
+	if answered {
+		return
+	}
+	WriteJSON(ctx, fasthttp.StatusOK, view(owner, ownerError))
+}
+
+// ownerView finds the owner of entity (a tenant or a team, named name to
+// the client) by this node's ring and, unless the view asked for is this
+// node's own (local), answers with the owner's view when another node owns
+// it. answered: ctx holds the answer (the owner's view, or a peer's
+// question refused because this node's ring names another owner: a ring
+// change under way, its figures not the owner's). Otherwise the caller
+// answers with this node's view, ownerError saying why the owner's could
+// not be had ("" when this node owns it or local was asked).
+func (h *Handler) ownerView(ctx *fasthttp.RequestCtx, entity, name string, local, fromPeer bool) (owner, ownerError string, answered bool) {
+	owner = h.cfg.Peers.Owner(entity)
+	if owner == "" || owner == h.cfg.Node {
+		return h.cfg.Node, "", false
+	}
+	if fromPeer {
+		fail(ctx, fasthttp.StatusConflict, "invalid_request_error", "not_owner",
+			"By this node's ring, "+owner+" owns "+name+".")
+		return owner, "", true
+	}
+	if local {
+		return owner, "", false
+	}
+	ownerError = h.fromOwner(ctx, owner)
+	return owner, ownerError, ownerError == ""
+}
+
+// fromOwner answers a view of a tenant or team that owner, another node,
+// owns with the owner's own view: this node's usage of it is at most its
+// fallback share's. It returns "" when it answered, else why it could not
+// (the owner unreachable, or not answering 200: it may not know the name
+// yet in a rolling reload); the caller then answers with its own view.
+func (h *Handler) fromOwner(ctx *fasthttp.RequestCtx, owner string) string {
+	v := h.cfg.Peers.View()
+	addr := v.Addrs[owner]
+	if addr == "" || !v.Signed {
+		return "no address for the owner, or no cluster secret to ask it with"
+	}
+	code, body, err := v.Ask(addr, owner, string(ctx.URI().RequestURI()), OwnerViewTimeout)
+	switch {
+	case err != nil:
+		return err.Error()
+	case code != fasthttp.StatusOK:
+		return fmt.Sprintf("%s answered %d: %.200s", owner, code, body)
+	}
+	ctx.SetStatusCode(fasthttp.StatusOK)
+	ctx.SetContentType("application/json")
+	ctx.SetBody(body)
+	return ""
+}
+
+// serveUpstreams answers GET /upstreams: this node's view, and unless
+// local (an admin's ?local=1, or a member asking) every other member's.
+func (h *Handler) serveUpstreams(ctx *fasthttp.RequestCtx, local bool) {
+	out := h.cfg.Source.Upstreams()
+	if !local {
+		out.Peers = h.peerUpstreams()
+	}
+	WriteJSON(ctx, fasthttp.StatusOK, out)
+}
+
+// peerUpstreams asks every other member of the view for its own
+// /upstreams, all at once, each within OwnerViewTimeout: a member that
+// does not answer in time is listed with the error.
+func (h *Handler) peerUpstreams() []status.PeerUpstreams {
+	v := h.cfg.Peers.View()
+	if v.Members == nil {
+		return nil
+	}
+	var out []status.PeerUpstreams
+	for _, m := range v.Members { // sorted by name
+		if m != h.cfg.Node {
+			out = append(out, status.PeerUpstreams{Node: m})
+		}
+	}
+	var wg sync.WaitGroup
+	for i := range out {
+		p := &out[i]
+		if !v.Signed {
+			p.Error = "no cluster secret to ask it with"
+			continue
+		}
+		wg.Go(func() {
+			code, body, err := v.Ask(v.Addrs[p.Node], p.Node, "/upstreams?local=1", OwnerViewTimeout)
+			var pv status.Upstreams
+			switch {
+			case err != nil:
+				p.Error = err.Error()
+			case code != fasthttp.StatusOK:
+				p.Error = fmt.Sprintf("%s answered %d: %.200s", p.Node, code, body)
+			case json.Unmarshal(body, &pv) != nil:
+				p.Error = fmt.Sprintf("%s answered what is not its view: %.200s", p.Node, body)
+			default:
+				p.Upstreams = pv.Upstreams
+			}
+		})
+	}
+	wg.Wait()
+	return out
+}
