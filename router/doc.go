@@ -18,5 +18,7 @@
 // connection; hopsign signs and checks what nodes send each other;
 // deltaid names the deltas a node sends and skips one applied before;
 // metrics holds the node's Prometheus series; status the admin
-// endpoints' JSON shapes.
+// endpoints' JSON shapes; admin answers those endpoints (their paths, the
+// access rule, asking an owner or every member), reading the node through
+// a Source the router implements.
 package router
