@@ -197,8 +197,8 @@ func (r *Router) fallbackLimiter(t *tenant, v *view, owner string) (*limiter.Ten
 			if again {
 				log, muted = fb.startLog.allow(r.clock(), fallbackLogEvery)
 			} else {
-				fb.startLog.last.Store(r.clock())
-				fb.startLog.mute.Store(0)
+				fb.startLog.Last.Store(r.clock())
+				fb.startLog.Mute.Store(0)
 			}
 			fb.logged.Store(log) // read by the episode's end (endFallback)
 			t.c().inFallback.Store(true)

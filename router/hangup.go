@@ -49,7 +49,7 @@ func (r *Router) callGone(c *call) {
 	// the slot (freed now, a concurrency of 1 could run 2 calls at once)
 	// until the handler hears the answer (clientGone). A
 	// hop's cancel runs this too, while its handler waits in Do.
-	c.providerHeld = c.bud.n > 0 || c.spill.b != nil
+	c.providerHeld = c.bud.Held() || c.spill.b != nil
 	r.finish(c, upstream.Usage{Prompt: r.exactPrompt(c), Completion: c.res.Total - c.res.Prompt, Reported: true}, false, 0)
 }
 

@@ -21,6 +21,7 @@ import (
 	"github.com/ringgate/ringgate/queue"
 	"github.com/ringgate/ringgate/reserve"
 	"github.com/ringgate/ringgate/router/internal/hangup"
+	"github.com/ringgate/ringgate/router/internal/provider"
 	"github.com/ringgate/ringgate/upstream"
 )
 
@@ -83,21 +84,11 @@ type call struct {
 	providerHeld bool
 }
 
-// provHold is what a call holds of its provider's budgets (budgets.go).
+// provHold is what a call holds of its provider's budgets (package
+// provider), and why they did not take it, when they did not.
 type provHold struct {
-	pb    *provBudgets
-	takes [2]budgetTake
-	n     int
-	// asked: the call is counted in the demand of its upstream's (0)
-	// and model's (1) budget (takeBudgets).
-	asked [2]bool
-	// shadow is the budget in shadow mode that refused the call
-	// (shadowD), which is served without it.
-	shadow  *budgetLine
-	shadowD lease.Decision
-	// refusal is why the budgets did not take the call, when they did
-	// not.
-	refusal budgetRefusal
+	provider.Hold
+	refusal provider.Refusal
 }
 
 // serveAPI handles a client API request: a hop from a peer is checked and
@@ -278,7 +269,7 @@ func (r *Router) newCall(ctx *fasthttp.RequestCtx, ep upstream.Endpoint, st *sta
 	}
 	c := callPool.Get().(*call)
 	*c = call{r: r, t: t, lim: lim, prov: prov, req: req, class: classOf(t, &ctx.Request.Header)}
-	c.bud.pb = st.budgets[prov]
+	c.bud.Hold = provider.NewHold(st.budgets[prov])
 	return c
 }
 
@@ -393,7 +384,7 @@ func (r *Router) firstTry(ctx *fasthttp.RequestCtx, ep upstream.Endpoint, st *st
 // others wait for it; else a 429 naming it.
 func (r *Router) providerRefused(ctx *fasthttp.RequestCtx, ep upstream.Endpoint, st *state, c *call) bool {
 	br := &c.bud.refusal
-	if w := c.t.queueWait(c.class); w > 0 && br.waitable(time.Now().Add(w)) {
+	if w := c.t.queueWait(c.class); w > 0 && br.Waitable(time.Now().Add(w), mayWait) {
 		return r.admitQueued(ctx, ep, st, c, nil, br)
 	}
 	return r.refusedByBudget(ctx, c, br, c.t.counters().Upstream)
@@ -402,11 +393,11 @@ func (r *Router) providerRefused(ctx *fasthttp.RequestCtx, ep upstream.Endpoint,
 // refusedByBudget answers a request a provider's budget has no room for
 // (br): the tenant's own rate-limit headers, the refusal counted on
 // counter, and a 429 naming the budget.
-func (r *Router) refusedByBudget(ctx *fasthttp.RequestCtx, c *call, br *budgetRefusal, counter prometheus.Counter) bool {
+func (r *Router) refusedByBudget(ctx *fasthttp.RequestCtx, c *call, br *provider.Refusal, counter prometheus.Counter) bool {
 	d := c.lim.Peek(r.clock())
 	setRateHeaders(&ctx.Response.Header, &d)
 	counter.Inc()
-	refuseBudget(ctx, &br.d, br.on.what)
+	refuseBudget(ctx, &br.D, br.On.What())
 	return false
 }
 

@@ -16,6 +16,7 @@ import (
 	"github.com/ringgate/ringgate/limiter"
 	"github.com/ringgate/ringgate/queue"
 	"github.com/ringgate/ringgate/router/internal/hopsign"
+	"github.com/ringgate/ringgate/router/internal/provider"
 	"github.com/ringgate/ringgate/router/internal/status"
 	"github.com/ringgate/ringgate/upstream"
 )
@@ -182,14 +183,14 @@ func mayWait(concurrency bool, retryAfter time.Duration, deadline time.Time) boo
 // the tenant's own limits), a level's of the tenant's limits (its model's,
 // its team's: levelLine; shared fairly by a team's tenants) or a provider
 // budget's (on any node, for the upstream's or model's limits, shared
-// fairly among tenants: flowOf). Its try is the whole decision (decide),
+// fairly among tenants: budgetFlow). Its try is the whole decision (decide),
 // all or none; a try that finds another limit full moves the request to
 // that limit's line, under one wait budget. first is the refusal that sent
 // it to its tenant's line, or to the line of the level that refused it
 // (c.refusedLevel); on, the budget whose line it starts in; with neither
 // it joined the tenant's line behind others, or the line of level
 // c.refusedLevel.
-func (r *Router) admitQueued(ctx *fasthttp.RequestCtx, ep upstream.Endpoint, st *state, c *call, first *limiter.Decision, on *budgetRefusal) bool {
+func (r *Router) admitQueued(ctx *fasthttp.RequestCtx, ep upstream.Endpoint, st *state, c *call, first *limiter.Decision, on *provider.Refusal) bool {
 	w := r.newWaiter(st, c, first, on)
 	r.cancelBudgets(c) // each try takes them afresh
 	err := w.wait(ctx)
@@ -220,7 +221,7 @@ type waiter struct {
 	last      limiter.Decision // the tenant's (or a level's) last refusal, or its admission
 	tried     bool             // last was said by a try
 	out       outcome
-	budget    budgetRefusal // the last budget refusal
+	budget    provider.Refusal // the last budget refusal
 	at        stage
 	line      *queue.Queue
 	flow      queue.Flow
@@ -230,7 +231,7 @@ type waiter struct {
 	waited    time.Duration
 }
 
-func (r *Router) newWaiter(st *state, c *call, first *limiter.Decision, on *budgetRefusal) *waiter {
+func (r *Router) newWaiter(st *state, c *call, first *limiter.Decision, on *provider.Refusal) *waiter {
 	t := c.t
 	w := &waiter{r: r, st: st, c: c, at: inTenantLine, movedLim: c.lim,
 		deadline: r.clk.Now().Add(t.queueWait(c.class)),
@@ -257,7 +258,7 @@ func (r *Router) newWaiter(st *state, c *call, first *limiter.Decision, on *budg
 	}
 	switch {
 	case on != nil:
-		w.budget, w.at, w.line, w.flow = *on, on.stage, on.on.line, on.on.flowOf(c, on.d.Limited)
+		w.budget, w.at, w.line, w.flow = *on, stage(on.At), on.On.Queue(), c.budgetFlow(on)
 	case c.refusedLevel > 0 && c.levelLine(c.refusedLevel-1) != nil:
 		w.lvl = c.refusedLevel - 1
 		w.at, w.line = inLevelLine, c.levelLine(w.lvl)
@@ -296,7 +297,7 @@ func (w *waiter) wait(ctx *fasthttp.RequestCtx) error {
 		case toLevelLine:
 			w.at, w.lvl, w.line, w.flow = inLevelLine, w.next, c.levelLine(w.next), queue.Flow{}
 		default:
-			w.at, w.line, w.flow = w.budget.stage, w.budget.on.line, w.budget.on.flowOf(c, w.budget.d.Limited)
+			w.at, w.line, w.flow = stage(w.budget.At), w.budget.On.Queue(), c.budgetFlow(&w.budget)
 		}
 		w.notBefore = time.Time{}
 	}
@@ -428,20 +429,20 @@ func (w *waiter) budgetRefused() (bool, time.Duration) {
 	br := w.c.bud.refusal
 	w.budget = br
 	switch {
-	case !br.waitable(w.deadline):
+	case !br.Waitable(w.deadline, mayWait):
 		w.out = refusedByBudget
 		return true, -1
-	case br.stage != w.at:
+	case stage(br.At) != w.at:
 		w.out = toBudgetLine
 		return true, -1
-	case br.d.Limited == limiter.Concurrency:
-		return false, br.d.RetryAfter // and a Kick when a slot frees
-	case !br.d.Degraded:
+	case br.D.Limited == limiter.Concurrency:
+		return false, br.D.RetryAfter // and a Kick when a slot frees
+	case !br.D.Degraded:
 		// Blocks: a grant Kicks the line when it brings room; the
 		// timer's guard is enough.
-		return false, br.d.RetryAfter + w.guard
+		return false, br.D.RetryAfter + w.guard
 	}
-	return false, w.rateRetry(br.d.Limited, br.d.RetryAfter)
+	return false, w.rateRetry(br.D.Limited, br.D.RetryAfter)
 }
 
 // gaveUp answers a request whose wait ended without its turn: the client

@@ -38,22 +38,23 @@ func (r *Router) decide(c *call) admit.Outcome {
 	return admit.Decide(rooms)
 }
 
-// Take takes the call from its provider's budgets (takeBudgets); a
-// refusal is kept in c.bud.refusal.
+// Take takes the call from its provider's budgets (provider.Hold.Take);
+// a refusal is kept in c.bud.refusal.
 func (p *providerRoom) Take() admit.Verdict {
 	c := (*call)(p)
-	br, ok := c.r.takeBudgets(c)
+	req := c.budgetRequest()
+	br, ok := c.bud.Take(&req)
 	if ok {
 		return admit.Taken
 	}
 	c.bud.refusal = br
-	if br.behind {
+	if br.Behind {
 		return admit.Behind
 	}
 	return admit.Refused
 }
 
-func (p *providerRoom) Cancel() { c := (*call)(p); c.r.cancelProvider(c) }
+func (p *providerRoom) Cancel() { (*call)(p).bud.Cancel() }
 
 // Take charges the call on its tenant's limiter. c.d keeps what the
 // limiter said. A tenant in shadow mode that refuses lets it go on

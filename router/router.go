@@ -18,12 +18,12 @@ import (
 	"github.com/ringgate/ringgate/handoff"
 	"github.com/ringgate/ringgate/lease"
 	"github.com/ringgate/ringgate/limiter"
-	"github.com/ringgate/ringgate/queue"
 	"github.com/ringgate/ringgate/reserve"
 	"github.com/ringgate/ringgate/router/internal/deltaid"
 	"github.com/ringgate/ringgate/router/internal/hop"
 	"github.com/ringgate/ringgate/router/internal/hopsign"
 	"github.com/ringgate/ringgate/router/internal/metrics"
+	"github.com/ringgate/ringgate/router/internal/provider"
 	"github.com/ringgate/ringgate/upstream"
 )
 
@@ -78,7 +78,7 @@ type Router struct {
 	moving    tenantMoves
 	spillover spillWork
 	leaser    *lease.Leaser
-	lines     budgetLines
+	lines     *provider.Lines
 	// unreach: the owners this node admits fallback shares for, which
 	// its gossip metadata names (unreachable.go).
 	unreach unreachables
@@ -157,16 +157,6 @@ type spillWork struct {
 	arrived   []*tenant
 }
 
-// budgetLines are the lines of requests waiting for the provider's
-// budgets, and the limits the providers' answers taught (budgets.go,
-// learned.go): kept across reloads.
-type budgetLines struct {
-	mu      sync.Mutex
-	byKey   map[string]*queue.Queue   // by budget key
-	dropped []*queue.Queue            // lines a reload dropped, until kicked
-	learned map[string]*learnedModels // by upstream name
-}
-
 // New builds a router from a validated configuration.
 func New(o Options) (*Router, error) {
 	if o.Config == nil {
@@ -208,14 +198,21 @@ func New(o Options) (*Router, error) {
 	if r.leaser == nil {
 		r.leaser = lease.NewLeaser(lease.LeaserConfig{Node: r.node, Clock: r.clock, Logger: o.Logger})
 	}
+	r.lines = provider.New(provider.Config{Leaser: r.leaser, Clock: r.clock, Log: o.Logger,
+		Members: func() int { return r.view.Load().liveMembers() },
+		Keep: func(keep map[string]bool) {
+			if st := r.state.Load(); st != nil {
+				st.spillKeys(keep)
+			}
+		}})
 	r.cores = &cores{state: &r.state, hooks: r.stateHooks(), clock: r.clock, clk: o.Clock}
 	st, err := buildState(o.Config, nil, r.metrics, r.cores)
 	if err != nil {
 		return nil, err
 	}
-	st.budgets = r.buildBudgets(o.Config, st.providers)
+	st.budgets = r.lines.Build(o.Config, st.providers)
 	r.cores.install(st, 0)
-	r.metrics.Reg.MustRegister(leaseCollector{r}, queueCollector{r}, prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+	r.metrics.Reg.MustRegister(r.lines.Collector(), queueCollector{r}, prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "ringgate_inflight_requests",
 		Help: "Client requests and streams being served by this node.",
 	}, func() float64 { return float64(r.life.active.Load()) }))
@@ -278,7 +275,7 @@ func (r *Router) Reload(cfg *config.Config) error {
 	if err != nil {
 		return err
 	}
-	st.budgets = r.buildBudgets(cfg, st.providers)
+	st.budgets = r.lines.Build(cfg, st.providers)
 	for name, t := range st.byName {
 		if old := prev.byName[name]; old != nil {
 			// A handoff in progress holds on: the gate moves along.
@@ -331,7 +328,7 @@ func (r *Router) Reload(cfg *config.Config) error {
 	for _, t := range gone {
 		kick(t)
 	}
-	r.kickBudgetLines()
+	r.lines.Kick()
 	r.log.Info("reload", "tenants", len(cfg.Tenants), "upstreams", len(cfg.Upstreams), "config_version", r.ConfigVersion())
 	return nil
 }

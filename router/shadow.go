@@ -1,12 +1,12 @@
 package router
 
 import (
-	"sync/atomic"
 	"time"
 
 	"github.com/valyala/fasthttp"
 
 	"github.com/ringgate/ringgate/limiter"
+	"github.com/ringgate/ringgate/router/internal/logmeter"
 )
 
 // A tenant in shadow mode ([[tenants]] mode = "shadow") is decided exactly
@@ -23,21 +23,19 @@ const shadowLogEvery = time.Second
 
 // logMeter rate-limits one kind of line about one thing (a limit's
 // shadow_refusal, a tenant's delta_lost): a burst writes one line, the
-// next says how many it stands for.
-type logMeter struct {
-	last atomic.Int64 // when the last line was written (ns)
-	mute atomic.Int64 // lines not written since
-}
+// next says how many it stands for: a logmeter.Meter, the type of a
+// provider budget's meter too.
+type logMeter struct{ logmeter.Meter }
 
 // allow reports whether a line may be written at now (ns), at most one an
 // every, and how many were not written since the last one.
 func (m *logMeter) allow(now int64, every time.Duration) (bool, int64) {
-	last := m.last.Load()
-	if now-last < int64(every) || !m.last.CompareAndSwap(last, now) {
-		m.mute.Add(1)
-		return false, 0
-	}
-	return true, m.mute.Swap(0)
+	return m.Allow(now, every)
+}
+
+// meter is a logMeter, or a provider budget's.
+type meter interface {
+	Allow(now int64, every time.Duration) (bool, int64)
 }
 
 // shadowRefused marks, counts and logs a request t's limits refused (d)
@@ -50,10 +48,10 @@ func (r *Router) shadowRefused(ctx *fasthttp.RequestCtx, t *tenant, d *limiter.D
 
 // shadowRefusal marks, counts and logs (at most once a shadowLogEvery
 // per limit) a refusal on dim by the shadow limit name.
-func (r *Router) shadowRefusal(ctx *fasthttp.RequestCtx, name string, m *logMeter, dim limiter.Dimension, retry time.Duration) {
+func (r *Router) shadowRefusal(ctx *fasthttp.RequestCtx, name string, m meter, dim limiter.Dimension, retry time.Duration) {
 	ctx.Response.Header.Set("x-ringgate-shadow-refused", dim.String())
 	r.metrics.Shadow.WithLabelValues(name, dim.String()).Inc()
-	ok, muted := m.allow(time.Now().UnixNano(), shadowLogEvery)
+	ok, muted := m.Allow(time.Now().UnixNano(), shadowLogEvery)
 	if !ok {
 		return
 	}
@@ -65,7 +63,7 @@ func (r *Router) shadowRefusal(ctx *fasthttp.RequestCtx, name string, m *logMete
 // budget in shadow mode ([[upstreams]] mode = "shadow"), for a call that
 // is served.
 func (r *Router) budgetShadowed(ctx *fasthttp.RequestCtx, c *call) {
-	if b := c.bud.shadow; b != nil {
-		r.shadowRefusal(ctx, b.shadowName, &b.meter, c.bud.shadowD.Limited, c.bud.shadowD.RetryAfter)
+	if b, d := c.bud.Shadowed(); b != nil {
+		r.shadowRefusal(ctx, b.ShadowName(), b.ShadowMeter(), d.Limited, d.RetryAfter)
 	}
 }

@@ -31,7 +31,7 @@ func TestShadowLogRateLimited(t *testing.T) {
 	if n := strings.Count(logs.String(), `"msg":"shadow_refusal"`); n != 1 {
 		t.Fatalf("%d lines for a burst of 5, want 1:\n%s", n, logs.String())
 	}
-	m.last.Store(time.Now().Add(-shadowLogEvery).UnixNano()) // a second later
+	m.Last.Store(time.Now().Add(-shadowLogEvery).UnixNano()) // a second later
 	refuse()
 	lines := strings.Split(strings.TrimSpace(logs.String()), "\n")
 	if len(lines) != 2 || !strings.Contains(lines[1], `"not_logged":4`) || !strings.Contains(lines[1], `"tenant":"team/x"`) {

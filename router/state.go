@@ -15,6 +15,7 @@ import (
 	"github.com/ringgate/ringgate/queue"
 	"github.com/ringgate/ringgate/ring"
 	"github.com/ringgate/ringgate/router/internal/metrics"
+	"github.com/ringgate/ringgate/router/internal/provider"
 	"github.com/ringgate/ringgate/upstream"
 )
 
@@ -299,7 +300,7 @@ type state struct {
 	providers []*upstream.Provider // the first is the default
 	// budgets are the provider limits of the upstreams that have them
 	// (budgets.go).
-	budgets map[*upstream.Provider]*provBudgets
+	budgets map[*upstream.Provider]*provider.Budgets
 	// pins place each tenant of a team, and each of a tenant's model
 	// limits, on the ring by the top of its hierarchy (ring.Pins).
 	pins ring.Pins

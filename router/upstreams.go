@@ -1,13 +1,6 @@
 package router
 
-import (
-	"time"
-
-	"github.com/prometheus/client_golang/prometheus"
-
-	"github.com/ringgate/ringgate/queue"
-	"github.com/ringgate/ringgate/router/internal/status"
-)
+import "github.com/ringgate/ringgate/router/internal/status"
 
 func (r *Router) upstreamsView() status.Upstreams {
 	st := r.state.Load()
@@ -20,90 +13,9 @@ func (r *Router) upstreamsView() status.Upstreams {
 			down = "share"
 		}
 		if pb := st.budgets[st.providers[i]]; pb != nil {
-			if pb.up != nil {
-				uv.Limits = status.BudgetOf(pb.up.Stats(now), pb.up.line, down)
-			}
-			for m, b := range pb.models {
-				if uv.Models == nil {
-					uv.Models = make(map[string]*status.Budget)
-				}
-				uv.Models[m] = status.BudgetOf(b.Stats(now), b.line, down)
-			}
-			for m, lb := range pb.learned.all() {
-				if uv.Models == nil {
-					uv.Models = make(map[string]*status.Budget)
-				}
-				v := status.BudgetOf(lb.budgetLine.Stats(now), lb.budgetLine.line, down)
-				v.Learned = &status.Learned{Requests: lb.limits.Requests, Tokens: lb.limits.Tokens, From: lb.from, Since: lb.since.UTC().Format(time.RFC3339)}
-				uv.Models[m] = v
-			}
+			uv.Limits, uv.Models = pb.View(now, down)
 		}
 		out.Upstreams = append(out.Upstreams, uv)
 	}
 	return out
-}
-
-// leaseCollector exports every budget's counters at scrape time; one series
-// per budget and counter (budgets are the configured upstreams and models:
-// bounded).
-type leaseCollector struct{ r *Router }
-
-var (
-	leaseGrants   = prometheus.NewDesc("ringgate_lease_grants_total", "Blocks of a provider budget asked of Redis (empty ones included).", []string{"budget"}, nil)
-	leaseEmpty    = prometheus.NewDesc("ringgate_lease_empty_grants_total", "Grants that found no room in the provider's window.", []string{"budget"}, nil)
-	leaseReturns  = prometheus.NewDesc("ringgate_lease_give_backs_total", "Blocks given back to Redis with what was used.", []string{"budget"}, nil)
-	leaseErrors   = prometheus.NewDesc("ringgate_lease_store_errors_total", "Lease calls to Redis that failed or timed out.", []string{"budget"}, nil)
-	leaseDegraded = prometheus.NewDesc("ringgate_lease_degraded", "1 while Redis is unreachable for this budget (on_redis_down applies).", []string{"budget"}, nil)
-	leaseDegTime  = prometheus.NewDesc("ringgate_lease_degraded_seconds_total", "Time spent with Redis unreachable for this budget.", []string{"budget"}, nil)
-	leaseLeft     = prometheus.NewDesc("ringgate_lease_left", "What this node's live blocks have left.", []string{"budget", "status.Dimension"}, nil)
-	leaseSlots    = prometheus.NewDesc("ringgate_lease_slots", "Provider slots this node holds, and fills.", []string{"budget", "state"}, nil)
-	leaseQueued   = prometheus.NewDesc("ringgate_lease_queued", "Requests waiting on this node for room in a provider budget, by class.", []string{"budget", "class"}, nil)
-	leaseShare    = prometheus.NewDesc("ringgate_lease_fair_share", "This node's part of a provider budget, divided among the cluster's tenants by weight (per window; slots).", []string{"budget", "status.Dimension"}, nil)
-	leaseWanted   = prometheus.NewDesc("ringgate_lease_wanted", "What this node's tenants want of a provider budget, as it reports it (per window; slots).", []string{"budget", "status.Dimension"}, nil)
-)
-
-func (c leaseCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{leaseGrants, leaseEmpty, leaseReturns, leaseErrors, leaseDegraded, leaseDegTime, leaseLeft, leaseSlots, leaseQueued, leaseShare, leaseWanted} {
-		ch <- d
-	}
-}
-
-func (c leaseCollector) Collect(ch chan<- prometheus.Metric) {
-	for key, s := range c.r.leaser.Stats() {
-		counter := func(d *prometheus.Desc, v float64, l ...string) {
-			ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, v, append([]string{key}, l...)...)
-		}
-		gauge := func(d *prometheus.Desc, v float64, l ...string) {
-			ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, append([]string{key}, l...)...)
-		}
-		counter(leaseGrants, float64(s.Grants))
-		counter(leaseEmpty, float64(s.Empty))
-		counter(leaseReturns, float64(s.Returns))
-		counter(leaseErrors, float64(s.StoreErrors))
-		degraded := 0.0
-		if s.Degraded {
-			degraded = 1
-		}
-		gauge(leaseDegraded, degraded)
-		counter(leaseDegTime, s.DegradedFor.Seconds())
-		gauge(leaseLeft, float64(s.Left.Requests), "requests")
-		gauge(leaseLeft, float64(s.Left.Tokens), "tokens")
-		gauge(leaseSlots, float64(s.SlotsHeld), "held")
-		gauge(leaseSlots, float64(s.SlotsUsed), "in_flight")
-		if s.Divided {
-			gauge(leaseShare, float64(s.Part.Requests), "requests")
-			gauge(leaseShare, float64(s.Part.Tokens), "tokens")
-			gauge(leaseShare, float64(s.PartSlots), "concurrency")
-			gauge(leaseWanted, float64(s.Demand.Requests), "requests")
-			gauge(leaseWanted, float64(s.Demand.Tokens), "tokens")
-			gauge(leaseWanted, float64(s.DemandSlots), "concurrency")
-		}
-	}
-	c.r.lines.mu.Lock()
-	defer c.r.lines.mu.Unlock()
-	for key, q := range c.r.lines.byKey {
-		for _, class := range []queue.Class{queue.Interactive, queue.Batch} {
-			ch <- prometheus.MustNewConstMetric(leaseQueued, prometheus.GaugeValue, float64(q.Depth(class)), key, class.String())
-		}
-	}
 }

@@ -1,4 +1,4 @@
-package router
+package provider
 
 import (
 	"context"
@@ -11,6 +11,7 @@ import (
 
 	"github.com/ringgate/ringgate/config"
 	"github.com/ringgate/ringgate/lease"
+	"github.com/ringgate/ringgate/upstream"
 )
 
 const learnedReloadTOML = `
@@ -28,13 +29,13 @@ rpm = 300
 `
 
 // A learned budget made (learnModel, on an answer) while a reload runs
-// buildBudgets is kept by the leaser and keeps its line. Made after
-// buildBudgets looked at the upstream's learned budgets and before its
-// leaser.Retain, it was dropped from both yet stayed in the learned map: no
-// leaser round gave it a block, so every request for the model was refused
-// until the next reload.
+// Build is kept by the leaser and keeps its line. Made after Build looked
+// at the upstream's learned budgets and before its leaser.Retain, it was
+// dropped from both yet stayed in the learned map: no leaser round gave
+// it a block, so every request for the model was refused until the next
+// reload.
 func TestLearnedBudgetMadeDuringReloadIsKept(t *testing.T) {
-	// More upstreams after "oa": buildBudgets takes a while between
+	// More upstreams after "oa": Build takes a while between
 	// looking at oa's learned budgets and Retain.
 	toml := learnedReloadTOML
 	for i := range 200 {
@@ -45,41 +46,40 @@ func TestLearnedBudgetMadeDuringReloadIsKept(t *testing.T) {
 		t.Fatal(err)
 	}
 	l := lease.NewLeaser(lease.LeaserConfig{Store: lease.NewInmemStore(), Node: "n1", Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
-	r, err := New(Options{Config: cfg, Leaser: l, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
-	if err != nil {
-		t.Fatal(err)
+	ls := New(Config{Leaser: l, Clock: func() int64 { return time.Now().UnixNano() },
+		Log: slog.New(slog.NewTextHandler(io.Discard, nil)), Members: func() int { return 1 }})
+	provs := make([]*upstream.Provider, len(cfg.Upstreams))
+	for i := range provs {
+		provs[i] = &upstream.Provider{}
 	}
-	defer r.Close()
+	budgets := ls.Build(cfg, provs)
 	orphaned := 0
 	for round := range 100 {
 		var wg sync.WaitGroup
 		wg.Add(2)
 		go func() {
 			defer wg.Done()
-			if err := r.Reload(cfg); err != nil {
-				t.Error(err)
-			}
+			budgets = ls.Build(cfg, provs)
 		}()
 		go func() {
 			defer wg.Done()
-			pb := r.state.Load().budgets[r.state.Load().providers[0]]
 			lim := lease.Observed{Limited: true, Limit: 60, Remaining: 60, Reset: time.Second}
-			r.learnModel(pb.learned, "m1", lim, lease.Observed{}, "x-ratelimit-limit-requests")
+			ls.learnModel(ls.learnedOf("oa"), "m1", lim, lease.Observed{}, "x-ratelimit-limit-requests")
 		}()
 		wg.Wait()
-		pb := r.state.Load().budgets[r.state.Load().providers[0]]
+		pb := budgets[provs[0]]
 		lb := pb.learned.get("m1")
 		if lb == nil {
 			t.Fatal("no learned budget")
 		}
 		_, inLeaser := l.Stats()[lb.Key()]
-		r.lines.mu.Lock()
-		line := r.lines.byKey[lb.Key()]
-		r.lines.mu.Unlock()
+		ls.mu.Lock()
+		line := ls.byKey[lb.Key()]
+		ls.mu.Unlock()
 		if !inLeaser || line != lb.line {
 			orphaned++
 			if orphaned == 1 {
-				t.Logf("round %d: learned budget %s in the leaser %v, its line in r.lines.byKey %v", round, lb.Key(), inLeaser, line == lb.line)
+				t.Logf("round %d: learned budget %s in the leaser %v, its line in the lines by key %v", round, lb.Key(), inLeaser, line == lb.line)
 				// What a request for m1 finds: a budget no round serves.
 				l.Maintain(context.Background())
 				_, d := lb.Take(time.Now().UnixNano(), 10)
@@ -89,7 +89,7 @@ func TestLearnedBudgetMadeDuringReloadIsKept(t *testing.T) {
 			}
 		}
 		// Forget it again for the next round.
-		r.learnModel(pb.learned, "m1", lease.Observed{Limited: true, Limit: 300, Remaining: 300, Reset: time.Second}, lease.Observed{}, "x")
+		ls.learnModel(pb.learned, "m1", lease.Observed{Limited: true, Limit: 300, Remaining: 300, Reset: time.Second}, lease.Observed{}, "x")
 	}
 	if orphaned > 0 {
 		t.Errorf("%d of 100 rounds left the learned budget outside the leaser or its line", orphaned)
