@@ -21,11 +21,11 @@ var (
 	leaseErrors   = prometheus.NewDesc("ringgate_lease_store_errors_total", "Lease calls to Redis that failed or timed out.", []string{"budget"}, nil)
 	leaseDegraded = prometheus.NewDesc("ringgate_lease_degraded", "1 while Redis is unreachable for this budget (on_redis_down applies).", []string{"budget"}, nil)
 	leaseDegTime  = prometheus.NewDesc("ringgate_lease_degraded_seconds_total", "Time spent with Redis unreachable for this budget.", []string{"budget"}, nil)
-	leaseLeft     = prometheus.NewDesc("ringgate_lease_left", "What this node's live blocks have left.", []string{"budget", "status.Dimension"}, nil)
+	leaseLeft     = prometheus.NewDesc("ringgate_lease_left", "What this node's live blocks have left.", []string{"budget", "dimension"}, nil)
 	leaseSlots    = prometheus.NewDesc("ringgate_lease_slots", "Provider slots this node holds, and fills.", []string{"budget", "state"}, nil)
 	leaseQueued   = prometheus.NewDesc("ringgate_lease_queued", "Requests waiting on this node for room in a provider budget, by class.", []string{"budget", "class"}, nil)
-	leaseShare    = prometheus.NewDesc("ringgate_lease_fair_share", "This node's part of a provider budget, divided among the cluster's tenants by weight (per window; slots).", []string{"budget", "status.Dimension"}, nil)
-	leaseWanted   = prometheus.NewDesc("ringgate_lease_wanted", "What this node's tenants want of a provider budget, as it reports it (per window; slots).", []string{"budget", "status.Dimension"}, nil)
+	leaseShare    = prometheus.NewDesc("ringgate_lease_fair_share", "This node's part of a provider budget, divided among the cluster's tenants by weight (per window; slots).", []string{"budget", "dimension"}, nil)
+	leaseWanted   = prometheus.NewDesc("ringgate_lease_wanted", "What this node's tenants want of a provider budget, as it reports it (per window; slots).", []string{"budget", "dimension"}, nil)
 )
 
 func (c leaseCollector) Describe(ch chan<- *prometheus.Desc) {
