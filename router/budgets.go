@@ -28,18 +28,16 @@ type budgetTake struct {
 const maxRenewalWait = provider.MaxRenewalWait
 
 // Where a queued request waits: a provider budget's line (provider.At
-// says how it goes from one to the other), its tenant's line, where it
-// waited for its own limits, or a level's. From its tenant's line it
-// goes behind every budget's waiters: its turn there came for its tenant,
-// not for the provider.
+// says how it goes from one to another, and from the others), its
+// tenant's line, where it waits for its own limits, or a level's.
 type stage uint8
 
 const (
 	notQueued      = stage(provider.NotInLine)
 	inUpstreamLine = stage(provider.InUpstreamLine)
 	inModelLine    = stage(provider.InModelLine)
-	inTenantLine   = stage(iota)
-	inLevelLine    // a level of the tenant's limits: its model's, its team's (levels.go)
+	inTenantLine   = stage(iota) // after the provider's lines
+	inLevelLine                  // a level of the tenant's limits: its model's, its team's (levels.go)
 )
 
 // budgetAt is where the call waits among its provider's lines.

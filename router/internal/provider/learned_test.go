@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/valyala/fasthttp"
+
 	"github.com/ringgate/ringgate/config"
 	"github.com/ringgate/ringgate/lease"
 	"github.com/ringgate/ringgate/upstream"
@@ -93,5 +95,35 @@ func TestLearnedBudgetMadeDuringReloadIsKept(t *testing.T) {
 	}
 	if orphaned > 0 {
 		t.Errorf("%d of 100 rounds left the learned budget outside the leaser or its line", orphaned)
+	}
+}
+
+// An OpenAI answer for m1 stating a request limit below the upstream's
+// makes m1's learned budget; one stating the upstream's forgets it.
+func TestLearnFromOpenAIHeaders(t *testing.T) {
+	cfg, err := config.Parse([]byte(learnedReloadTOML), "learn.toml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	ls := New(Config{Leaser: lease.NewLeaser(lease.LeaserConfig{Node: "n1", Logger: log}),
+		Clock: func() int64 { return time.Now().UnixNano() }, Log: log, Members: func() int { return 1 }})
+	prov := &upstream.Provider{}
+	pb := ls.Build(cfg, []*upstream.Provider{prov})[prov]
+	answer := func(limit string) {
+		var h fasthttp.ResponseHeader
+		h.Set("x-ratelimit-limit-requests", limit)
+		h.Set("x-ratelimit-remaining-requests", "50")
+		h.Set("x-ratelimit-reset-requests", "1s")
+		pb.Learn(upstream.OpenAI, "m1", &h, fasthttp.StatusOK)
+	}
+	answer("60")
+	lb := pb.learned.get("m1")
+	if lb == nil || lb.limits.Requests != 60 || lb.from != "x-ratelimit-limit-requests" || pb.model("m1") != lb.Line {
+		t.Fatalf("after a limit of 60: learned %+v", lb)
+	}
+	answer("300")
+	if lb := pb.learned.get("m1"); lb != nil {
+		t.Fatalf("after the upstream's own limit: still learned %+v", lb)
 	}
 }

@@ -39,9 +39,9 @@ func Tokens(prompt, completion, maxTokens, choices int) int64 {
 // upstream's line to the model's it goes forward only: the head of the
 // model's line does not go behind the waiters of the upstream's, it had
 // its turn there (it may still be refused there and wait again). From
-// any other line (its tenant's), or on its first try, it goes behind
-// every budget's waiters: its turn there came for its tenant, not for
-// the provider.
+// a line not the provider's (its tenant's, where it waited for its own
+// limits) it goes behind every budget's waiters: its turn there came for
+// its tenant, not for the provider.
 type At uint8
 
 const (
