@@ -97,7 +97,7 @@ func TestCoreMadeAfterReloadTakesItsConfig(t *testing.T) {
 	if got := lim.Window(); got != cfg.Limits.Window {
 		t.Errorf("core made through the old struct counts over %v, want the reload's %v", got, cfg.Limits.Window)
 	}
-	if got := before.c().fb.share().Window(); got != cfg.Limits.Window {
+	if got := before.c().fb.Share().Window(); got != cfg.Limits.Window {
 		t.Errorf("its fallback share counts over %v, want %v", got, cfg.Limits.Window)
 	}
 	if r.state.Load().byName["a"].c() != before.c() {

@@ -12,6 +12,7 @@ import (
 	"github.com/ringgate/ringgate/config"
 	"github.com/ringgate/ringgate/limiter"
 	"github.com/ringgate/ringgate/ring"
+	"github.com/ringgate/ringgate/router/internal/away"
 )
 
 // deltaPair is an edge and an owner router on loopback, signed with one
@@ -92,8 +93,8 @@ func TestFallbackReportSentTwiceCountsOnce(t *testing.T) {
 	p := newDeltaPair(t)
 	p.late.Store(1)
 	te := p.edge.state.Load().byName["acme"]
-	admit := func() (limiter.Ticket, *fallbackEntry) {
-		tk, d := te.c().fb.share().Admit(p.edge.clock(), 10)
+	admit := func() (limiter.Ticket, *away.Entry) {
+		tk, d := te.c().fb.Share().Admit(p.edge.clock(), 10)
 		if !d.Allowed {
 			t.Fatalf("fallback share refused: %+v", d)
 		}
@@ -101,7 +102,7 @@ func TestFallbackReportSentTwiceCountsOnce(t *testing.T) {
 	}
 	const n = 3
 	var tks [n]limiter.Ticket
-	var es [n]*fallbackEntry
+	var es [n]*away.Entry
 	for i := range n {
 		tks[i], es[i] = admit()
 	}
@@ -112,15 +113,13 @@ func TestFallbackReportSentTwiceCountsOnce(t *testing.T) {
 	}
 	// One call ends while its admission is unconfirmed.
 	fin := limiter.FinishDelta(&tks[0], 10)
-	te.c().fb.share().Finish(p.edge.clock(), &tks[0], 10)
+	te.c().fb.Share().Finish(p.edge.clock(), &tks[0], 10)
 	p.edge.fallbackFinished(te, es[0], fin)
 
 	// The episode ends: the ledger is reported again.
 	if !poll(5*time.Second, func() bool {
 		p.edge.reportFallback(te)
-		te.c().fb.mu.Lock()
-		defer te.c().fb.mu.Unlock()
-		return len(te.c().fb.pending) == 0
+		return te.c().fb.Delivered()
 	}) {
 		t.Fatal("the ledger was never delivered")
 	}
@@ -175,7 +174,7 @@ func TestReleaseDeltaSentAgainUntilTaken(t *testing.T) {
 	}
 }
 
-// Reports are retried maxDeltaRetries at a time at most: past that, one
+// Reports are retried away.MaxRetries at a time at most: past that, one
 // that fails is dropped and counted, and the node's goroutines do not grow
 // with the rate of ending calls while the owner is out of reach.
 func TestDeltaRetriesBounded(t *testing.T) {
@@ -187,7 +186,7 @@ func TestDeltaRetriesBounded(t *testing.T) {
 	p.edge.SetView(dead)
 	te := p.edge.state.Load().byName["acme"]
 	const extra = 40
-	for range maxDeltaRetries + extra {
+	for range away.MaxRetries + extra {
 		tk := te.c().lim.Tally(p.edge.clock(), 1)
 		p.edge.reportDelta(te, limiter.FinishDelta(&tk, 1))
 	}
@@ -199,17 +198,17 @@ func TestDeltaRetriesBounded(t *testing.T) {
 		return m.GetCounter().GetValue()
 	}
 	if !poll(10*time.Second, func() bool { return dropped() >= extra }) {
-		t.Fatalf("%v reports dropped, %d retrying: want %d dropped past %d retrying", dropped(), p.edge.moving.deltaRetries.Load(), extra, maxDeltaRetries)
+		t.Fatalf("%v reports dropped, %d retrying: want %d dropped past %d retrying", dropped(), p.edge.moving.retries.Running(), extra, away.MaxRetries)
 	}
-	if n := p.edge.moving.deltaRetries.Load(); n > maxDeltaRetries {
-		t.Errorf("%d reports retrying at once, want at most %d", n, maxDeltaRetries)
+	if n := p.edge.moving.retries.Running(); n > away.MaxRetries {
+		t.Errorf("%d reports retrying at once, want at most %d", n, away.MaxRetries)
 	}
 	// Closed, the router stops retrying at once; before, the retries ran
 	// on for up to a window (10 s here), a thousand goroutines dialing a
 	// closed port into the tests after this one (two timing tests of the
 	// hang-up watch failed in CI under them).
 	p.edge.Close()
-	if !poll(time.Second, func() bool { return p.edge.moving.deltaRetries.Load() == 0 }) {
-		t.Fatalf("%d reports still retried 1s after Close", p.edge.moving.deltaRetries.Load())
+	if !poll(time.Second, func() bool { return p.edge.moving.retries.Running() == 0 }) {
+		t.Fatalf("%d reports still retried 1s after Close", p.edge.moving.retries.Running())
 	}
 }

@@ -20,5 +20,7 @@
 // metrics holds the node's Prometheus series; status the admin
 // endpoints' JSON shapes; admin answers those endpoints (their paths, the
 // access rule, asking an owner or every member), reading the node through
-// a Source the router implements.
+// a Source the router implements; away keeps what a node admits for
+// tenants it does not count (fallback ledgers, the owners it cannot
+// reach) and the deltas it holds or sends again.
 package router

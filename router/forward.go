@@ -172,9 +172,9 @@ func (r *Router) fallbackLimiter(t *tenant, v *view, owner string) (*limiter.Ten
 	}
 	l := limiter.Limits{Requests: share(t.limits.Requests), Tokens: share(t.limits.Tokens), Concurrency: share(t.limits.Concurrency)}
 	open := l.Requests >= 0 && l.Tokens >= 0 && l.Concurrency >= 0
-	fl := t.c().fb.share()
+	fl := t.c().fb.Share()
 	if open {
-		// The owner keeps to what this share leaves it (unreachable.go);
+		// The owner keeps to what this share leaves it (away.Unreachables);
 		// a closed share admits nothing and leaves it all.
 		r.noteFallback(t, owner)
 		// Never store a -1 share: the limiter reads <= 0 as "no limit".
@@ -186,21 +186,18 @@ func (r *Router) fallbackLimiter(t *tenant, v *view, owner string) (*limiter.Ten
 		t.c().fallbackMu.Lock()
 		if !t.falling() {
 			seeded := r.seedFallback(t, n, owner)
-			fb := t.c().fb
-			fb.mu.Lock()
-			again := fb.owner == owner
-			fb.owner = owner
-			fb.mu.Unlock()
+			c := t.c()
+			again := c.fb.SetOwner(owner)
 			// An owner that answers now and then restarts the episode
 			// at each failure: its restarts are logged once a second.
 			log, muted := true, int64(0)
 			if again {
-				log, muted = fb.startLog.allow(r.clock(), fallbackLogEvery)
+				log, muted = c.fbStartLog.allow(r.clock(), fallbackLogEvery)
 			} else {
-				fb.startLog.Last.Store(r.clock())
-				fb.startLog.Mute.Store(0)
+				c.fbStartLog.Last.Store(r.clock())
+				c.fbStartLog.Mute.Store(0)
 			}
-			fb.logged.Store(log) // read by the episode's end (endFallback)
+			c.fbLogged.Store(log) // read by the episode's end (endFallback)
 			t.c().inFallback.Store(true)
 			r.metrics.FallbackEpisodes.Inc()
 			if log {
@@ -235,11 +232,8 @@ func (r *Router) fallbackLimiter(t *tenant, v *view, owner string) (*limiter.Ten
 func (r *Router) seedFallback(t *tenant, n int64, owner string) string {
 	c := t.c()
 	now := r.clock()
-	fl := c.fb.share()
-	c.fb.mu.Lock()
-	slotTTL := c.fb.slotTTL
-	c.fb.mu.Unlock()
-	scratch := limiter.NewTenant(fl.Limits(), fl.Window(), slotTTL)
+	fl := c.fb.Share()
+	scratch := limiter.NewTenant(fl.Limits(), fl.Window(), c.fb.SlotTTL())
 	how := ""
 	abandoned := c.spill.abandonedAt.Load() > now-int64(c.lim.Window())
 	if seed := r.moving.fallbackSeed.Load(); seed != nil && !abandoned {
@@ -259,13 +253,7 @@ func (r *Router) seedFallback(t *tenant, n int64, owner string) string {
 		how = r.seedFromAnswers(scratch, t, n, abandoned)
 	}
 	seed := scratch.Export(now)
-	c.fb.mu.Lock()
-	var last limiter.State
-	if c.fb.seedOwner == owner {
-		last = c.fb.seed
-	}
-	c.fb.seed, c.fb.seedOwner = seed, owner
-	c.fb.mu.Unlock()
+	last := c.fb.SwapSeed(owner, seed)
 	fl.Replace(now, last, seed)
 	return how
 }
@@ -286,7 +274,7 @@ func (r *Router) SetFallbackSeed(seed func(tenant string) (limiter.State, bool))
 // when the owner next goes silent.
 func (r *Router) endFallback(t *tenant, owner string) {
 	if t.falling() && t.c().inFallback.CompareAndSwap(true, false) {
-		if t.c().fb.logged.Load() {
+		if t.c().fbLogged.Load() {
 			r.log.Info("fallback", "phase", "end", "tenant", t.name, "owner", owner)
 		}
 		t.c().fbQueue.Kick() // those waiting on the share go to the owner

@@ -11,6 +11,7 @@ import (
 	"github.com/ringgate/ringgate/config"
 	"github.com/ringgate/ringgate/limiter"
 	"github.com/ringgate/ringgate/ring"
+	"github.com/ringgate/ringgate/router/internal/away"
 )
 
 // A report of a call's slot from a node no longer in the view (it was on
@@ -85,8 +86,8 @@ func TestReleaseBeforeFirstRingHeld(t *testing.T) {
 	}
 	r.applyOnce(tn, now, "a", []limiter.Delta{r.ids.Name(d)}) // before this node's first ring
 	// The first ring is slow to come (a slow join): the held release is
-	// not applied here past heldFor either.
-	clock.Add(int64(heldFor + time.Second))
+	// not applied here past away.HeldFor either.
+	clock.Add(int64(away.HeldFor + time.Second))
 	r.SweepHeld()
 	now = clock.Load()
 	// Its first ring makes it the owner: hold, import, release.

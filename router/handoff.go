@@ -2,16 +2,15 @@ package router
 
 import (
 	"encoding/json"
-	"errors"
 	"fmt"
 	"slices"
-	"sync"
 	"time"
 
 	"github.com/jonboulle/clockwork"
 	"github.com/valyala/fasthttp"
 
 	"github.com/ringgate/ringgate/limiter"
+	"github.com/ringgate/ringgate/router/internal/away"
 )
 
 // The router's part in a handoff: holding a tenant's requests while its new
@@ -58,28 +57,28 @@ func (r *Router) Release(name string) {
 	if t == nil {
 		return
 	}
-	r.moving.held.mu.Lock()
-	ds := r.moving.held.by[name]
-	delete(r.moving.held.by, name)
-	g := t.gate.Swap(nil)
+	var g *gate
 	// Still frozen for another node (a take-back that got nothing: the
 	// tenant stays there): the deltas go on to it, the node that counts
 	// them; applied to the frozen windows here they would count nowhere.
 	passOn := map[string][]limiter.Delta{}
-	if len(ds) > 0 {
+	r.moving.held.Release(name, func(ds []away.Kept) {
+		g = t.gate.Swap(nil)
+		if len(ds) == 0 {
+			return
+		}
 		now, lim := r.clock(), t.c().lim
-		away := lim.MovedTo() != "" && lim.MovedTo() != r.node
+		moved := lim.MovedTo() != "" && lim.MovedTo() != r.node
 		for _, h := range ds {
 			switch {
-			case now-h.at >= int64(lim.Window()):
-			case away:
-				passOn[h.from] = append(passOn[h.from], h.d)
+			case now-h.At >= int64(lim.Window()):
+			case moved:
+				passOn[h.From] = append(passOn[h.From], h.Delta)
 			default:
-				lim.ApplyFrom(now, h.from, h.d)
+				lim.ApplyFrom(now, h.From, h.Delta)
 			}
 		}
-	}
-	r.moving.held.mu.Unlock()
+	})
 	for from, pds := range passOn {
 		r.sendDeltas(t, from, pds, 1)
 	}
@@ -109,61 +108,18 @@ func (r *Router) dropGoneSlots(t *tenant, v *view) {
 	}
 }
 
-// heldDeltas are deltas for tenants this node has not taken over yet: it
-// does not own them by its ring (the sender saw the ring change first), or
-// it holds them while it loads their state. Applied then, they would be
-// lost: the state loaded replaces what the windows held, and a release
-// (-1 slot) that arrives before the charge it releases cannot be applied.
-// Release applies them; ones older than a window are dropped.
-type heldDeltas struct {
-	mu sync.Mutex
-	by map[string][]heldDelta
-}
-
-type heldDelta struct {
-	from string // the node whose calls they are ("": this one)
-	at   int64  // when it arrived (router clock)
-	d    limiter.Delta
-}
-
-// hold keeps ds for the tenant t if it is not taken over yet, and reports
-// whether it did.
+// hold keeps ds for the tenant t if it is not taken over yet (away.Held),
+// and reports whether it did.
 func (r *Router) hold(t *tenant, now int64, from string, ds []limiter.Delta) bool {
-	r.moving.held.mu.Lock()
-	defer r.moving.held.mu.Unlock()
-	if t.gate.Load() == nil && r.counts(t.name, from) {
-		return false
-	}
-	if r.moving.held.by == nil {
-		r.moving.held.by = make(map[string][]heldDelta)
-	}
-	window := int64(t.c().lim.Window()) + int64(heldFor) // SweepHeld passes them on before
-	for name, hs := range r.moving.held.by {             // forget deltas for tenants never taken over
-		i := 0
-		for i < len(hs) && now-hs[i].at >= window {
-			i++
-		}
-		if i == len(hs) {
-			delete(r.moving.held.by, name)
-		} else if i > 0 {
-			r.moving.held.by[name] = hs[i:]
-		}
-	}
-	for _, d := range ds {
-		r.moving.held.by[t.name] = append(r.moving.held.by[t.name], heldDelta{from: from, at: now, d: d})
-	}
-	return true
+	return r.moving.held.Hold(t.name, now, t.c().lim.Window(), from, ds, func() bool {
+		return t.gate.Load() == nil && r.counts(t.name, from)
+	})
 }
 
-// heldFor is how long deltas wait at a node that does not count their
-// tenant (its ring is behind the sender's) before they are passed on to
-// the node that does: longer than rings take to agree and a take to end.
-const heldFor = 2 * time.Second
-
-// SweepHeld passes on the deltas that have waited heldFor at this node for
-// a tenant it did not take over (the tenant went past this node: a join
-// coalesced with the next change, say). Dropped, they would leave their
-// slots counted at the tenant's owner until slot_ttl.
+// SweepHeld passes on the deltas that have waited away.HeldFor at this
+// node for a tenant it did not take over (the tenant went past this node:
+// a join coalesced with the next change, say). Dropped, they would leave
+// their slots counted at the tenant's owner until slot_ttl.
 func (r *Router) SweepHeld() {
 	now := r.clock()
 	if v := r.view.Load(); r.clustered && (v == nil || v.ring.Len() == 0) {
@@ -172,41 +128,27 @@ func (r *Router) SweepHeld() {
 		// import windows over what would be applied here (counts).
 		return
 	}
-	type pass struct {
-		t  *tenant
-		hs []heldDelta
-	}
-	var out []pass
 	st := r.state.Load()
-	r.moving.held.mu.Lock()
-	for name, hs := range r.moving.held.by {
+	due := r.moving.held.Due(now, func(name string) (gone, taking bool) {
 		t := st.byName[name]
-		if t == nil {
-			delete(r.moving.held.by, name)
-			continue
-		}
-		if len(hs) == 0 || now-hs[0].at < int64(heldFor) || t.gate.Load() != nil {
-			continue
-		}
-		delete(r.moving.held.by, name)
-		out = append(out, pass{t, hs})
-	}
-	r.moving.held.mu.Unlock()
-	for _, p := range out {
+		return t == nil, t != nil && t.gate.Load() != nil
+	})
+	for name, hs := range due {
+		t := st.byName[name]
 		byFrom := map[string][]limiter.Delta{}
-		for _, h := range p.hs {
-			byFrom[h.from] = append(byFrom[h.from], h.d)
+		for _, h := range hs {
+			byFrom[h.From] = append(byFrom[h.From], h.Delta)
 		}
 		for from, ds := range byFrom {
-			if dest, _ := r.deltaDest(p.t); dest == "" || dest == r.node {
+			if dest, _ := r.deltaDest(t); dest == "" || dest == r.node {
 				now := r.clock()
 				for _, d := range ds {
-					p.t.c().lim.ApplyFrom(now, from, d)
+					t.c().lim.ApplyFrom(now, from, d)
 				}
 				continue
 			}
-			r.log.Info("handoff", "phase", "held_deltas_passed_on", "tenant", p.t.name, "deltas", len(ds))
-			r.sendDeltas(p.t, from, ds, 1)
+			r.log.Info("handoff", "phase", "held_deltas_passed_on", "tenant", t.name, "deltas", len(ds))
+			r.sendDeltas(t, from, ds, 1)
 		}
 	}
 }
@@ -377,58 +319,12 @@ func (r *Router) sendDeltas(t *tenant, from string, ds []limiter.Delta, forwarde
 		_ = r.deliverDeltas(t, from, ds, forwarded) // local: nothing to wait for
 		return
 	}
-	go r.deliverDeltasRetrying(t, from, ds, forwarded)
+	// Sent again while they do not get through, for a window at most
+	// (away.Retries).
+	go r.moving.retries.Deliver(t.c().lim.Window(), r.life.quit, r.metrics.DeltaRetriesDropped, func() error {
+		return r.deliverDeltas(t, from, ds, forwarded)
+	})
 }
-
-// deltaRetryFor bounds how long deltas the node counting the tenant did
-// not take are sent again; the first retry comes after deltaRetryFirst,
-// each next one twice as late, at most a second apart.
-const (
-	deltaRetryFor   = 10 * time.Second
-	deltaRetryFirst = 50 * time.Millisecond
-)
-
-// deliverDeltasRetrying delivers ds, sending them again while they do not
-// get through (an owner too busy to accept in time is alive and must learn
-// of them: a release lost would hold a slot there until slot_ttl), for a
-// window at most: the receiver applies each delta once (package deltaid, for
-// two windows), so one that did arrive and is sent again changes nothing.
-// Each try looks for the node counting the tenant anew.
-//
-// At most maxDeltaRetries reports are retried at once (each waits on its
-// own goroutine): past that, one that fails is lost, as all were before,
-// rather than the node's memory grow with the rate of ending calls while
-// an owner is out of reach.
-func (r *Router) deliverDeltasRetrying(t *tenant, from string, ds []limiter.Delta, forwarded int) {
-	err := r.deliverDeltas(t, from, ds, forwarded)
-	if err == nil || errors.Is(err, errNoDeltaPath) {
-		return
-	}
-	if r.moving.deltaRetries.Add(1) > maxDeltaRetries {
-		r.moving.deltaRetries.Add(-1)
-		r.metrics.DeltaRetriesDropped.Inc()
-		return
-	}
-	defer r.moving.deltaRetries.Add(-1)
-	deadline := time.Now().Add(min(t.c().lim.Window(), deltaRetryFor))
-	timer := time.NewTimer(deltaRetryFirst)
-	defer timer.Stop()
-	for wait := deltaRetryFirst; time.Now().Add(wait).Before(deadline); wait = min(2*wait, time.Second) {
-		timer.Reset(wait)
-		select {
-		case <-timer.C:
-		case <-r.life.quit:
-			return // the node is going
-		}
-		err := r.deliverDeltas(t, from, ds, forwarded)
-		if err == nil || errors.Is(err, errNoDeltaPath) {
-			return
-		}
-	}
-}
-
-// maxDeltaRetries bounds the reports being retried at once.
-const maxDeltaRetries = 1024
 
 // deltaDest is the node that counts t now: the one this node handed it over
 // to, else its owner by the ring.
@@ -439,13 +335,6 @@ func (r *Router) deltaDest(t *tenant) (string, *view) {
 	}
 	return v.owner(t.name), v
 }
-
-// errDeltaUndelivered: the deltas did not reach the node counting the
-// tenant; errNoDeltaPath: and cannot (no secret, or too many hand-ons).
-var (
-	errDeltaUndelivered = errors.New("deltas not delivered")
-	errNoDeltaPath      = fmt.Errorf("%w: no signed path", errDeltaUndelivered)
-)
 
 // deliverDeltas gives ds, deltas of calls running on node from ("": this
 // one), to the node that counts t now and reports whether it took them.
@@ -476,7 +365,7 @@ func (r *Router) deliverDeltas(t *tenant, from string, ds []limiter.Delta, forwa
 	addr := v.addrs[dest]
 	if !r.hops.Enabled() || forwarded >= maxHops || addr == "" || dest == r.node {
 		r.logDeltaLost(t, dest, "no signed path to the node counting the tenant", 0)
-		return fmt.Errorf("%w to %s", errNoDeltaPath, dest)
+		return fmt.Errorf("%w to %s", away.ErrNoPath, dest)
 	}
 	// Tried even when the peer is marked down for hops: an owner slow to
 	// accept is still alive and must learn of these (fallback.go).
@@ -484,7 +373,7 @@ func (r *Router) deliverDeltas(t *tenant, from string, ds []limiter.Delta, forwa
 	status, _, err := r.peerCall(v, addr, dest, deltaPath, deltaMsg{Tenant: t.name, From: from, Deltas: ds}, forwarded+1, deltaTimeout)
 	if err != nil || status != fasthttp.StatusNoContent {
 		r.logDeltaLost(t, dest, fmt.Sprint(err), status)
-		return fmt.Errorf("%w to %s", errDeltaUndelivered, dest)
+		return fmt.Errorf("%w to %s", away.ErrUndelivered, dest)
 	}
 	return nil
 }

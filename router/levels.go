@@ -10,6 +10,7 @@ import (
 
 	"github.com/ringgate/ringgate/limiter"
 	"github.com/ringgate/ringgate/queue"
+	"github.com/ringgate/ringgate/router/internal/away"
 )
 
 // A tenant's request counts on every level of limits that applies to it:
@@ -27,7 +28,7 @@ type level struct {
 	e   *tenant
 	lim *limiter.Tenant // the level's owner limiter, or its fallback share
 	tk  limiter.Ticket
-	fb  *fallbackEntry // admitted on the fallback share: its ledger entry
+	fb  *away.Entry // admitted on the fallback share: its ledger entry
 	// d is what the level said of the call; shadow: the level is in
 	// shadow mode and refused it, and it is served without a charge on it.
 	d      limiter.Decision
@@ -63,7 +64,7 @@ func (r *Router) setLevels(c *call) bool {
 				c.nLevels++
 				continue
 			}
-		case c.t.c().fb.made():
+		case c.t.c().fb.Made():
 			v := r.view.Load()
 			var open bool
 			if lim, open = r.fallbackLimiter(e, v, v.owner(e.name)); !open {
@@ -222,7 +223,7 @@ func (r *Router) levelsShadowed(ctx *fasthttp.RequestCtx, c *call) {
 // their ledgers, like the tenant's (fallbackAdmitted).
 func (r *Router) levelsAdmitted(c *call) {
 	for i := range c.nLevels {
-		if l := &c.levels[i]; l.away || l.lim == l.e.c().fb.made() && !l.shadow {
+		if l := &c.levels[i]; l.away || l.lim == l.e.c().fb.Made() && !l.shadow {
 			l.fb = r.fallbackAdmitted(l.e, &l.tk, 0)
 		}
 	}
@@ -368,9 +369,7 @@ func (r *Router) noteLevelsUsed(t *tenant, v []byte) {
 			}
 		}
 		if e != nil {
-			e.c().seen.requests.Store(requests)
-			e.c().seen.tokens.Store(tokens)
-			e.c().seen.at.Store(now)
+			e.c().seen.Note(now, requests, tokens)
 		}
 	}
 }

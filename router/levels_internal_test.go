@@ -130,7 +130,7 @@ func TestEdgeSeesEachLevelsUsage(t *testing.T) {
 	}
 	r.noteOwnerUsage(tn, &h)
 	for e, want := range map[*tenant]int64{tn: 990, tn.models["gpt-4o"]: 5, tn.team: 1500} {
-		if got := e.c().seen.requests.Load(); got != want || e.c().seen.at.Load() == 0 {
+		if at, got, _ := e.c().seen.Last(); got != want || at == 0 {
 			t.Errorf("%s seen using %d, want %d", e.name, got, want)
 		}
 	}
@@ -139,7 +139,7 @@ func TestEdgeSeesEachLevelsUsage(t *testing.T) {
 	var bare fasthttp.ResponseHeader
 	setRateHeaders(&bare, &limiter.Decision{LimitRequests: 5, RemainingRequests: 0})
 	r.noteOwnerUsage(tn, &bare)
-	if got := tn.c().seen.requests.Load(); got != 990 {
+	if _, got, _ := tn.c().seen.Last(); got != 990 {
 		t.Errorf("a bare answer changed the tenant's seen usage to %d", got)
 	}
 }

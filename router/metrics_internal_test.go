@@ -49,7 +49,7 @@ func TestFallbackShareWindowAfterReload(t *testing.T) {
 	if err := r.Reload(cfg); err != nil {
 		t.Fatal(err)
 	}
-	made := r.state.Load().byName["a"].c().fb.share()
+	made := r.state.Load().byName["a"].c().fb.Share()
 	cfg.Limits.Window = 2 * cfg.Limits.Window
 	if err := r.Reload(cfg); err != nil {
 		t.Fatal(err)
@@ -57,7 +57,7 @@ func TestFallbackShareWindowAfterReload(t *testing.T) {
 	if got := made.Window(); got != cfg.Limits.Window {
 		t.Errorf("share made before the reload counts over %v, want %v", got, cfg.Limits.Window)
 	}
-	if got := r.state.Load().byName["b"].c().fb.share().Window(); got != cfg.Limits.Window {
+	if got := r.state.Load().byName["b"].c().fb.Share().Window(); got != cfg.Limits.Window {
 		t.Errorf("share made after the reload counts over %v, want %v", got, cfg.Limits.Window)
 	}
 	bad := *cfg
@@ -66,7 +66,7 @@ func TestFallbackShareWindowAfterReload(t *testing.T) {
 	if err := r.Reload(&bad); err == nil {
 		t.Fatal("a reload naming an unknown team went through")
 	}
-	if got := r.state.Load().byName["d"].c().fb.share().Window(); got != cfg.Limits.Window {
+	if got := r.state.Load().byName["d"].c().fb.Share().Window(); got != cfg.Limits.Window {
 		t.Errorf("after a failed reload, a share made counts over %v, want the window in force %v", got, cfg.Limits.Window)
 	}
 }

@@ -18,6 +18,7 @@ import (
 	"github.com/ringgate/ringgate/internal/knownlimit"
 	"github.com/ringgate/ringgate/reserve"
 	"github.com/ringgate/ringgate/ring"
+	"github.com/ringgate/ringgate/router/internal/away"
 )
 
 // partCluster is three routers a, b, o on loopback in front of one fake
@@ -193,19 +194,19 @@ func TestAsymmetricPartitionOwnerKeepsToItsPart(t *testing.T) {
 		if ok["o"] == 0 || ok["a"] == 0 {
 			t.Errorf("window %d: the owner or an edge admitted nothing (o=%d a=%d): each must keep its part", round, ok["o"], ok["a"])
 		}
-		// Past fallbackNamedFor without a request, within the window: a
+		// Past away.NamedFor without a request, within the window: a
 		// still names o, its reports of what it admitted undelivered.
-		time.Sleep(fallbackNamedFor + 500*time.Millisecond)
+		time.Sleep(away.NamedFor + 500*time.Millisecond)
 		mu.Lock()
 		if !slices.Equal(told, []string{"o"}) {
-			t.Errorf("%v after window %d, with reports for o undelivered, a names %v, want [o]", fallbackNamedFor+500*time.Millisecond, round, told)
+			t.Errorf("%v after window %d, with reports for o undelivered, a names %v, want [o]", away.NamedFor+500*time.Millisecond, round, told)
 		}
 		mu.Unlock()
-		time.Sleep(window - fallbackNamedFor)
+		time.Sleep(window - away.NamedFor)
 	}
 
 	// Reachable again right after a fell back once more: a's reports reach
-	// o, and a stops naming it once fallbackNamedFor has passed, not a
+	// o, and a stops naming it once away.NamedFor has passed, not a
 	// window after its last fallback.
 	c.post(t, "a")
 	fellBack := time.Now()
@@ -220,8 +221,8 @@ func TestAsymmetricPartitionOwnerKeepsToItsPart(t *testing.T) {
 	}
 	took := time.Since(fellBack)
 	t.Logf("a stopped naming o %v after its last fallback on it", took.Round(time.Millisecond))
-	if took > fallbackNamedFor+2*unreachableTick+200*time.Millisecond {
-		t.Errorf("a named o %v after its last fallback, its reports delivered: want about %v, not a window (%v)", took, fallbackNamedFor, window)
+	if took > away.NamedFor+2*away.UnreachableTick+200*time.Millisecond {
+		t.Errorf("a named o %v after its last fallback, its reports delivered: want about %v, not a window (%v)", took, away.NamedFor, window)
 	}
 }
 

@@ -20,6 +20,7 @@ import (
 	"github.com/ringgate/ringgate/limiter"
 	"github.com/ringgate/ringgate/queue"
 	"github.com/ringgate/ringgate/reserve"
+	"github.com/ringgate/ringgate/router/internal/away"
 	"github.com/ringgate/ringgate/router/internal/hangup"
 	"github.com/ringgate/ringgate/router/internal/provider"
 	"github.com/ringgate/ringgate/upstream"
@@ -35,7 +36,7 @@ type call struct {
 	r    *Router // its rooms reach the node through it (rooms.go)
 	t    *tenant
 	lim  *limiter.Tenant // the owner's limiter, the fallback share, or a spill's mirror
-	fb   *fallbackEntry  // admitted under the fallback share: its ledger entry
+	fb   *away.Entry     // admitted under the fallback share: its ledger entry
 	prov *upstream.Provider
 	req  upstream.Request
 	res  reserve.Reservation
@@ -459,7 +460,7 @@ func (r *Router) serveAdmitted(ctx *fasthttp.RequestCtx, c *call, shadowed bool)
 	}
 	setRateHeaders(&ctx.Response.Header, &d)
 	r.admitted(c)
-	if c.lim == t.c().fb.made() {
+	if c.lim == t.c().fb.Made() {
 		c.fb = r.fallbackAdmitted(t, &c.tk, 0)
 	}
 	r.levelsShadowed(ctx, c)
@@ -1042,7 +1043,7 @@ func (r *Router) settle(c *call, actual int, known, late bool) {
 		if c.fb != nil {
 			r.fallbackFinished(c.t, c.fb, d)
 		}
-		if c.lim == c.t.c().fb.made() {
+		if c.lim == c.t.c().fb.Made() {
 			c.t.c().fbQueue.Kick() // a slot of the share freed, tokens settled
 		}
 	}

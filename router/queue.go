@@ -88,10 +88,7 @@ func (r *Router) fallbackOver(t *tenant) bool {
 	if !t.falling() {
 		return true
 	}
-	t.c().fb.mu.Lock()
-	owner := t.c().fb.owner
-	t.c().fb.mu.Unlock()
-	return r.view.Load().owner(t.name) != owner
+	return r.view.Load().owner(t.name) != t.c().fb.Owner()
 }
 
 // spillTooLarge reports whether c is larger than its spilled tenant's
@@ -108,7 +105,7 @@ func (t *tenant) lineFor(lim *limiter.Tenant, hops int) *queue.Queue {
 	switch {
 	case lim == t.c().lim:
 		return t.c().queue
-	case lim == t.c().fb.made() && hops == 0:
+	case lim == t.c().fb.Made() && hops == 0:
 		return t.c().fbQueue
 	}
 	return nil
@@ -359,7 +356,7 @@ func (w *waiter) overtaken() outcome {
 		return reloaded // its budgets and limits may be others now
 	case c.lim == t.c().lim && c.lim.MovedTo() != "":
 		return movedAway // handed over: its new owner decides
-	case c.lim == t.c().fb.made() && c.hops == 0 && r.fallbackOver(t):
+	case c.lim == t.c().fb.Made() && c.hops == 0 && r.fallbackOver(t):
 		return fallbackEnded // the owner answers again, or is another: it decides
 	case c.sp != nil && (r.lapsed(c.sp) || c.sp.budget.Fenced()):
 		return spillEnded

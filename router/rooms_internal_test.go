@@ -57,7 +57,7 @@ func TestSpillRoomCancelGivesEverythingBack(t *testing.T) {
 	if u := sp.mirror.Usage(now); u.Requests != 0 || u.Tokens != 0 || u.InFlight != 0 {
 		t.Errorf("the mirror holds %+v after the cancel, want nothing", u)
 	}
-	if d := e.d; d.Requests != 0 || d.Tokens != 0 || d.Slots != 0 {
+	if d := c.t.c().fb.Delta(e); d.Requests != 0 || d.Tokens != 0 || d.Slots != 0 {
 		t.Errorf("the ledger entry says %+v after the cancel, want nothing to tell", d)
 	}
 	if got := sp.budget.Stats(now).Left.Requests; got != left+1 {

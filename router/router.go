@@ -19,6 +19,7 @@ import (
 	"github.com/ringgate/ringgate/lease"
 	"github.com/ringgate/ringgate/limiter"
 	"github.com/ringgate/ringgate/reserve"
+	"github.com/ringgate/ringgate/router/internal/away"
 	"github.com/ringgate/ringgate/router/internal/deltaid"
 	"github.com/ringgate/ringgate/router/internal/hop"
 	"github.com/ringgate/ringgate/router/internal/hopsign"
@@ -80,8 +81,8 @@ type Router struct {
 	leaser    *lease.Leaser
 	lines     *provider.Lines
 	// unreach: the owners this node admits fallback shares for, which
-	// its gossip metadata names (unreachable.go).
-	unreach unreachables
+	// its gossip metadata names (package away).
+	unreach away.Unreachables
 	// clustered: the node gossips; until it holds a ring it owns nothing.
 	clustered bool
 }
@@ -123,7 +124,7 @@ type reloading struct {
 type tenantMoves struct {
 	// fallbackSeed loads a tenant's last snapshot (nil without Redis).
 	fallbackSeed atomic.Pointer[func(tenant string) (limiter.State, bool)]
-	held         heldDeltas // deltas for tenants not taken over yet
+	held         away.Held // deltas for tenants not taken over yet
 	// departed are the members that left this node's view (and have not
 	// come back): a report from one frees its slots.
 	departed struct {
@@ -139,8 +140,8 @@ type tenantMoves struct {
 	// takeBack takes a tenant back from a node it bounced with
 	// (handoff.Mover.TakeBack; tookBack).
 	takeBack atomic.Pointer[func(tenant, other string) bool]
-	// deltaRetries counts the reports being retried (deliverDeltasRetrying).
-	deltaRetries atomic.Int64
+	// retries are the reports being sent again (sendDeltas).
+	retries away.Retries
 }
 
 // spillWork is the spillover loop's (spill.go).

@@ -848,12 +848,12 @@ func (r *Router) serveSpill(ctx *fasthttp.RequestCtx) {
 		if cur != nil && cur.owner == m.Owner && cur.epoch == m.Epoch {
 			arrivals = cur.arrivals.Load()
 			delivered = r.leaveSpill(t, cur, "owner_ended")
-		} else if c := t.peek(); c != nil && !c.fb.delivered() {
+		} else if c := t.peek(); c != nil && !c.fb.Delivered() {
 			// Left already (abandoned, lapsed), and what it admitted on
 			// the spill or its share since has not reached the owner: the
 			// owner must not take this as confirmed.
 			r.reportFallback(t)
-			delivered = c.fb.delivered()
+			delivered = c.fb.Delivered()
 		}
 		if !delivered {
 			fail(ctx, fasthttp.StatusServiceUnavailable, "server_error", "ledger_undelivered", "This node could not report what it admitted.")
@@ -882,7 +882,7 @@ func (r *Router) serveSpill(ctx *fasthttp.RequestCtx) {
 	case cur != nil && cur.owner == r.node:
 		refuse("busy", "This node's own spillover of the tenant is still ending.")
 		return
-	case t.falling() || !t.c().fb.delivered() || cur != nil && cur.until.Load() == spillAbandoned:
+	case t.falling() || !t.c().fb.Delivered() || cur != nil && cur.until.Load() == spillAbandoned:
 		// This node enforces its fallback share, or the owner has not
 		// been told yet what the share admitted (which charges it to the
 		// budget): the budget's window would not count it.
@@ -932,12 +932,12 @@ func (r *Router) leaveSpill(t *tenant, sp *spill, reason string) bool {
 	sp.mu.Unlock()
 	sp.line.Kick() // those waiting for the spill are decided again
 	r.reportFallback(t)
-	delivered := t.c().fb.delivered()
+	delivered := t.c().fb.Delivered()
 	if !was && (!delivered || reason == "owner_silent" || reason == "owner_unreachable") {
 		// The owner may be gone: the snapshot a fallback share would be
 		// seeded with does not hold what this node admitted on the spill
 		// lately. The share counts it itself.
-		chargeMirror(t.c().fb.share(), sp.mirror, r.clock())
+		chargeMirror(t.c().fb.Share(), sp.mirror, r.clock())
 	}
 	if !was {
 		r.leaser.Retire(sp.key) // its slots held while its calls run

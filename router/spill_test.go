@@ -259,17 +259,7 @@ func TestSpillAbandoned(t *testing.T) {
 			mirror := limiter.NewTenant(limiter.Limits{}, 4*time.Second, 10*time.Minute)
 			tk, _ := mirror.Admit(p.edge.clock(), 10)
 			e := p.edge.fallbackAdmitted(te, &tk, sp.epoch)
-			if !poll(2*time.Second, func() bool { // its first report tried and failed
-				l := te.c().fb
-				l.mu.Lock()
-				sent := e.sent
-				l.mu.Unlock()
-				if !sent || l.soon.Load() || !l.sendMu.TryLock() {
-					return false
-				}
-				l.sendMu.Unlock()
-				return true
-			}) {
+			if !poll(2*time.Second, func() bool { return te.c().fb.Tried(e) }) { // its first report tried and failed
 				t.Fatal("the edge never tried to report its admission")
 			}
 			abandoned := te.spilled()
@@ -282,7 +272,7 @@ func TestSpillAbandoned(t *testing.T) {
 			case <-time.After(2 * time.Second):
 				t.Fatal("the edge never left the spill")
 			}
-			if te.c().fb.delivered() {
+			if te.c().fb.Delivered() {
 				t.Fatal("the edge's admission reached an owner it cannot reach")
 			}
 			if ends {
@@ -298,7 +288,7 @@ func TestSpillAbandoned(t *testing.T) {
 			}})
 			time.Sleep(2 * spillTick) // pacing: an "on" or two while the admission is not delivered
 			if te.spilled() != nil {
-				t.Fatalf("the edge took the spill again before the owner had its admission (delivered %v)", te.c().fb.delivered())
+				t.Fatalf("the edge took the spill again before the owner had its admission (delivered %v)", te.c().fb.Delivered())
 			}
 			p.edge.reportFallback(te)
 			if !poll(2*time.Second, func() bool { return p.edge.edgeSpill(te, "owner") != nil }) {

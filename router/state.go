@@ -14,6 +14,7 @@ import (
 	"github.com/ringgate/ringgate/limiter"
 	"github.com/ringgate/ringgate/queue"
 	"github.com/ringgate/ringgate/ring"
+	"github.com/ringgate/ringgate/router/internal/away"
 	"github.com/ringgate/ringgate/router/internal/metrics"
 	"github.com/ringgate/ringgate/router/internal/provider"
 	"github.com/ringgate/ringgate/upstream"
@@ -73,17 +74,24 @@ type tenant struct {
 // tenant went, and must not be forgotten.
 type core struct {
 	lim *limiter.Tenant
-	// The fallback share (fb.share, made at its first use) enforces this
+	// The fallback share (fb.Share, made at its first use) enforces this
 	// node's strict share of the limits while the tenant's owner cannot be
 	// reached; inFallback marks the episode so it is logged once.
 	inFallback atomic.Bool
 	fallbackMu sync.Mutex // serialises the start of an episode
+	// fbStartLog bounds the start lines of episodes that restart for the
+	// same owner; fbLogged says whether this episode's start was logged,
+	// so that its end is logged with it or not at all. An end may read
+	// the next episode's (a start right after the end's swap): a line's
+	// pairing, never a count.
+	fbStartLog logMeter
+	fbLogged   atomic.Bool
 	// fb keeps the fallback share and the admissions of fallback
-	// episodes until the owner is told (fallback.go).
-	fb *fallbackLedger
+	// episodes until the owner is told (package away).
+	fb *away.Ledger
 	// seen is the owner's usage as its last relayed answer reported it,
-	// to seed a fallback share with (fallback.go).
-	seen ownerSeen
+	// to seed a fallback share with (package away).
+	seen away.Seen
 	// spill is the tenant's spillover as this node serves it (spill.go).
 	spill *spillHolder
 	// queue is the line of requests waiting for room in the tenant's
@@ -187,7 +195,7 @@ func (cs *cores) make(t *tenant) *core {
 	}
 	c := &core{
 		lim:     limiter.NewTenant(limits, cs.window, cs.slotTTL),
-		fb:      &fallbackLedger{window: cs.window, slotTTL: cs.slotTTL},
+		fb:      away.NewLedger(cs.window, cs.slotTTL),
 		spill:   &spillHolder{live: cs.hooks.spills},
 		queue:   &queue.Queue{Clock: cs.clk},
 		fbQueue: &queue.Queue{Clock: cs.clk},
@@ -251,7 +259,7 @@ func (cs *cores) install(st *state, now int64) {
 			continue
 		}
 		c.lim.SetLimits(t.limits)
-		share := c.fb.setWindow(lim.Window, lim.SlotTTL)
+		share := c.fb.SetWindow(lim.Window, lim.SlotTTL)
 		if rewindow {
 			c.lim.Rebucket(now, lim.Window, lim.SlotTTL)
 			if share != nil {
