@@ -11,6 +11,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/ringgate/ringgate/limiter"
+	"github.com/ringgate/ringgate/router/internal/away"
 	"github.com/ringgate/ringgate/router/internal/hop"
 	"github.com/ringgate/ringgate/router/internal/hopsign"
 	"github.com/ringgate/ringgate/router/internal/metrics"
@@ -161,17 +162,7 @@ func (r *Router) fallbackLimiter(t *tenant, v *view, owner string) (*limiter.Ten
 	if v != nil {
 		n = int64(v.live)
 	}
-	share := func(l int64) int64 {
-		if l <= 0 {
-			return 0 // no limit stays no limit
-		}
-		if s := l / n; s > 0 {
-			return s
-		}
-		return -1
-	}
-	l := limiter.Limits{Requests: share(t.limits.Requests), Tokens: share(t.limits.Tokens), Concurrency: share(t.limits.Concurrency)}
-	open := l.Requests >= 0 && l.Tokens >= 0 && l.Concurrency >= 0
+	l, open := away.ShareOf(t.limits, n)
 	fl := t.c().fb.Share()
 	if open {
 		// The owner keeps to what this share leaves it (away.Unreachables);

@@ -265,3 +265,13 @@ func TestUnreachables(t *testing.T) {
 	n.left.Store("o", true)
 	wait([]string{})
 }
+
+func TestShareOf(t *testing.T) {
+	l, open := ShareOf(limiter.Limits{Requests: 10, Tokens: 0, Concurrency: 4}, 3)
+	if !open || l != (limiter.Limits{Requests: 3, Concurrency: 1}) {
+		t.Errorf("share %+v open %v, want 3 requests, no token limit, 1 slot, open", l, open)
+	}
+	if l, open = ShareOf(limiter.Limits{Requests: 2}, 3); open || l.Requests != -1 {
+		t.Errorf("share %+v open %v, want closed: a limit below the member count", l, open)
+	}
+}

@@ -188,6 +188,25 @@ func (l *Ledger) SwapSeed(owner string, seed limiter.State) (last limiter.State)
 	return last
 }
 
+// ShareOf is a node's strict share of each of limits with n members live
+// (limit / n, rounded down), and whether anything fits at all: a limit
+// smaller than the member count leaves a share of zero, -1 in the share
+// returned (the limiter reads <= 0 as no limit), and admitting even one
+// would risk the promise.
+func ShareOf(limits limiter.Limits, n int64) (limiter.Limits, bool) {
+	share := func(l int64) int64 {
+		if l <= 0 {
+			return 0 // no limit stays no limit
+		}
+		if s := l / n; s > 0 {
+			return s
+		}
+		return -1
+	}
+	l := limiter.Limits{Requests: share(limits.Requests), Tokens: share(limits.Tokens), Concurrency: share(limits.Concurrency)}
+	return l, l.Requests >= 0 && l.Tokens >= 0 && l.Concurrency >= 0
+}
+
 // Delivered reports whether the owner was told everything in the ledger.
 func (l *Ledger) Delivered() bool {
 	l.mu.Lock()
