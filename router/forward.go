@@ -226,7 +226,7 @@ func (r *Router) seedFallback(t *tenant, n int64, owner string) string {
 	fl := c.fb.Share()
 	scratch := limiter.NewTenant(fl.Limits(), fl.Window(), c.fb.SlotTTL())
 	how := ""
-	abandoned := c.spill.abandonedAt.Load() > now-int64(c.lim.Window())
+	abandoned := c.spill.AbandonedAt.Load() > now-int64(c.lim.Window())
 	if seed := r.moving.fallbackSeed.Load(); seed != nil && !abandoned {
 		if st, ok := (*seed)(t.name); ok {
 			// The gap is charged again up to now even when the snapshot

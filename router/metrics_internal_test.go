@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/ringgate/ringgate/config"
+	"github.com/ringgate/ringgate/router/internal/spill"
 )
 
 // TestSpillCountFollowsTenants: the count of tenants with a spill, which
@@ -18,23 +19,23 @@ func TestSpillCountFollowsTenants(t *testing.T) {
 	}
 	st := r.state.Load()
 	a, b := st.byName["a"], st.byName["b"]
-	spA, spB := &spill{owner: "x"}, &spill{owner: "y"}
+	spA, spB := &spill.Spill{Owner: "x"}, &spill.Spill{Owner: "y"}
 	a.c().spill.Store(spA)
 	if !b.c().spill.CompareAndSwap(nil, spB) || b.c().spill.CompareAndSwap(nil, spB) {
 		t.Fatal("CompareAndSwap")
 	}
-	if got := r.spillover.count.Load(); got != 2 {
+	if got := r.spillover.Spills.Load(); got != 2 {
 		t.Fatalf("spills %d, want 2", got)
 	}
 	a.c().spill.CompareAndSwap(spA, nil)
-	if got := r.spillover.count.Load(); got != 1 {
+	if got := r.spillover.Spills.Load(); got != 1 {
 		t.Fatalf("spills %d after one ended, want 1", got)
 	}
 	cfg.Tenants = cfg.Tenants[:1] // b goes, with its spill
 	if err := r.Reload(cfg); err != nil {
 		t.Fatal(err)
 	}
-	if got := r.spillover.count.Load(); got != 0 {
+	if got := r.spillover.Spills.Load(); got != 0 {
 		t.Fatalf("spills %d after the reload removed b, want 0", got)
 	}
 }

@@ -192,7 +192,7 @@ func (r *Router) Changed() []string {
 
 // stateHooks are the router's ears on the tenants of a state.
 func (r *Router) stateHooks() stateHooks {
-	return stateHooks{spills: &r.spillover.count, changed: func(name string) {
+	return stateHooks{spills: &r.spillover.Spills, changed: func(name string) {
 		r.moving.changedMu.Lock()
 		r.moving.changed = append(r.moving.changed, name)
 		r.moving.changedMu.Unlock()

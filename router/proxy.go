@@ -23,6 +23,7 @@ import (
 	"github.com/ringgate/ringgate/router/internal/away"
 	"github.com/ringgate/ringgate/router/internal/hangup"
 	"github.com/ringgate/ringgate/router/internal/provider"
+	"github.com/ringgate/ringgate/router/internal/spill"
 	"github.com/ringgate/ringgate/upstream"
 )
 
@@ -67,7 +68,7 @@ type call struct {
 	// spill: what the call took of its tenant's spillover budget
 	// (spill.go); sp the spill it was admitted on.
 	spill budgetTake
-	sp    *spill
+	sp    *spill.Spill
 	// finished: the call was settled and its slot freed. Set once, by
 	// the first finish: a client found gone (hangup.go) finishes it from
 	// its watch while the handler still waits for the upstream.
@@ -147,7 +148,7 @@ func (r *Router) serveAPI(ctx *fasthttp.RequestCtx, ep upstream.Endpoint) bool {
 	}
 	if sp := r.edgeSpill(t, owner); sp != nil {
 		// A hot tenant: served here on its leased budget (spill.go).
-		return r.serveLocal(ctx, ep, st, t, sp.mirror, 0)
+		return r.serveLocal(ctx, ep, st, t, sp.Mirror, 0)
 	}
 	handled, streaming := r.toOwner(ctx, v, owner, t, 1)
 	if handled {
@@ -289,13 +290,13 @@ func (r *Router) chooseSpill(st *state, c *call) {
 	s := t.spilled()
 	switch {
 	case s == nil:
-	case owned && s.owner == r.node:
+	case owned && s.Owner == r.node:
 		if c.again != retryLimiter {
 			if sp := t.ownerSpill(r.node); sp != nil {
-				c.lim, c.sp = sp.mirror, sp
+				c.lim, c.sp = sp.Mirror, sp
 			}
 		}
-	case c.lim == s.mirror:
+	case c.lim == s.Mirror:
 		c.sp = s
 	}
 }
@@ -416,7 +417,7 @@ func (r *Router) decideMoved(ctx *fasthttp.RequestCtx, ep upstream.Endpoint, st 
 		// A level frozen for the node that bounced the request back
 		// here is taken back like a tenant (tookBack).
 		moved = c.levels[c.refusedLevel-1].lim
-	} else if sp := t.spilled(); lim == t.c().lim && lim.MovedTo() == "" && sp != nil && sp.owner == r.node {
+	} else if sp := t.spilled(); lim == t.c().lim && lim.MovedTo() == "" && sp != nil && sp.Owner == r.node {
 		switch c.again {
 		case firstTry:
 			// Sealed for a spill starting meanwhile: once more, on it
@@ -427,7 +428,7 @@ func (r *Router) decideMoved(ctx *fasthttp.RequestCtx, ep upstream.Endpoint, st 
 			// Sealed for a spill that is ending (closed, its members'
 			// reports still coming in): on the limiter, once it is
 			// unsealed, not a 503.
-			waitClosed(sp.done, spillEndWait)
+			sp.WaitDone(spillEndWait)
 			return r.serveLocalOnce(ctx, ep, st, t, lim, hops, retryLimiter)
 		}
 	}
@@ -512,8 +513,8 @@ func (c *call) mayQueue(d *limiter.Decision) bool {
 // not come back; an edge hands the request to the owner).
 func (r *Router) redecideSpill(ctx *fasthttp.RequestCtx, ep upstream.Endpoint, st *state, c *call) bool {
 	r.cancelBudgets(c)
-	if c.sp.owner == r.node {
-		waitClosed(c.sp.done, spillEndWait)
+	if c.sp.Owner == r.node {
+		c.sp.WaitDone(spillEndWait)
 		return r.serveLocalOnce(ctx, ep, st, c.t, c.t.c().lim, c.hops, retryLimiter)
 	}
 	return r.serveAPI(ctx, ep)
@@ -1014,21 +1015,21 @@ func (r *Router) settle(c *call, actual int, known, late bool) {
 		// owner holds the slot and the reservation now.
 		sp := c.t.spilled()
 		var fd limiter.Delta
-		if sp != nil && sp.owner == r.node {
+		if sp != nil && sp.Owner == r.node {
 			fd = limiter.FinishDelta(&c.tk, int64(actual))
 		}
 		if d, handed := c.lim.FinishOrHand(r.clock(), &c.tk, int64(actual)); handed {
 			r.reportDelta(c.t, d)
 		}
 		c.t.c().queue.Kick() // a slot freed, tokens settled
-		if sp != nil && sp.owner == r.node {
+		if sp != nil && sp.Owner == r.node {
 			// Admitted before the tenant spilled: its slot was carried
 			// into the budget, its tokens seeded at its reservation.
 			if !late {
-				sp.budget.ReleaseCarried()
+				sp.Budget.ReleaseCarried()
 			}
 			if fd.Tokens > 0 {
-				sp.budget.Charge(r.clock(), lease.Use{Bucket: fd.Bucket, Amount: lease.Amount{Tokens: fd.Tokens}}, false)
+				sp.Budget.Charge(r.clock(), lease.Use{Bucket: fd.Bucket, Amount: lease.Amount{Tokens: fd.Tokens}}, false)
 			}
 		}
 	} else {
@@ -1036,7 +1037,7 @@ func (r *Router) settle(c *call, actual int, known, late bool) {
 		if c.fb != nil {
 			d = limiter.FinishDelta(&c.tk, int64(actual))
 			if c.sp != nil {
-				d.Epoch = c.sp.epoch
+				d.Epoch = c.sp.Epoch
 			}
 		}
 		c.lim.Finish(r.clock(), &c.tk, int64(actual))

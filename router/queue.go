@@ -61,7 +61,7 @@ func (t *tenant) ownLines() []*queue.Queue {
 	}
 	ls := []*queue.Queue{c.queue, c.fbQueue}
 	if sp := c.spill.Load(); sp != nil {
-		ls = append(ls, &sp.line)
+		ls = append(ls, &sp.Line)
 	}
 	for _, e := range t.models {
 		if ec := e.peek(); ec != nil {
@@ -244,7 +244,7 @@ func (r *Router) newWaiter(st *state, c *call, first *limiter.Decision, on *prov
 		// A spill's refusal is final (it answers at once, as on the
 		// spill's first try): a spilled call waits here only for the
 		// provider's budgets, in its spill's line behind the others.
-		w.tenantLine, w.waits = &c.sp.line, false
+		w.tenantLine, w.waits = &c.sp.Line, false
 	}
 	if w.tenantLine == nil {
 		w.tenantLine = t.c().queue // never waited in: its tenant's refusals are final
@@ -358,7 +358,7 @@ func (w *waiter) overtaken() outcome {
 		return movedAway // handed over: its new owner decides
 	case c.lim == t.c().fb.Made() && c.hops == 0 && r.fallbackOver(t):
 		return fallbackEnded // the owner answers again, or is another: it decides
-	case c.sp != nil && (r.lapsed(c.sp) || c.sp.budget.Fenced()):
+	case c.sp != nil && (r.spillover.Lapsed(c.sp) || c.sp.Budget.Fenced()):
 		return spillEnded
 	}
 	return stillWaiting

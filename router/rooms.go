@@ -3,6 +3,7 @@ package router
 import (
 	"github.com/ringgate/ringgate/admit"
 	"github.com/ringgate/ringgate/limiter"
+	"github.com/ringgate/ringgate/router/internal/spill"
 )
 
 // A call's rooms, in the order its decision asks them: its provider's
@@ -13,7 +14,7 @@ import (
 type (
 	providerRoom call // the upstream's and the model's budgets (budgets.go)
 	tenantRoom   call // the tenant's limiter: its owner's, a fallback share or the catch-up share
-	spillRoom    call // a spilled tenant's budget, and its mirror and ledger (spill.go)
+	spillRoom    call // a spilled tenant's budget, and its mirror and ledger (package spill)
 	levelsRoom   call // the tenant's model and team limits (levels.go)
 )
 
@@ -122,23 +123,26 @@ func (c *call) behind() bool {
 func (sr *spillRoom) Take() admit.Verdict {
 	c := (*call)(sr)
 	r, sp, t := c.r, c.sp, c.t
-	if (c.at == inUpstreamLine || c.at == inModelLine) && sp.line.Waiting() > 0 {
+	if (c.at == inUpstreamLine || c.at == inModelLine) && sp.Line.Waiting() > 0 {
 		return admit.Behind
 	}
-	sp.mu.RLock()
-	defer sp.mu.RUnlock()
-	if r.lapsed(sp) {
+	sp.RLock()
+	defer sp.RUnlock()
+	if r.spillover.Lapsed(sp) {
 		return admit.Moved
 	}
-	bd := r.takeSpill(sp, c, c.at != notQueued)
-	if !bd.Allowed && sp.budget.Fenced() {
+	tk, bd := r.spillover.Take(sp, int64(c.res.Total), c.at != notQueued, maxRenewalWait)
+	if bd.Allowed {
+		c.spill = budgetTake{b: sp.Budget, tk: tk}
+	}
+	if !bd.Allowed && sp.Budget.Fenced() {
 		return admit.Moved
 	}
-	c.d = spillDecision(t, &bd, r.state.Load().cfg.Limits.Window)
+	c.d = spill.Decision(t.limits, &bd, r.state.Load().cfg.Limits.Window)
 	switch {
 	case bd.Allowed:
 		c.tk, _ = c.lim.Admit(r.clock(), int64(c.res.Total)) // the mirror: no limits
-		c.fb = r.fallbackAdmitted(t, &c.tk, sp.epoch)
+		c.fb = r.fallbackAdmitted(t, &c.tk, sp.Epoch)
 		return admit.Taken
 	case t.shadow:
 		return admit.Shadowed

@@ -9,6 +9,7 @@ import (
 	"github.com/ringgate/ringgate/config"
 	"github.com/ringgate/ringgate/lease"
 	"github.com/ringgate/ringgate/limiter"
+	"github.com/ringgate/ringgate/router/internal/spill"
 	"github.com/ringgate/ringgate/upstream"
 )
 
@@ -28,10 +29,10 @@ func TestSpillRoomCancelGivesEverythingBack(t *testing.T) {
 		t.Fatal(err)
 	}
 	tn := r.state.Load().byName["hot"]
-	sp := r.newSpill(tn, "owner", 1, limiter.Limits{Requests: 100})
-	sp.until.Store(now + int64(time.Minute)) // renewed by its owner
+	sp, _ := r.spillover.Join(spill.Msg{Tenant: "hot", Owner: "owner", Epoch: 1, Limits: limiter.Limits{Requests: 100}},
+		tn.c().spill) // served until now+spill.Lease: the clock stands still
 	take := func() (*call, admit.Verdict) {
-		c := &call{r: r, t: tn, lim: sp.mirror, sp: sp, req: upstream.Request{Model: "gpt-4o"}}
+		c := &call{r: r, t: tn, lim: sp.Mirror, sp: sp, req: upstream.Request{Model: "gpt-4o"}}
 		c.res.Total = 10
 		return c, (*spillRoom)(c).Take()
 	}
@@ -51,16 +52,16 @@ func TestSpillRoomCancelGivesEverythingBack(t *testing.T) {
 	// this test is about what the room gives back.
 	cancel()
 	<-ran
-	left := sp.budget.Stats(now).Left.Requests
+	left := sp.Budget.Stats(now).Left.Requests
 	e := c.fb
 	(*spillRoom)(c).Cancel()
-	if u := sp.mirror.Usage(now); u.Requests != 0 || u.Tokens != 0 || u.InFlight != 0 {
+	if u := sp.Mirror.Usage(now); u.Requests != 0 || u.Tokens != 0 || u.InFlight != 0 {
 		t.Errorf("the mirror holds %+v after the cancel, want nothing", u)
 	}
 	if d := c.t.c().fb.Delta(e); d.Requests != 0 || d.Tokens != 0 || d.Slots != 0 {
 		t.Errorf("the ledger entry says %+v after the cancel, want nothing to tell", d)
 	}
-	if got := sp.budget.Stats(now).Left.Requests; got != left+1 {
+	if got := sp.Budget.Stats(now).Left.Requests; got != left+1 {
 		t.Errorf("the budget's block has %d requests left after the cancel, want %d (the call's given back)", got, left+1)
 	}
 }

@@ -25,6 +25,7 @@ import (
 	"github.com/ringgate/ringgate/router/internal/hopsign"
 	"github.com/ringgate/ringgate/router/internal/metrics"
 	"github.com/ringgate/ringgate/router/internal/provider"
+	"github.com/ringgate/ringgate/router/internal/spill"
 	"github.com/ringgate/ringgate/upstream"
 )
 
@@ -77,9 +78,12 @@ type Router struct {
 	hopCalls  hopWatches
 	watches   hangups
 	moving    tenantMoves
-	spillover spillWork
+	spillover spill.Node
 	leaser    *lease.Leaser
 	lines     *provider.Lines
+	// arrived are the tenants that had a request since the spillover
+	// loop's last tick (tenant.listed).
+	arrived spill.Arrivals[*tenant]
 	// unreach: the owners this node admits fallback shares for, which
 	// its gossip metadata names (package away).
 	unreach away.Unreachables
@@ -144,20 +148,6 @@ type tenantMoves struct {
 	retries away.Retries
 }
 
-// spillWork is the spillover loop's (spill.go).
-type spillWork struct {
-	retryAt atomic.Int64 // no spillover switch before
-	owned   atomic.Int32 // spills this node owns
-	// count is the tenants with a spill, owned or served here
-	// (spillHolder): while there are none the loop looks only at the
-	// tenants that had requests (arrived).
-	count atomic.Int64
-	// arrived are the tenants that had a request since the loop's last
-	// tick (tenant.listed).
-	arrivedMu sync.Mutex
-	arrived   []*tenant
-}
-
 // New builds a router from a validated configuration.
 func New(o Options) (*Router, error) {
 	if o.Config == nil {
@@ -206,6 +196,7 @@ func New(o Options) (*Router, error) {
 				st.spillKeys(keep)
 			}
 		}})
+	r.initSpillover()
 	r.cores = &cores{state: &r.state, hooks: r.stateHooks(), clock: r.clock, clk: o.Clock}
 	st, err := buildState(o.Config, nil, r.metrics, r.cores)
 	if err != nil {
@@ -298,7 +289,7 @@ func (r *Router) Reload(cfg *config.Config) error {
 			// where a limiter left sealed would answer 503 tenant_moving
 			// to every request.
 			if sp := t.spilled(); sp != nil {
-				if sp.owner == r.node {
+				if sp.Owner == r.node {
 					go r.endSpill(t, name, sp, "removed")
 				} else {
 					t.peek().spill.CompareAndSwap(sp, nil)
@@ -320,7 +311,7 @@ func (r *Router) Reload(cfg *config.Config) error {
 		c.queue.Kick()
 		c.fbQueue.Kick()
 		if sp := c.spill.Load(); sp != nil {
-			sp.line.Kick()
+			sp.Line.Kick()
 		}
 	}
 	for _, t := range st.byName {
@@ -452,7 +443,7 @@ func (r *Router) Handler(ctx *fasthttp.RequestCtx) {
 	case handoffPath:
 		r.serveHandoff(ctx)
 		return
-	case spillPath:
+	case spill.Path:
 		r.serveSpill(ctx)
 		return
 	}

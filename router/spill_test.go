@@ -13,6 +13,7 @@ import (
 	"github.com/ringgate/ringgate/lease"
 	"github.com/ringgate/ringgate/limiter"
 	"github.com/ringgate/ringgate/ring"
+	"github.com/ringgate/ringgate/router/internal/spill"
 )
 
 // spillPair is an owner and an edge router on loopback, both serving,
@@ -67,7 +68,7 @@ func newSpillPair(t *testing.T) *spillPair {
 
 // start switches acme to spillover on the owner and waits until the edge
 // serves it.
-func (p *spillPair) start(t *testing.T) *spill {
+func (p *spillPair) start(t *testing.T) *spill.Spill {
 	t.Helper()
 	go p.owner.spillOn(t.Context(), "acme", 2000)
 	te := p.edge.state.Load().byName["acme"]
@@ -94,7 +95,7 @@ func TestSpillSurvivesReload(t *testing.T) {
 	if now.c().spill != old.c().spill || now.spilled() != sp {
 		t.Fatal("the reloaded tenant does not share the spill")
 	}
-	if got := sp.budget.Stats(p.owner.clock()).Limits.Requests; got != 10 {
+	if got := sp.Budget.Stats(p.owner.clock()).Limits.Requests; got != 10 {
 		t.Errorf("the spill's budget enforces %d requests after a reload to 10", got)
 	}
 	p.owner.spillOff("acme", sp, "test")
@@ -117,9 +118,10 @@ func TestSpillLateOnRefused(t *testing.T) {
 	if p.edge.edgeSpill(te, "owner") != nil {
 		t.Fatal("the edge serves the spill after its off")
 	}
-	sp.ending.Store(false) // as if an "on" had been in flight
-	sp.told = map[string]time.Time{}
-	p.owner.announceSpill(p.owner.state.Load().byName["acme"], sp, true, spillCallTimeout)
+	// As if an "on" had been in flight.
+	v := p.owner.view.Load()
+	_, _, _ = p.owner.peerCall(v, v.addrs["edge"], "edge", spill.Path, spill.Msg{Tenant: "acme", Owner: "owner", Epoch: sp.Epoch, On: true,
+		Limits: p.owner.state.Load().byName["acme"].limits, Window: sp.Window}, 1, spill.CallTimeout)
 	if p.edge.edgeSpill(te, "owner") != nil {
 		t.Error("a late on restarted an ended spill on the edge")
 	}
@@ -136,11 +138,11 @@ func TestSpillCarriedAwaySlotFreed(t *testing.T) {
 	tk, _ := mirror.Admit(p.owner.clock(), 10)
 	to.c().lim.ApplyFrom(p.owner.clock(), "edge", limiter.DeltaOf(&tk)) // a call running on the edge
 	sp := p.start(t)
-	if got := sp.budget.Stats(p.owner.clock()).SlotsUsed; got != 1 {
+	if got := sp.Budget.Stats(p.owner.clock()).SlotsUsed; got != 1 {
 		t.Fatalf("the budget carries %d slots, want the edge's 1", got)
 	}
 	p.owner.applyOnce(to, p.owner.clock(), "edge", []limiter.Delta{limiter.FinishDelta(&tk, 10)})
-	if got := sp.budget.Stats(p.owner.clock()).SlotsUsed; got != 0 {
+	if got := sp.Budget.Stats(p.owner.clock()).SlotsUsed; got != 0 {
 		t.Errorf("the budget still carries %d slots after the call ended", got)
 	}
 }
@@ -163,7 +165,7 @@ func TestSpillEndWithSilentMember(t *testing.T) {
 	p.owner.SetView(ghost)
 	sp := p.start(t)
 	to := p.owner.state.Load().byName["acme"]
-	if !poll(2*time.Second, func() bool { sp.toldMu.Lock(); defer sp.toldMu.Unlock(); return !sp.told["ghost"].IsZero() }) {
+	if !poll(2*time.Second, func() bool { return !sp.Told("ghost").IsZero() }) {
 		t.Fatal("the owner never tried the silent member")
 	}
 	start := time.Now()
@@ -174,8 +176,8 @@ func TestSpillEndWithSilentMember(t *testing.T) {
 	if took > time.Second {
 		t.Errorf("the end took %v: it waited for the silent member's lapse", took)
 	}
-	if to.c().lim.Sealed() || !sp.budget.Fenced() {
-		t.Errorf("after the end: sealed %v, fenced %v", to.c().lim.Sealed(), sp.budget.Fenced())
+	if to.c().lim.Sealed() || !sp.Budget.Fenced() {
+		t.Errorf("after the end: sealed %v, fenced %v", to.c().lim.Sealed(), sp.Budget.Fenced())
 	}
 	if u.InFlight != 10 {
 		t.Errorf("%d slots counted for the silent member's calls, want all 10 until its lapse", u.InFlight)
@@ -205,22 +207,22 @@ func TestSpillLateFallbackAdmissionCounted(t *testing.T) {
 	p := newSpillPair(t)
 	sp := p.start(t)
 	to := p.owner.state.Load().byName["acme"]
-	before := sp.budget.Stats(p.owner.clock())
+	before := sp.Budget.Stats(p.owner.clock())
 	mirror := limiter.NewTenant(limiter.Limits{}, 4*time.Second, 10*time.Minute)
 	tk, _ := mirror.Admit(p.owner.clock(), 10)
 	p.owner.applyOnce(to, p.owner.clock(), "edge", []limiter.Delta{limiter.DeltaOf(&tk)})
-	after := sp.budget.Stats(p.owner.clock())
+	after := sp.Budget.Stats(p.owner.clock())
 	if after.SlotsUsed != before.SlotsUsed+1 {
 		t.Errorf("slots %d → %d, want one more for the reported call", before.SlotsUsed, after.SlotsUsed)
 	}
 	if !poll(2*time.Second, func() bool {
-		used, err := p.owner.leaser.Fence(context.Background(), sp.budget, time.Second)
+		used, err := p.owner.leaser.Fence(context.Background(), sp.Budget, time.Second)
 		return err == nil && used.Requests >= 1
 	}) {
 		t.Error("the store's window never counted the late admission")
 	}
 	p.owner.applyOnce(to, p.owner.clock(), "edge", []limiter.Delta{limiter.FinishDelta(&tk, 10)})
-	if got := sp.budget.Stats(p.owner.clock()).SlotsUsed; got != before.SlotsUsed {
+	if got := sp.Budget.Stats(p.owner.clock()).SlotsUsed; got != before.SlotsUsed {
 		t.Errorf("slots %d after the call ended, want %d", got, before.SlotsUsed)
 	}
 }
@@ -258,7 +260,7 @@ func TestSpillAbandoned(t *testing.T) {
 			p.edge.SetView(cut) // the edge cannot reach the owner; the owner reaches the edge
 			mirror := limiter.NewTenant(limiter.Limits{}, 4*time.Second, 10*time.Minute)
 			tk, _ := mirror.Admit(p.edge.clock(), 10)
-			e := p.edge.fallbackAdmitted(te, &tk, sp.epoch)
+			e := p.edge.fallbackAdmitted(te, &tk, sp.Epoch)
 			if !poll(2*time.Second, func() bool { return te.c().fb.Tried(e) }) { // its first report tried and failed
 				t.Fatal("the edge never tried to report its admission")
 			}
@@ -267,9 +269,7 @@ func TestSpillAbandoned(t *testing.T) {
 			if p.edge.edgeSpill(te, "owner") != nil {
 				t.Fatal("the edge serves the spill it abandoned")
 			}
-			select {
-			case <-abandoned.done:
-			case <-time.After(2 * time.Second):
+			if !abandoned.WaitDone(2 * time.Second) {
 				t.Fatal("the edge never left the spill")
 			}
 			if te.c().fb.Delivered() {
@@ -277,7 +277,7 @@ func TestSpillAbandoned(t *testing.T) {
 			}
 			if ends {
 				p.owner.spillOff("acme", sp, "cooled")
-				if !sp.budget.Fenced() {
+				if !sp.Budget.Fenced() {
 					t.Error("the owner ended the spill as confirmed by an edge whose admissions it does not have")
 				}
 				return
@@ -286,7 +286,7 @@ func TestSpillAbandoned(t *testing.T) {
 				{Name: "edge", Addr: good.addrs["edge"], State: "active"},
 				{Name: "owner", Addr: good.addrs["owner"], State: "active"},
 			}})
-			time.Sleep(2 * spillTick) // pacing: an "on" or two while the admission is not delivered
+			time.Sleep(2 * spill.Tick) // pacing: an "on" or two while the admission is not delivered
 			if te.spilled() != nil {
 				t.Fatalf("the edge took the spill again before the owner had its admission (delivered %v)", te.c().fb.Delivered())
 			}
@@ -307,14 +307,11 @@ func TestSpillEndingSlowlyNo503(t *testing.T) {
 	p := newSpillPair(t)
 	sp := p.start(t)
 	to := p.owner.state.Load().byName["acme"]
-	sp.ending.Store(true) // as spillOff does: the owner's loop leaves it alone
-	sp.mu.Lock()
-	sp.closed.Store(true)
-	sp.mu.Unlock()
+	finish := sp.StallEnd() // as spillOff does: the owner's loop leaves it alone
 	ended := time.AfterFunc(600*time.Millisecond, func() {
 		to.c().lim.Unseal()
 		to.c().spill.CompareAndSwap(sp, nil)
-		close(sp.done)
+		finish()
 	})
 	defer ended.Stop()
 	req, _ := http.NewRequest(http.MethodPost, "http://"+p.owner.view.Load().addrs["owner"]+"/v1/chat/completions",

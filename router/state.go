@@ -17,6 +17,7 @@ import (
 	"github.com/ringgate/ringgate/router/internal/away"
 	"github.com/ringgate/ringgate/router/internal/metrics"
 	"github.com/ringgate/ringgate/router/internal/provider"
+	"github.com/ringgate/ringgate/router/internal/spill"
 	"github.com/ringgate/ringgate/upstream"
 )
 
@@ -93,7 +94,7 @@ type core struct {
 	// to seed a fallback share with (package away).
 	seen away.Seen
 	// spill is the tenant's spillover as this node serves it (spill.go).
-	spill *spillHolder
+	spill *spill.Holder
 	// queue is the line of requests waiting for room in the tenant's
 	// limits on its owner (queue.go), fbQueue on this node's fallback
 	// share while the owner cannot be reached.
@@ -126,7 +127,7 @@ func (t *tenant) c() *core {
 func (t *tenant) peek() *core { return t.ref.Load() }
 
 // spilled is the tenant's spill on this node, nil if none.
-func (t *tenant) spilled() *spill {
+func (t *tenant) spilled() *spill.Spill {
 	if c := t.peek(); c != nil {
 		return c.spill.Load()
 	}
@@ -196,7 +197,7 @@ func (cs *cores) make(t *tenant) *core {
 	c := &core{
 		lim:     limiter.NewTenant(limits, cs.window, cs.slotTTL),
 		fb:      away.NewLedger(cs.window, cs.slotTTL),
-		spill:   &spillHolder{live: cs.hooks.spills},
+		spill:   spill.NewHolder(cs.hooks.spills),
 		queue:   &queue.Queue{Clock: cs.clk},
 		fbQueue: &queue.Queue{Clock: cs.clk},
 	}
@@ -422,7 +423,7 @@ type entityBuilder struct {
 
 // stateHooks are what a state's tenants tell the router.
 type stateHooks struct {
-	// spills counts the tenants that have a spill (spillHolder), for the
+	// spills counts the tenants that have a spill (spill.Holder), for the
 	// spillover loop.
 	spills *atomic.Int64
 	// changed hears of each tenant's first change after it was last found
