@@ -30,7 +30,7 @@ func TestSpillRoomCancelGivesEverythingBack(t *testing.T) {
 	}
 	tn := r.state.Load().byName["hot"]
 	sp, _ := r.spillover.Join(spill.Msg{Tenant: "hot", Owner: "owner", Epoch: 1, Limits: limiter.Limits{Requests: 100}},
-		tn.c().spill) // served until now+spill.Lease: the clock stands still
+		tn.c().spill) // served a lease term from now: the clock stands still
 	take := func() (*call, admit.Verdict) {
 		c := &call{r: r, t: tn, lim: sp.Mirror, sp: sp, req: upstream.Request{Model: "gpt-4o"}}
 		c.res.Total = 10

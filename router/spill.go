@@ -96,8 +96,11 @@ func (t *tenant) answersMissSpill(self string, at int64) bool {
 // spill again: this node rejoins once its share's admissions reached it,
 // which charges them to the budget.)
 func (r *Router) abandonSpill(t *tenant, owner string) {
-	sp := t.spilled()
-	if r.spillover.Abandon(sp, owner, t.c().spill) {
+	c := t.peek()
+	if c == nil {
+		return // no core: no spill
+	}
+	if sp := c.spill.Load(); r.spillover.Abandon(sp, owner, c.spill) {
 		go r.leaveSpill(t, sp, "owner_unreachable")
 	}
 }

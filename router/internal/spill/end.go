@@ -132,7 +132,7 @@ func ask(v *View, targets map[string]string, msg Msg, timeout time.Duration) []a
 // limiter is not sealed for it). The members stop, report what they
 // admitted and confirm (Announce); then the owner reports its own, unseals
 // and decides alone again. A member that did not confirm may still admit
-// on its spill until it lapses (Lease after the last word it had): the
+// on its spill until it lapses (leaseTerm after the last word it had): the
 // spill's window in Redis is fenced first — no node is granted a block on
 // it any more, so what it held then (every node's uses, its blocks
 // outstanding counted whole) bounds the requests and tokens — and the
@@ -162,7 +162,7 @@ func (n *Node) End(t *Tenant, sp *Spill, reason string) {
 	var fenceErr error
 	if unconfirmed > 0 {
 		ctx, cancel := context.WithTimeout(context.Background(), FenceWait)
-		used, fenceErr = n.Leaser.Fence(ctx, sp.Budget, Lease+Tick)
+		used, fenceErr = n.Leaser.Fence(ctx, sp.Budget, leaseTerm+Tick)
 		cancel()
 	}
 	// What this node admitted on the spill goes into its limiter: most of
@@ -188,7 +188,7 @@ func (n *Node) End(t *Tenant, sp *Spill, reason string) {
 	n.owned.Add(-1)
 	n.Phase("off")
 	n.Log.Info("spillover", "phase", "off", "tenant", t.Name, "reason", reason,
-		"spilled_ms", time.Since(sp.Since).Milliseconds(), "unconfirmed", unconfirmed)
+		"spilled_ms", time.Since(sp.since).Milliseconds(), "unconfirmed", unconfirmed)
 }
 
 // chargeUnreported makes the limiter count what members that did not
@@ -213,7 +213,7 @@ func (n *Node) chargeUnreported(t *Tenant, used lease.Amount, fenceErr error) {
 		t.Ledger.Send(d)
 		if d.Slots > 0 {
 			release := limiter.Delta{Bucket: d.Bucket, SlotBucket: d.SlotBucket, Slots: -d.Slots}
-			time.AfterFunc(Lease+Tick, func() { t.Ledger.Send(release) })
+			time.AfterFunc(leaseTerm+Tick, func() { t.Ledger.Send(release) })
 		}
 	}
 	storeErr := ""

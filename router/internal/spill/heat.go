@@ -5,7 +5,7 @@ package spill
 type Heat map[string]int
 
 // Measure takes the tenant's arrivals over the last tick; it reports their
-// rate and whether the tenant turns hot now (Hot ticks in a row above
+// rate and whether the tenant turns hot now (hotTicks in a row above
 // threshold): then it spills.
 func (h Heat) Measure(name string, arrivals int64, threshold float64) (rate float64, hot bool) {
 	rate = float64(arrivals) / Tick.Seconds()
@@ -13,7 +13,7 @@ func (h Heat) Measure(name string, arrivals int64, threshold float64) (rate floa
 		delete(h, name)
 		return rate, false
 	}
-	if h[name]++; h[name] >= Hot {
+	if h[name]++; h[name] >= hotTicks {
 		delete(h, name)
 		return rate, true
 	}
@@ -25,7 +25,7 @@ func (h Heat) Measure(name string, arrivals int64, threshold float64) (rate floa
 type Cooling int
 
 // Cooled takes the cluster's arrivals over the last tick; it reports
-// whether the spill ends now (Cool ticks in a row below half of
+// whether the spill ends now (coolTicks in a row below half of
 // threshold).
 func (c *Cooling) Cooled(arrivals int64, threshold int) bool {
 	rate := float64(arrivals) / Tick.Seconds()
@@ -34,7 +34,7 @@ func (c *Cooling) Cooled(arrivals int64, threshold int) bool {
 	} else {
 		*c = 0
 	}
-	return *c >= Cool
+	return *c >= coolTicks
 }
 
 // Lapse is why this node, a member of sp, leaves it now: its owner went
@@ -42,7 +42,7 @@ func (c *Cooling) Cooled(arrivals int64, threshold int) bool {
 // stays, or once it is leaving (abandoned).
 func (n *Node) Lapse(sp *Spill, ringOwner func() string) string {
 	switch u := sp.until.Load(); {
-	case u == Abandoned:
+	case u == abandonedUntil:
 		return "" // the abandon is leaving it
 	case n.Clock() > u:
 		return "owner_silent"

@@ -70,13 +70,13 @@ func (a *Arrivals[T]) Take() []T {
 func (n *Node) Owned() int32 { return n.owned.Load() }
 
 // Switchable reports whether no switch refused lately holds the next one
-// back (Backoff).
+// back (backoff).
 func (n *Node) Switchable() bool { return n.Clock() >= n.retryAt.Load() }
 
 // open makes the node's part of a spill; its budget is the leaser's.
 func (n *Node) open(tenant, owner string, epoch int64, limits limiter.Limits) *Spill {
 	cfg := n.Limits()
-	sp := &Spill{Owner: owner, Epoch: epoch, Key: Key(tenant, epoch), Since: time.Now(), Window: cfg.Window,
+	sp := &Spill{Owner: owner, Epoch: epoch, Key: budgetKey(tenant, epoch), since: time.Now(), Window: cfg.Window,
 		Mirror: limiter.NewTenant(limiter.Limits{}, cfg.Window, cfg.SlotTTL)}
 	sp.Budget = n.Leaser.Budget(lease.Config{Key: sp.Key, Limits: limits, Window: cfg.Window,
 		Settles: true, OnStoreDown: lease.Share}, n.Live)
@@ -96,13 +96,13 @@ func (n *Node) Own(tenant string, limits limiter.Limits) *Spill {
 // (in t.Holder), from the limiter's state; rate is what turned it hot. It
 // reports whether Redis took the seed in time; if not, the spill is undone
 // (the limiter unsealed, the holder cleared, the budget dropped) and no
-// switch is tried for Backoff.
+// switch is tried for backoff.
 func (n *Node) Start(sp *Spill, t *Tenant, rate float64) bool {
 	s := t.Lim.Seal(n.Clock())
 	sp.Budget.Seed(seed(s), slotsOf(s))
 	select {
 	case <-sp.Budget.Seeded():
-	case <-time.After(SeedWait):
+	case <-time.After(seedWait):
 		sp.failed.Store(true)
 	}
 	if sp.failed.Load() {
@@ -114,7 +114,7 @@ func (n *Node) Start(sp *Spill, t *Tenant, rate float64) bool {
 		t.Holder.EndEpoch(sp.Epoch)
 		close(sp.ready)
 		n.Leaser.Drop(sp.Key)
-		n.retryAt.Store(n.Clock() + int64(Backoff))
+		n.retryAt.Store(n.Clock() + int64(backoff))
 		n.Phase("refused")
 		n.Log.Warn("spillover", "phase", "refused", "tenant", t.Name, "rate", round1(rate), "reason", "store_unreachable")
 		return false
@@ -134,7 +134,7 @@ func (n *Node) Start(sp *Spill, t *Tenant, rate float64) bool {
 func (n *Node) Join(m Msg, h *Holder) (*Spill, bool) {
 	sp := n.open(m.Tenant, m.Owner, m.Epoch, m.Limits)
 	sp.done = make(chan struct{})
-	sp.until.Store(n.Clock() + int64(Lease))
+	sp.until.Store(n.Clock() + int64(leaseTerm))
 	if !h.CompareAndSwap(nil, sp) {
 		n.Leaser.Drop(sp.Key)
 		return nil, false
@@ -143,10 +143,10 @@ func (n *Node) Join(m Msg, h *Holder) (*Spill, bool) {
 	return sp, true
 }
 
-// Renew takes the owner's word again on a member: sp is served Lease more.
-// It returns the arrivals since the owner last asked.
+// Renew takes the owner's word again on a member: sp is served leaseTerm
+// more. It returns the arrivals since the owner last asked.
 func (n *Node) Renew(sp *Spill) int64 {
-	sp.until.Store(n.Clock() + int64(Lease))
+	sp.until.Store(n.Clock() + int64(leaseTerm))
 	return sp.arrivals.Swap(0)
 }
 
@@ -170,7 +170,7 @@ func OwnerReady(sp *Spill, self string) *Spill {
 	case <-sp.ready:
 	default:
 		// Starting: wait for Redis to hold the seed (or the switch to fail).
-		timer := time.NewTimer(SeedWait + 50*time.Millisecond)
+		timer := time.NewTimer(seedWait + 50*time.Millisecond)
 		select {
 		case <-sp.ready:
 		case <-timer.C:
@@ -202,7 +202,7 @@ func (n *Node) Abandon(sp *Spill, owner string, h *Holder) bool {
 	if sp == nil || sp.Owner != owner || owner == n.Self {
 		return false
 	}
-	if u := sp.until.Load(); u == Abandoned || !sp.until.CompareAndSwap(u, Abandoned) {
+	if u := sp.until.Load(); u == abandonedUntil || !sp.until.CompareAndSwap(u, abandonedUntil) {
 		return false // abandoned already, or renewed this instant: the next request sees it
 	}
 	h.AbandonedAt.Store(n.Clock())
@@ -254,7 +254,7 @@ func (n *Node) View(sp *Spill) status.Spill {
 		return status.Spill{Mode: "owner"}
 	}
 	s := sp.Budget.Stats(n.Clock())
-	return status.Spill{Mode: "spill", Owner: sp.Owner, Budget: sp.Key, SinceMs: time.Since(sp.Since).Milliseconds(),
+	return status.Spill{Mode: "spill", Owner: sp.Owner, Budget: sp.Key, SinceMs: time.Since(sp.since).Milliseconds(),
 		Blocks: s.Blocks, LeftReq: s.Left.Requests, LeftTok: s.Left.Tokens, SlotsHeld: s.SlotsHeld, SlotsUsed: s.SlotsUsed,
 		WindowReq: s.Used.Requests, WindowTok: s.Used.Tokens, Degraded: s.Degraded}
 }
@@ -286,7 +286,7 @@ func (n *Node) Refusal(m *Msg, cur *Spill, t Member) (code, msg string) {
 		return "window_differs", "This node's limits.window differs from the owner's."
 	case cur != nil && cur.Owner == n.Self:
 		return "busy", "This node's own spillover of the tenant is still ending."
-	case t.InFallback() || cur != nil && cur.Abandoned():
+	case t.InFallback() || cur != nil && cur.abandoned():
 		// This node enforces its fallback share, or the owner has not
 		// been told yet what the share admitted (which charges it to the
 		// budget): the budget's window would not count it.

@@ -17,7 +17,7 @@
 //     stops answering, the owner loses the tenant or drains). The owner
 //     tells every member; each stops, reports what its ledger still holds
 //     and answers; then the owner reports its own, unseals and decides
-//     alone again. A member that does not answer stops by itself Lease
+//     alone again. A member that does not answer stops by itself leaseTerm
 //     after the owner's last word: the owner waits that out and counts, on
 //     top, what Redis says the budget's window holds.
 //
@@ -51,15 +51,15 @@ const Path = "/_ringgate/spill"
 const (
 	// Tick is how often the rates are measured and a spill renewed.
 	Tick = 250 * time.Millisecond
-	// Hot and Cool are ticks in a row above the threshold (at the owner)
-	// before a tenant spills, and below half of it (cluster-wide) before
-	// it goes back.
-	Hot, Cool = 2, 4
-	// Lease is how long an edge serves a spill after the owner's last
+	// hotTicks and coolTicks are ticks in a row above the threshold (at
+	// the owner) before a tenant spills, and below half of it
+	// (cluster-wide) before it goes back.
+	hotTicks, coolTicks = 2, 4
+	// leaseTerm is how long an edge serves a spill after the owner's last
 	// word.
-	Lease = 2 * time.Second
-	// SeedWait bounds the owner's wait for Redis to hold the seed.
-	SeedWait = 250 * time.Millisecond
+	leaseTerm = 2 * time.Second
+	// seedWait bounds the owner's wait for Redis to hold the seed.
+	seedWait = 250 * time.Millisecond
 	// CallTimeout bounds one announcement to a member.
 	CallTimeout = 250 * time.Millisecond
 	// FenceWait bounds the owner's wait for Redis to fence the budget's
@@ -68,15 +68,15 @@ const (
 	// handoverTimeout bounds one announcement of an end for a handover:
 	// within the new owner's handoff_timeout.
 	handoverTimeout = 100 * time.Millisecond
-	// Backoff is how long after a switch refused (Redis did not take the
+	// backoff is how long after a switch refused (Redis did not take the
 	// seed) no tenant is switched: each try holds the tenant's requests
-	// for up to SeedWait.
-	Backoff = 5 * time.Second
+	// for up to seedWait.
+	backoff = 5 * time.Second
 )
 
-// Abandoned marks a spill's until once this node abandoned it (Abandon):
-// lapsed for Usable, left by the abandon's own leave.
-const Abandoned = -1
+// abandonedUntil marks a spill's until once this node abandoned it
+// (Abandon): lapsed for Usable, left by the abandon's own leave.
+const abandonedUntil = -1
 
 // Spill is a tenant's spillover as one node serves it.
 type Spill struct {
@@ -88,7 +88,7 @@ type Spill struct {
 	// buckets for the ledger.
 	Mirror *limiter.Tenant
 	Window time.Duration // the budget's
-	Since  time.Time
+	since  time.Time
 
 	// Owner: ready is closed once the budget holds the seed, or the
 	// switch failed (failed).
@@ -116,8 +116,8 @@ type Spill struct {
 	Line queue.Queue
 }
 
-// Key is the budget key of tenant's spill of epoch.
-func Key(tenant string, epoch int64) string {
+// budgetKey is the budget key of tenant's spill of epoch.
+func budgetKey(tenant string, epoch int64) string {
 	return "tenant:" + tenant + "@" + strconv.FormatInt(epoch, 10)
 }
 
@@ -143,14 +143,8 @@ type Reply struct {
 // budget's watch from the one that won).
 func (sp *Spill) WatchLine() { sp.Budget.Watch(sp.Line.Kick, sp.Line.Waiting, nil) }
 
-// Closed reports whether the spill ended here.
-func (sp *Spill) Closed() bool { return sp.closed.Load() }
-
-// Failed reports whether the spill failed to start.
-func (sp *Spill) Failed() bool { return sp.failed.Load() }
-
-// Abandoned reports whether this node abandoned the spill (Abandon).
-func (sp *Spill) Abandoned() bool { return sp.until.Load() == Abandoned }
+// abandoned reports whether this node abandoned the spill (Abandon).
+func (sp *Spill) abandoned() bool { return sp.until.Load() == abandonedUntil }
 
 // RLock is held by an admission on the spill: ending it waits for the
 // admission to be in the ledger.

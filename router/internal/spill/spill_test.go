@@ -42,7 +42,7 @@ func TestHeatTurnsHot(t *testing.T) {
 	h.Measure("a", above, 100)
 	rate, hot := h.Measure("a", above, 100)
 	if !hot || rate != 200 {
-		t.Errorf("after %d ticks above: hot %v at %v/s", Hot, hot, rate)
+		t.Errorf("after %d ticks above: hot %v at %v/s", hotTicks, hot, rate)
 	}
 	if _, ok := h["a"]; ok {
 		t.Error("a tenant that turned hot is still counted")
@@ -53,7 +53,7 @@ func TestHeatTurnsHot(t *testing.T) {
 func TestCoolingEnds(t *testing.T) {
 	var c Cooling
 	low, high := int64(10*Tick.Seconds()), int64(60*Tick.Seconds())
-	for i := range Cool - 1 {
+	for i := range coolTicks - 1 {
 		if c.Cooled(low, 100) {
 			t.Fatalf("cooled after %d ticks", i+1)
 		}
@@ -61,11 +61,11 @@ func TestCoolingEnds(t *testing.T) {
 	if c.Cooled(high, 100) {
 		t.Fatal("cooled on a tick above half the threshold")
 	}
-	for range Cool - 1 {
+	for range coolTicks - 1 {
 		c.Cooled(low, 100)
 	}
 	if !c.Cooled(low, 100) {
-		t.Errorf("not cooled after %d ticks below half the threshold", Cool)
+		t.Errorf("not cooled after %d ticks below half the threshold", coolTicks)
 	}
 }
 
