@@ -4,12 +4,12 @@ package limiter
 // another node also says what time it is on that node's clock. A node whose
 // clock runs a few milliseconds ahead of this one's, at a moment when a
 // bucket boundary falls between the two clocks, names a bucket ahead of this
-// node's head. Counting such a charge in the head bucket instead (as merge
-// once did) moved it, while the call's later deltas still named the bucket
-// it was charged in: once that bucket was live here it held this node's own
-// charges, and a credit or a release was taken from them (the charge moved
-// stayed counted, one bucket early, and the slot of a call that had ended
-// stayed held until the slot TTL).
+// node's head. Counting such a charge in the head bucket instead would move
+// it, while the call's later deltas still name the bucket it was charged
+// in: once that bucket is live here it holds this node's own charges, and a
+// credit or a release is taken from them (the charge moved stays counted,
+// one bucket early, and the slot of a call that has ended stays held until
+// the slot TTL).
 //
 // So the newest bucket a state or delta names counts as the newest time
 // seen, as a local clock would: the windows roll to it, and this node's

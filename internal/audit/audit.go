@@ -14,10 +14,9 @@
 // A window of length span is a half-open interval, [s, s+span) or
 // equivalently (e-span, e]: two arrivals exactly span apart are never in the
 // same window, and a window holds the arrivals a, b only if |b-a| < span.
-// This is what every audit in the project counted before this package
-// existed (the node, router and e2e tests and the demo all agreed), and it
-// matches the limit being "n per window": a charge that leaves the window at
-// exactly t+span no longer counts. A span <= 0 holds nothing.
+// Every audit in the project counts this way, and it matches the limit
+// being "n per window": a charge that leaves the window at exactly t+span
+// no longer counts. A span <= 0 holds nothing.
 //
 // The maxima are over all such intervals, wherever they start: the busiest
 // interval can always be slid until it starts at an arrival, so it is enough
