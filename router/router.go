@@ -479,9 +479,10 @@ func (r *Router) SetReady(ready bool) { r.life.ready.Store(ready) }
 // WaitIdle waits until no request or stream is in flight and at least grace
 // has passed (time for load balancers to see /readyz fail), at most timeout.
 // It reports whether the node went idle in time.
-// It is called after BeginDrain, which makes the last request's end
-// heard.
+// It begins the drain if it has not begun: a draining node hears its last
+// request end.
 func (r *Router) WaitIdle(grace, timeout time.Duration) bool {
+	r.BeginDrain()
 	start := r.clk.Now()
 	graced := r.clk.NewTimer(grace)
 	defer graced.Stop()

@@ -16,7 +16,16 @@ type views struct {
 	cur  atomic.Pointer[view]
 	mu   sync.Mutex
 	next chan struct{}   // closed at the next change; nil: nobody waits
-	clk  clockwork.Clock // the node's: the waits' budgets
+	clk  clockwork.Clock // the node's: the waits' budgets; nil is the wall clock
+}
+
+var wallClock = clockwork.NewRealClock()
+
+func (vs *views) clock() clockwork.Clock {
+	if vs.clk != nil {
+		return vs.clk
+	}
+	return wallClock
 }
 
 // Load is the view in force.
@@ -54,7 +63,7 @@ func (vs *views) await(wait time.Duration, ok func(*view) bool) (*view, bool) {
 			return v, true
 		}
 		if timeout == nil {
-			t := vs.clk.NewTimer(wait)
+			t := vs.clock().NewTimer(wait)
 			defer t.Stop()
 			timeout = t.Chan()
 		}

@@ -3,15 +3,13 @@ package router
 import (
 	"testing"
 	"time"
-
-	"github.com/jonboulle/clockwork"
 )
 
 // A request waiting for the view wakes at the change that satisfies it,
 // not at a poll or its deadline (a minute here), and gives up at the
 // deadline when no change does.
 func TestViewsAwait(t *testing.T) {
-	vs := views{clk: clockwork.NewRealClock()}
+	var vs views
 	has := func(name string) func(*view) bool {
 		return func(v *view) bool { return v != nil && v.addrs[name] != "" }
 	}

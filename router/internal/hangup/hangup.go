@@ -65,10 +65,10 @@ type Watch struct {
 }
 
 // New makes a watch that runs onGone(arg) once if its client hangs up
-// before Stop. It watches nothing, and its time does not run, until
-// List.Watch.
+// before Stop. It watches nothing until List.Watch, which times it on the
+// List's clock from then; until then it is on the wall clock.
 func New(onGone func(any), arg any) *Watch {
-	return &Watch{onGone: onGone, arg: arg}
+	return &Watch{onGone: onGone, arg: arg, clk: wallClock, start: wallClock.Now()}
 }
 
 // Cancel is the client found gone by other means (a hop's edge says its own
