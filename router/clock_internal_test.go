@@ -10,14 +10,19 @@ import (
 	"github.com/jonboulle/clockwork"
 
 	"github.com/ringgate/ringgate/config"
+	"github.com/ringgate/ringgate/fakeupstream"
 	"github.com/ringgate/ringgate/ring"
 )
+
+// someDay is where the tests' fake clocks start: far from the wall
+// clock, so a deadline on one compared with the other shows.
+var someDay = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 
 // A drain waits on the node's clock, and hears the last request end
 // rather than look for it: on a fake clock nothing ends the wait but the
 // clock and the request.
 func TestWaitIdleOnTheNodesClock(t *testing.T) {
-	clk := clockwork.NewFakeClock()
+	clk := clockwork.NewFakeClockAt(someDay)
 	r, _ := testRouter(t, Options{Clock: clk})
 	r.life.active.Add(2) // two requests in flight
 	r.BeginDrain()
@@ -57,19 +62,58 @@ func TestWaitIdleOnTheNodesClock(t *testing.T) {
 // request is refused then, not five minutes of wall time later. The slot
 // it waits for is held for less than its slot TTL.
 func TestQueueWaitOnTheNodesClock(t *testing.T) {
-	clk := clockwork.NewFakeClock()
+	clk := clockwork.NewFakeClockAt(someDay)
+	r, tn := clockedTenant(t, clk, "127.0.0.1:1", config.Tenant{Concurrency: 1})
+	if _, d := tn.c().lim.Admit(r.clock(), 1); !d.Allowed { // a call in flight holds the one slot
+		t.Fatalf("the first call was refused: %+v", d)
+	}
+	status := sendWhenQueued(t, r, tn)
+	clk.Advance(5 * time.Minute)
+	if s := <-status; s != http.StatusTooManyRequests {
+		t.Fatalf("status %d once the node's clock passed the wait budget, want 429 (0: no answer in 10 s of wall time)", s)
+	}
+}
+
+// A request refused on its tenant's requests, with the room due within
+// its wait budget by the node's clock, waits for it and is served when
+// the clock brings it; whether it may wait is judged on the same clock as
+// its wait (on the wall clock, a fake clock's deadline has long passed).
+func TestRateWaitOnTheNodesClock(t *testing.T) {
+	clk := clockwork.NewFakeClockAt(someDay)
+	_, upAddr := startFake(t, fakeupstream.Options{CompletionMin: 5, CompletionMax: 5})
+	r, tn := clockedTenant(t, clk, upAddr, config.Tenant{RPM: 1})
+	if _, d := tn.c().lim.Admit(r.clock(), 1); !d.Allowed { // the window's one request
+		t.Fatalf("the first call was refused: %+v", d)
+	}
+	status := sendWhenQueued(t, r, tn)
+	clk.Advance(61 * time.Second) // the first request leaves the window
+	if s := <-status; s != http.StatusOK {
+		t.Fatalf("status %d once the node's clock brought room, want 200 (0: no answer in 10 s of wall time)", s)
+	}
+}
+
+// clockedTenant is a standalone router on clk, owning tenant "acme" (key
+// "k", interactive, a five-minute wait, the limits of lim) on the upstream
+// at upAddr.
+func clockedTenant(t *testing.T, clk clockwork.Clock, upAddr string, lim config.Tenant) (*Router, *tenant) {
+	t.Helper()
 	r, cfg := testRouter(t, Options{Clock: clk})
+	cfg.Upstreams[0].BaseURL = "http://" + upAddr
 	cfg.Queue.InteractiveWait = 5 * time.Minute
-	cfg.Tenants = []config.Tenant{{Name: "acme", Keys: []string{"k"}, RPM: 100, TPM: 1 << 30, Concurrency: 1,
-		Priority: config.PriorityInteractive}}
+	lim.Name, lim.Keys, lim.Priority = "acme", []string{"k"}, config.PriorityInteractive
+	cfg.Tenants = []config.Tenant{lim}
 	if err := r.Reload(cfg); err != nil {
 		t.Fatal(err)
 	}
 	r.SetView(View{Ring: ring.New(1, []string{"t"}), Members: []Member{{Name: "t", Addr: "127.0.0.1:1", State: "active"}}})
-	tn := r.state.Load().byName["acme"]
-	if _, d := tn.c().lim.Admit(r.clock(), 1); !d.Allowed { // a call in flight holds the one slot
-		t.Fatalf("the first call was refused: %+v", d)
-	}
+	return r, r.state.Load().byName["acme"]
+}
+
+// sendWhenQueued serves r and sends a chat completion for tn's key; it
+// returns once the request waits in tn's line, and the status comes on
+// the channel (0: no answer within 10 s).
+func sendWhenQueued(t *testing.T, r *Router, tn *tenant) <-chan int {
+	t.Helper()
 	addr := serveRouter(t, r)
 	status := make(chan int, 1)
 	go func() {
@@ -94,8 +138,5 @@ func TestQueueWaitOnTheNodesClock(t *testing.T) {
 		default:
 		}
 	}
-	clk.Advance(5 * time.Minute)
-	if s := <-status; s != http.StatusTooManyRequests {
-		t.Fatalf("status %d once the node's clock passed the wait budget, want 429 (0: no answer in 10 s of wall time)", s)
-	}
+	return status
 }

@@ -386,7 +386,7 @@ func (r *Router) firstTry(ctx *fasthttp.RequestCtx, ep upstream.Endpoint, st *st
 // others wait for it; else a 429 naming it.
 func (r *Router) providerRefused(ctx *fasthttp.RequestCtx, ep upstream.Endpoint, st *state, c *call) bool {
 	br := &c.bud.refusal
-	if w := c.t.queueWait(c.class); w > 0 && br.Waitable(time.Now().Add(w), mayWait) {
+	if w := c.t.queueWait(c.class); w > 0 && br.Waitable(w, mayWait) {
 		return r.admitQueued(ctx, ep, st, c, nil, br)
 	}
 	return r.refusedByBudget(ctx, c, br, c.t.counters().Upstream)
@@ -504,7 +504,7 @@ func (c *call) mayQueue(d *limiter.Decision) bool {
 		return false
 	}
 	w := c.t.queueWait(c.class)
-	return w > 0 && mayWait(d.Limited == limiter.Concurrency, d.RetryAfter, time.Now().Add(w))
+	return w > 0 && mayWait(d.Limited == limiter.Concurrency, d.RetryAfter, w)
 }
 
 // redecideSpill decides a request whose tenant's spill ended meanwhile, or

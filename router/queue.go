@@ -168,11 +168,11 @@ const (
 	spilled       // sealed for a spill: decided on it
 )
 
-// mayWait reports whether a request refused with d can wait for room
-// until deadline: a slot frees with a call's end; a window's room when the
-// refusal says, which must come before the wait is over.
-func mayWait(concurrency bool, retryAfter time.Duration, deadline time.Time) bool {
-	return concurrency || time.Now().Add(retryAfter).Before(deadline)
+// mayWait reports whether a request refused can wait for room with left
+// of its wait budget: a slot frees with a call's end; a window's room when
+// the refusal says (retryAfter), which must come before the wait is over.
+func mayWait(concurrency bool, retryAfter, left time.Duration) bool {
+	return concurrency || retryAfter < left
 }
 
 // admitQueued waits for room for c and serves it once admitted. A request
@@ -398,7 +398,7 @@ func (w *waiter) rateRetry(dim limiter.Dimension, after time.Duration) time.Dura
 func (w *waiter) tenantRefused(d limiter.Decision) (bool, time.Duration) {
 	c := w.c
 	w.last, w.tried = d, true
-	if d.TooLarge || !w.waits || !mayWait(d.Limited == limiter.Concurrency, d.RetryAfter, w.deadline) {
+	if d.TooLarge || !w.waits || !mayWait(d.Limited == limiter.Concurrency, d.RetryAfter, w.r.clk.Until(w.deadline)) {
 		w.out = refusedForGood
 		return true, -1
 	}
@@ -426,7 +426,7 @@ func (w *waiter) budgetRefused() (bool, time.Duration) {
 	br := w.c.bud.refusal
 	w.budget = br
 	switch {
-	case !br.Waitable(w.deadline, mayWait):
+	case !br.Waitable(w.r.clk.Until(w.deadline), mayWait):
 		w.out = refusedByBudget
 		return true, -1
 	case stage(br.At) != w.at:

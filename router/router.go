@@ -189,7 +189,7 @@ func New(o Options) (*Router, error) {
 	if r.leaser == nil {
 		r.leaser = lease.NewLeaser(lease.LeaserConfig{Node: r.node, Clock: r.clock, Logger: o.Logger})
 	}
-	r.lines = provider.New(provider.Config{Leaser: r.leaser, Clock: r.clock, Log: o.Logger,
+	r.lines = provider.New(provider.Config{Leaser: r.leaser, Clock: o.Clock, Log: o.Logger,
 		Members: func() int { return r.view.Load().liveMembers() },
 		Keep: func(keep map[string]bool) {
 			if st := r.state.Load(); st != nil {

@@ -29,7 +29,7 @@ const spillEndWait = spill.CallTimeout + spill.FenceWait + deltaTimeout + 150*ti
 // initSpillover gives package spill what it needs of the router.
 func (r *Router) initSpillover() {
 	n := &r.spillover
-	n.Self, n.Clock, n.Leaser, n.Log = r.node, r.clock, r.leaser, r.log
+	n.Self, n.Clock, n.Leaser, n.Log = r.node, r.clk, r.leaser, r.log
 	n.Live = func() int { return r.view.Load().liveMembers() }
 	n.Limits = func() config.Limits { return r.state.Load().cfg.Limits }
 	n.Peers = r.spillPeers

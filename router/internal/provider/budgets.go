@@ -22,6 +22,8 @@ import (
 	"slices"
 	"sync"
 
+	"github.com/jonboulle/clockwork"
+
 	"github.com/ringgate/ringgate/config"
 	"github.com/ringgate/ringgate/lease"
 	"github.com/ringgate/ringgate/limiter"
@@ -33,7 +35,7 @@ import (
 // Config is what the budgets need of the node.
 type Config struct {
 	Leaser *lease.Leaser
-	Clock  func() int64 // Unix ns
+	Clock  clockwork.Clock // the node's: the budgets' time, the lines' waits
 	Log    *slog.Logger
 	// Members is how many members of the cluster are live: a budget's
 	// strict share divides by it.
@@ -202,6 +204,9 @@ func (pb *Budgets) relearn(uc *config.Upstream, line func(c lease.Config, what, 
 	}
 }
 
+// now is the node's clock in Unix ns.
+func (ls *Lines) now() int64 { return ls.cfg.Clock.Now().UnixNano() }
+
 // line is the node's budget for c, from the leaser, with its line (kept
 // across reloads by the budget's key).
 func (ls *Lines) line(c lease.Config, what, name string, shadow bool) *Line {
@@ -212,7 +217,7 @@ func (ls *Lines) line(c lease.Config, what, name string, shadow bool) *Line {
 	}
 	q := ls.byKey[c.Key]
 	if q == nil {
-		q = &queue.Queue{}
+		q = &queue.Queue{Clock: ls.cfg.Clock}
 		ls.byKey[c.Key] = q
 	}
 	ls.mu.Unlock()

@@ -5,8 +5,8 @@ import (
 	"log/slog"
 	"slices"
 	"testing"
-	"time"
 
+	"github.com/jonboulle/clockwork"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/ringgate/ringgate/config"
@@ -23,7 +23,7 @@ func TestCollectorLabels(t *testing.T) {
 	}
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	ls := New(Config{Leaser: lease.NewLeaser(lease.LeaserConfig{Node: "n1", Logger: log}),
-		Clock: func() int64 { return time.Now().UnixNano() }, Log: log, Members: func() int { return 1 }})
+		Clock: clockwork.NewRealClock(), Log: log, Members: func() int { return 1 }})
 	ls.Build(cfg, []*upstream.Provider{{}})
 	reg := prometheus.NewPedanticRegistry()
 	reg.MustRegister(ls.Collector())

@@ -132,7 +132,7 @@ func (ls *Lines) learnModel(l *learnedModels, model string, reqs, toks lease.Obs
 		c := l.base
 		c.Key, c.Limits = "up:"+l.name+":learned:"+model, want
 		nb := &learnedBudget{Line: ls.line(c, "model "+model, "upstream/"+l.name+"/model/"+model, l.shadow),
-			limits: want, from: from, since: time.Now()}
+			limits: want, from: from, since: ls.cfg.Clock.Now()}
 		l.set(model, nb)
 		lb = nb
 		ls.cfg.Log.Info("lease", "phase", "learned", "budget", c.Key, "upstream", l.name, "model", model,
@@ -140,7 +140,7 @@ func (ls *Lines) learnModel(l *learnedModels, model string, reqs, toks lease.Obs
 	}
 	l.mu.Unlock()
 	if lb != nil {
-		lb.Observe(ls.cfg.Clock(), reqs, toks)
+		lb.Observe(ls.now(), reqs, toks)
 	}
 	return lb != nil
 }
@@ -220,7 +220,7 @@ func (pb *Budgets) Learn(kind upstream.Kind, model string, h *fasthttp.ResponseH
 		reqs.Limit, toks.Limit = 0, 0
 	}
 	if b != nil {
-		b.Observe(pb.lines.cfg.Clock(), reqs, toks)
+		b.Observe(pb.lines.now(), reqs, toks)
 	}
 }
 

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jonboulle/clockwork"
 	"github.com/valyala/fasthttp"
 
 	"github.com/ringgate/ringgate/config"
@@ -48,7 +49,7 @@ func TestLearnedBudgetMadeDuringReloadIsKept(t *testing.T) {
 		t.Fatal(err)
 	}
 	l := lease.NewLeaser(lease.LeaserConfig{Store: lease.NewInmemStore(), Node: "n1", Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
-	ls := New(Config{Leaser: l, Clock: func() int64 { return time.Now().UnixNano() },
+	ls := New(Config{Leaser: l, Clock: clockwork.NewRealClock(),
 		Log: slog.New(slog.NewTextHandler(io.Discard, nil)), Members: func() int { return 1 }})
 	provs := make([]*upstream.Provider, len(cfg.Upstreams))
 	for i := range provs {
@@ -107,7 +108,7 @@ func TestLearnFromOpenAIHeaders(t *testing.T) {
 	}
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	ls := New(Config{Leaser: lease.NewLeaser(lease.LeaserConfig{Node: "n1", Logger: log}),
-		Clock: func() int64 { return time.Now().UnixNano() }, Log: log, Members: func() int { return 1 }})
+		Clock: clockwork.NewRealClock(), Log: log, Members: func() int { return 1 }})
 	prov := &upstream.Provider{}
 	pb := ls.Build(cfg, []*upstream.Provider{prov})[prov]
 	answer := func(limit string) {

@@ -60,18 +60,18 @@ type Refusal struct {
 	Behind bool
 }
 
-// Waitable reports whether the request refused can wait for room until
-// deadline: behind others, or refused with room due before then (not a
-// closed budget with Redis down: nothing frees then). mayWait is the
-// node's rule of when a refused request may wait for room.
-func (br *Refusal) Waitable(deadline time.Time, mayWait func(concurrency bool, retryAfter time.Duration, deadline time.Time) bool) bool {
+// Waitable reports whether the request refused can wait for room with
+// left of its wait budget: behind others, or refused with room due before
+// it is spent (not a closed budget with Redis down: nothing frees then).
+// mayWait is the node's rule of when a refused request may wait for room.
+func (br *Refusal) Waitable(left time.Duration, mayWait func(concurrency bool, retryAfter, left time.Duration) bool) bool {
 	if br.Behind {
 		return true
 	}
 	if br.D.Degraded && br.On.closed {
 		return false
 	}
-	return mayWait(br.D.Limited == limiter.Concurrency, br.D.RetryAfter, deadline)
+	return mayWait(br.D.Limited == limiter.Concurrency, br.D.RetryAfter, left)
 }
 
 // take is what one request took of one budget.
@@ -114,7 +114,7 @@ func (h *Hold) Take(req *Request) (Refusal, bool) {
 	if !pb.limited() {
 		return Refusal{}, true
 	}
-	clock := pb.lines.cfg.Clock
+	clock := pb.lines.now
 	h.shadow = nil
 	for i, b := range [2]*Line{pb.up, pb.model(req.Model)} {
 		if b == nil {
@@ -152,7 +152,7 @@ func (h *Hold) Take(req *Request) (Refusal, bool) {
 
 // takeOn takes the request from budget b, its i-th.
 func (h *Hold) takeOn(b *Line, i int, req *Request) (lease.Ticket, lease.Decision) {
-	clock := h.pb.lines.cfg.Clock
+	clock := h.pb.lines.now
 	// A request counts once in a budget's demand, however many tries it
 	// takes: asked until it is cancelled there (refused by another
 	// limit, which then bounds it).
@@ -167,11 +167,11 @@ func (h *Hold) takeOn(b *Line, i int, req *Request) (lease.Ticket, lease.Decisio
 	h.asked[i] = true
 	if !d.Allowed && d.Renewal != nil {
 		// No block left and a grant on its way: worth a short wait.
-		timer := time.NewTimer(MaxRenewalWait)
+		timer := h.pb.lines.cfg.Clock.NewTimer(MaxRenewalWait)
 		select {
 		case <-d.Renewal:
 			tk, d = b.RetakeFor(clock(), req.Tokens, &f)
-		case <-timer.C:
+		case <-timer.Chan():
 		}
 		timer.Stop()
 	}
@@ -238,7 +238,7 @@ func (h *Hold) Cancel() {
 	if h.n == 0 {
 		return
 	}
-	now := h.pb.lines.cfg.Clock()
+	now := h.pb.lines.now()
 	for i := range h.n {
 		h.takes[i].b.Cancel(now, &h.takes[i].tk) // its ask too
 		h.asked[h.takes[i].which] = false

@@ -142,7 +142,7 @@ func (n *Node) End(t *Tenant, sp *Spill, reason string) {
 	if !sp.ending.CompareAndSwap(false, true) {
 		// Ending already (cooled, drained): at most an announcement, a
 		// fence and a report away.
-		waitClosed(sp.done, n.EndWait)
+		waitClosed(n.Clock, sp.done, n.EndWait)
 		return
 	}
 	defer close(sp.done)
@@ -188,7 +188,7 @@ func (n *Node) End(t *Tenant, sp *Spill, reason string) {
 	n.owned.Add(-1)
 	n.Phase("off")
 	n.Log.Info("spillover", "phase", "off", "tenant", t.Name, "reason", reason,
-		"spilled_ms", time.Since(sp.since).Milliseconds(), "unconfirmed", unconfirmed)
+		"spilled_ms", sp.clk.Since(sp.since).Milliseconds(), "unconfirmed", unconfirmed)
 }
 
 // chargeUnreported makes the limiter count what members that did not
@@ -197,7 +197,7 @@ func (n *Node) End(t *Tenant, sp *Spill, reason string) {
 // window: the limits reopen as it passes), and every free slot until their
 // spill has lapsed. A limiter handed over meanwhile gets it as a delta.
 func (n *Node) chargeUnreported(t *Tenant, used lease.Amount, fenceErr error) {
-	now := n.Clock()
+	now := n.now()
 	cfg := n.Limits()
 	u := t.Lim.Usage(now)
 	if fenceErr != nil {
@@ -236,7 +236,7 @@ func (n *Node) Leave(t *Tenant, sp *Spill, reason string) bool {
 		// again if its owner turns out alive (an "on" it takes).
 		t.Holder.EndEpoch(sp.Epoch)
 	}
-	t.Holder.LeftAt.Store(n.Clock()) // before the spill is gone: the router's answers-miss check sees one or the other
+	t.Holder.LeftAt.Store(n.now()) // before the spill is gone: the router's answers-miss check sees one or the other
 	t.Holder.CompareAndSwap(sp, nil)
 	sp.mu.Unlock()
 	sp.Line.Kick() // those waiting for the spill are decided again
@@ -245,7 +245,7 @@ func (n *Node) Leave(t *Tenant, sp *Spill, reason string) bool {
 		// The owner may be gone: the snapshot a fallback share would be
 		// seeded with does not hold what this node admitted on the spill
 		// lately. The share counts it itself.
-		chargeMirror(t.Ledger.Share(), sp.Mirror, n.Clock())
+		chargeMirror(t.Ledger.Share(), sp.Mirror, n.now())
 	}
 	if !was {
 		n.Leaser.Retire(sp.Key) // its slots held while its calls run

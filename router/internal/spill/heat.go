@@ -44,7 +44,7 @@ func (n *Node) Lapse(sp *Spill, ringOwner func() string) string {
 	switch u := sp.until.Load(); {
 	case u == abandonedUntil:
 		return "" // the abandon is leaving it
-	case n.Clock() > u:
+	case n.now() > u:
 		return "owner_silent"
 	case ringOwner() != sp.Owner:
 		return "owner_changed"

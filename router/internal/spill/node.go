@@ -6,6 +6,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/jonboulle/clockwork"
+
 	"github.com/ringgate/ringgate/config"
 	"github.com/ringgate/ringgate/lease"
 	"github.com/ringgate/ringgate/limiter"
@@ -18,7 +20,7 @@ import (
 // spill.
 type Node struct {
 	Self   string
-	Clock  func() int64 // the router's
+	Clock  clockwork.Clock // the node's: the spills' time and their waits
 	Leaser *lease.Leaser
 	Log    *slog.Logger
 	// Live is how many members share a budget.
@@ -71,13 +73,17 @@ func (n *Node) Owned() int32 { return n.owned.Load() }
 
 // Switchable reports whether no switch refused lately holds the next one
 // back (backoff).
-func (n *Node) Switchable() bool { return n.Clock() >= n.retryAt.Load() }
+func (n *Node) Switchable() bool { return n.now() >= n.retryAt.Load() }
+
+// now is the node's clock in Unix ns.
+func (n *Node) now() int64 { return n.Clock.Now().UnixNano() }
 
 // open makes the node's part of a spill; its budget is the leaser's.
 func (n *Node) open(tenant, owner string, epoch int64, limits limiter.Limits) *Spill {
 	cfg := n.Limits()
-	sp := &Spill{Owner: owner, Epoch: epoch, Key: budgetKey(tenant, epoch), since: time.Now(), Window: cfg.Window,
+	sp := &Spill{Owner: owner, Epoch: epoch, Key: budgetKey(tenant, epoch), clk: n.Clock, since: n.Clock.Now(), Window: cfg.Window,
 		Mirror: limiter.NewTenant(limiter.Limits{}, cfg.Window, cfg.SlotTTL)}
+	sp.Line.Clock = n.Clock
 	sp.Budget = n.Leaser.Budget(lease.Config{Key: sp.Key, Limits: limits, Window: cfg.Window,
 		Settles: true, OnStoreDown: lease.Share}, n.Live)
 	return sp
@@ -86,7 +92,7 @@ func (n *Node) open(tenant, owner string, epoch int64, limits limiter.Limits) *S
 // Own makes a spill of tenant this node owns, on limits, not started yet
 // (Start).
 func (n *Node) Own(tenant string, limits limiter.Limits) *Spill {
-	sp := n.open(tenant, n.Self, n.Clock(), limits)
+	sp := n.open(tenant, n.Self, n.now(), limits)
 	sp.ready, sp.done = make(chan struct{}), make(chan struct{})
 	sp.told = make(map[string]time.Time)
 	return sp
@@ -98,11 +104,11 @@ func (n *Node) Own(tenant string, limits limiter.Limits) *Spill {
 // (the limiter unsealed, the holder cleared, the budget dropped) and no
 // switch is tried for backoff.
 func (n *Node) Start(sp *Spill, t *Tenant, rate float64) bool {
-	s := t.Lim.Seal(n.Clock())
+	s := t.Lim.Seal(n.now())
 	sp.Budget.Seed(seed(s), slotsOf(s))
 	select {
 	case <-sp.Budget.Seeded():
-	case <-time.After(seedWait):
+	case <-n.Clock.After(seedWait):
 		sp.failed.Store(true)
 	}
 	if sp.failed.Load() {
@@ -114,7 +120,7 @@ func (n *Node) Start(sp *Spill, t *Tenant, rate float64) bool {
 		t.Holder.EndEpoch(sp.Epoch)
 		close(sp.ready)
 		n.Leaser.Drop(sp.Key)
-		n.retryAt.Store(n.Clock() + int64(backoff))
+		n.retryAt.Store(n.now() + int64(backoff))
 		n.Phase("refused")
 		n.Log.Warn("spillover", "phase", "refused", "tenant", t.Name, "rate", round1(rate), "reason", "store_unreachable")
 		return false
@@ -134,7 +140,7 @@ func (n *Node) Start(sp *Spill, t *Tenant, rate float64) bool {
 func (n *Node) Join(m Msg, h *Holder) (*Spill, bool) {
 	sp := n.open(m.Tenant, m.Owner, m.Epoch, m.Limits)
 	sp.done = make(chan struct{})
-	sp.until.Store(n.Clock() + int64(leaseTerm))
+	sp.until.Store(n.now() + int64(leaseTerm))
 	if !h.CompareAndSwap(nil, sp) {
 		n.Leaser.Drop(sp.Key)
 		return nil, false
@@ -146,7 +152,7 @@ func (n *Node) Join(m Msg, h *Holder) (*Spill, bool) {
 // Renew takes the owner's word again on a member: sp is served leaseTerm
 // more. It returns the arrivals since the owner last asked.
 func (n *Node) Renew(sp *Spill) int64 {
-	sp.until.Store(n.Clock() + int64(leaseTerm))
+	sp.until.Store(n.now() + int64(leaseTerm))
 	return sp.arrivals.Swap(0)
 }
 
@@ -156,7 +162,7 @@ func (sp *Spill) Arrivals() int64 { return sp.arrivals.Load() }
 // Lapsed reports whether the spill is over for this node: closed, or on a
 // member, not renewed by its owner in time.
 func (n *Node) Lapsed(sp *Spill) bool {
-	return sp.closed.Load() || sp.Owner != n.Self && n.Clock() > sp.until.Load()
+	return sp.closed.Load() || sp.Owner != n.Self && n.now() > sp.until.Load()
 }
 
 // OwnerReady is sp if it is the spill this node, self, the tenant's owner,
@@ -170,10 +176,10 @@ func OwnerReady(sp *Spill, self string) *Spill {
 	case <-sp.ready:
 	default:
 		// Starting: wait for Redis to hold the seed (or the switch to fail).
-		timer := time.NewTimer(seedWait + 50*time.Millisecond)
+		timer := sp.clk.NewTimer(seedWait + 50*time.Millisecond)
 		select {
 		case <-sp.ready:
-		case <-timer.C:
+		case <-timer.Chan():
 		}
 		timer.Stop()
 	}
@@ -188,7 +194,7 @@ func OwnerReady(sp *Spill, self string) *Spill {
 // share would start as if the window were spent: the owner serves
 // better).
 func (n *Node) Usable(sp *Spill, owner string) bool {
-	return sp != nil && sp.Owner == owner && !sp.closed.Load() && n.Clock() <= sp.until.Load() &&
+	return sp != nil && sp.Owner == owner && !sp.closed.Load() && n.now() <= sp.until.Load() &&
 		!sp.Budget.Degraded() && !sp.Budget.Fenced()
 }
 
@@ -205,7 +211,7 @@ func (n *Node) Abandon(sp *Spill, owner string, h *Holder) bool {
 	if u := sp.until.Load(); u == abandonedUntil || !sp.until.CompareAndSwap(u, abandonedUntil) {
 		return false // abandoned already, or renewed this instant: the next request sees it
 	}
-	h.AbandonedAt.Store(n.Clock())
+	h.AbandonedAt.Store(n.now())
 	return true
 }
 
@@ -217,13 +223,13 @@ func (n *Node) Take(sp *Spill, tokens int64, again bool, wait time.Duration) (le
 	if again {
 		take = sp.Budget.Retake // a waiting request: asked before
 	}
-	tk, d := take(n.Clock(), tokens)
+	tk, d := take(n.now(), tokens)
 	if !d.Allowed && d.Renewal != nil {
-		timer := time.NewTimer(wait)
+		timer := n.Clock.NewTimer(wait)
 		select {
 		case <-d.Renewal:
-			tk, d = sp.Budget.Retake(n.Clock(), tokens)
-		case <-timer.C:
+			tk, d = sp.Budget.Retake(n.now(), tokens)
+		case <-timer.Chan():
 		}
 		timer.Stop()
 	}
@@ -253,8 +259,8 @@ func (n *Node) View(sp *Spill) status.Spill {
 	if sp == nil || sp.failed.Load() || sp.closed.Load() {
 		return status.Spill{Mode: "owner"}
 	}
-	s := sp.Budget.Stats(n.Clock())
-	return status.Spill{Mode: "spill", Owner: sp.Owner, Budget: sp.Key, SinceMs: time.Since(sp.since).Milliseconds(),
+	s := sp.Budget.Stats(n.now())
+	return status.Spill{Mode: "spill", Owner: sp.Owner, Budget: sp.Key, SinceMs: sp.clk.Since(sp.since).Milliseconds(),
 		Blocks: s.Blocks, LeftReq: s.Left.Requests, LeftTok: s.Left.Tokens, SlotsHeld: s.SlotsHeld, SlotsUsed: s.SlotsUsed,
 		WindowReq: s.Used.Requests, WindowTok: s.Used.Tokens, Degraded: s.Degraded}
 }

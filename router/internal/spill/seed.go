@@ -77,7 +77,7 @@ func chargeMirror(lim, mirror *limiter.Tenant, now int64) {
 // call frees its slot, and what it settled above its reservation is
 // charged.
 func (n *Node) CarriedEnded(sp *Spill, ds []limiter.Delta) {
-	now := n.Clock()
+	now := n.now()
 	for _, d := range ds {
 		if d.Epoch == sp.Epoch && d.Epoch != 0 {
 			continue

@@ -40,6 +40,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/jonboulle/clockwork"
+
 	"github.com/ringgate/ringgate/lease"
 	"github.com/ringgate/ringgate/limiter"
 	"github.com/ringgate/ringgate/queue"
@@ -87,7 +89,8 @@ type Spill struct {
 	// Mirror is a limiter with no limits: it names each admission's
 	// buckets for the ledger.
 	Mirror *limiter.Tenant
-	Window time.Duration // the budget's
+	Window time.Duration   // the budget's
+	clk    clockwork.Clock // the node's: since, and the waits for its end
 	since  time.Time
 
 	// Owner: ready is closed once the budget holds the seed, or the
@@ -155,7 +158,7 @@ func (sp *Spill) RUnlock() { sp.mu.RUnlock() }
 
 // WaitDone waits, at most d, for the spill's end (on its owner) or leave
 // (on a member) to be over, and reports whether it is.
-func (sp *Spill) WaitDone(d time.Duration) bool { return waitClosed(sp.done, d) }
+func (sp *Spill) WaitDone(d time.Duration) bool { return waitClosed(sp.clk, sp.done, d) }
 
 // Told is when this node, its owner, last told node of the spill; zero if
 // never, or once node confirmed its end.
@@ -174,13 +177,13 @@ func isClosed(c chan struct{}) bool {
 	}
 }
 
-func waitClosed(c chan struct{}, d time.Duration) bool {
-	timer := time.NewTimer(d)
+func waitClosed(clk clockwork.Clock, c chan struct{}, d time.Duration) bool {
+	timer := clk.NewTimer(d)
 	defer timer.Stop()
 	select {
 	case <-c:
 		return true
-	case <-timer.C:
+	case <-timer.Chan():
 		return false
 	}
 }
