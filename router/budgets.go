@@ -23,29 +23,39 @@ type budgetTake struct {
 	tk lease.Ticket
 }
 
-// maxRenewalWait bounds how long a request whose budget has no block left
-// waits for a grant in flight.
-const maxRenewalWait = provider.MaxRenewalWait
-
 // Where a queued request waits: a provider budget's line (provider.At
 // says how it goes from one to another, and from the others), its
 // tenant's line, where it waits for its own limits, or a level's.
 type stage uint8
 
 const (
-	notQueued      = stage(provider.NotInLine)
-	inUpstreamLine = stage(provider.InUpstreamLine)
-	inModelLine    = stage(provider.InModelLine)
-	inTenantLine   = stage(iota) // after the provider's lines
-	inLevelLine                  // a level of the tenant's limits: its model's, its team's (levels.go)
+	notQueued      stage = iota
+	inUpstreamLine       // provider.InUpstreamLine
+	inModelLine          // provider.InModelLine
+	inTenantLine         // after the provider's lines
+	inLevelLine          // a level of the tenant's limits: its model's, its team's (levels.go)
 )
 
 // budgetAt is where the call waits among its provider's lines.
 func (s stage) budgetAt() provider.At {
-	if s == inUpstreamLine || s == inModelLine {
-		return provider.At(s)
+	switch s {
+	case inUpstreamLine:
+		return provider.InUpstreamLine
+	case inModelLine:
+		return provider.InModelLine
 	}
 	return provider.NotInLine
+}
+
+// stageOf is the stage of a provider's line.
+func stageOf(a provider.At) stage {
+	switch a {
+	case provider.InUpstreamLine:
+		return inUpstreamLine
+	case provider.InModelLine:
+		return inModelLine
+	}
+	return notQueued
 }
 
 // budgetRequest is the call as its provider's budgets read it: its

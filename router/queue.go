@@ -255,7 +255,7 @@ func (r *Router) newWaiter(st *state, c *call, first *limiter.Decision, on *prov
 	}
 	switch {
 	case on != nil:
-		w.budget, w.at, w.line, w.flow = *on, stage(on.At), on.On.Queue(), c.budgetFlow(on)
+		w.budget, w.at, w.line, w.flow = *on, stageOf(on.At), on.On.Queue(), c.budgetFlow(on)
 	case c.refusedLevel > 0 && c.levelLine(c.refusedLevel-1) != nil:
 		w.lvl = c.refusedLevel - 1
 		w.at, w.line = inLevelLine, c.levelLine(w.lvl)
@@ -294,7 +294,7 @@ func (w *waiter) wait(ctx *fasthttp.RequestCtx) error {
 		case toLevelLine:
 			w.at, w.lvl, w.line, w.flow = inLevelLine, w.next, c.levelLine(w.next), queue.Flow{}
 		default:
-			w.at, w.line, w.flow = stage(w.budget.At), w.budget.On.Queue(), c.budgetFlow(&w.budget)
+			w.at, w.line, w.flow = stageOf(w.budget.At), w.budget.On.Queue(), c.budgetFlow(&w.budget)
 		}
 		w.notBefore = time.Time{}
 	}
@@ -429,7 +429,7 @@ func (w *waiter) budgetRefused() (bool, time.Duration) {
 	case !br.Waitable(w.r.clk.Until(w.deadline), mayWait):
 		w.out = refusedByBudget
 		return true, -1
-	case stage(br.At) != w.at:
+	case stageOf(br.At) != w.at:
 		w.out = toBudgetLine
 		return true, -1
 	case br.D.Limited == limiter.Concurrency:

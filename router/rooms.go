@@ -3,6 +3,7 @@ package router
 import (
 	"github.com/ringgate/ringgate/admit"
 	"github.com/ringgate/ringgate/limiter"
+	"github.com/ringgate/ringgate/router/internal/provider"
 	"github.com/ringgate/ringgate/router/internal/spill"
 )
 
@@ -131,7 +132,7 @@ func (sr *spillRoom) Take() admit.Verdict {
 	if r.spillover.Lapsed(sp) {
 		return admit.Moved
 	}
-	tk, bd := r.spillover.Take(sp, int64(c.res.Total), c.at != notQueued, maxRenewalWait)
+	tk, bd := r.spillover.Take(sp, int64(c.res.Total), c.at != notQueued, provider.MaxRenewalWait)
 	if bd.Allowed {
 		c.spill = budgetTake{b: sp.Budget, tk: tk}
 	}
