@@ -11,6 +11,7 @@ import (
 	"github.com/ringgate/ringgate/config"
 	"github.com/ringgate/ringgate/router/internal/admin"
 	"github.com/ringgate/ringgate/router/internal/status"
+	"github.com/ringgate/ringgate/router/internal/tenant"
 )
 
 // serveAdmin answers the admin endpoints (package admin), with a handler
@@ -21,7 +22,7 @@ func (r *Router) serveAdmin(ctx *fasthttp.RequestCtx) {
 			Node:    r.node,
 			Source:  adminSource{r},
 			Peers:   adminPeers{r},
-			Token:   func() string { return r.state.Load().cfg.Admin.Token },
+			Token:   func() string { return r.state.Load().Cfg.Admin.Token },
 			Life:    func() (bool, bool) { return r.life.draining.Load(), r.life.ready.Load() },
 			Reload:  r.reload,
 			Metrics: r.metrics.Reg,
@@ -47,7 +48,7 @@ func (r *Router) clusterView() status.Cluster {
 		if r.life.draining.Load() {
 			st = "draining"
 		}
-		cv.Members = []Member{{Name: r.node, Addr: r.state.Load().cfg.Node.Listen, State: st, ConfigVersion: cv.ConfigVersion}}
+		cv.Members = []Member{{Name: r.node, Addr: r.state.Load().Cfg.Node.Listen, State: st, ConfigVersion: cv.ConfigVersion}}
 		return cv
 	}
 	cv.RingVersion, cv.Members = v.version(), v.members
@@ -82,21 +83,14 @@ func (r *Router) reload(trigger string) (res ReloadResult, ok bool) {
 }
 
 // Config is the config in force (read only).
-func (r *Router) Config() *config.Config { return r.state.Load().cfg }
+func (r *Router) Config() *config.Config { return r.state.Load().Cfg }
 
 // ConfigVersion is the version of the config in force.
-func (r *Router) ConfigVersion() string { return r.state.Load().version }
+func (r *Router) ConfigVersion() string { return r.state.Load().Version }
 
 // NoteReload records the outcome of a reload for /cluster.
 func (r *Router) NoteReload(res ReloadResult) {
 	r.reloads.last.Store(&res)
-}
-
-func (t *tenant) mode() string {
-	if t.shadow {
-		return config.ModeShadow
-	}
-	return config.ModeEnforce
 }
 
 // adminSource is the router's own state as the admin endpoints show it
@@ -109,16 +103,16 @@ func (s adminSource) Upstreams() status.Upstreams { return s.r.upstreamsView() }
 func (s adminSource) Team(name string) (string, func(owner, ownerError string) status.Team, bool) {
 	r := s.r
 	st := r.state.Load()
-	e := st.byName[teamEntity(name)]
-	if e == nil || e.kind != kindTeam || strings.Contains(name, "/") {
+	e := st.ByName[tenant.TeamEntity(name)]
+	if e == nil || e.Kind != tenant.KindTeam || strings.Contains(name, "/") {
 		return "", nil, false
 	}
-	return e.name, func(owner, ownerError string) status.Team {
+	return e.Name, func(owner, ownerError string) status.Team {
 		now := r.clock()
-		tv := status.Team{Name: name, Owner: owner, Node: r.node, OwnerError: ownerError, Window: st.cfg.Limits.Window.String(), Mode: e.mode(),
-			Usage: status.UsageOf(e.usage(now)), Tenants: make(map[string]status.Usage, len(e.members))}
-		for _, m := range e.members {
-			tv.Tenants[m.name] = status.UsageOf(m.usage(now))
+		tv := status.Team{Name: name, Owner: owner, Node: r.node, OwnerError: ownerError, Window: st.Cfg.Limits.Window.String(), Mode: e.Mode(),
+			Usage: status.UsageOf(e.Usage(now)), Tenants: make(map[string]status.Usage, len(e.Members))}
+		for _, m := range e.Members {
+			tv.Tenants[m.Name] = status.UsageOf(m.Usage(now))
 		}
 		return tv
 	}, true
@@ -127,20 +121,20 @@ func (s adminSource) Team(name string) (string, func(owner, ownerError string) s
 func (s adminSource) Tenant(name string) (string, func(owner, ownerError string) status.Tenant, bool) {
 	r := s.r
 	st := r.state.Load()
-	t := st.byName[name]
-	if t == nil || t.kind != kindTenant {
+	t := st.ByName[name]
+	if t == nil || t.Kind != tenant.KindTenant {
 		return "", nil, false
 	}
-	return t.name, func(owner, ownerError string) status.Tenant {
-		u := t.usage(r.clock())
-		q := status.QueueOf(t.ownLines()...)
+	return t.Name, func(owner, ownerError string) status.Tenant {
+		u := t.Usage(r.clock())
+		q := status.QueueOf(t.OwnLines()...)
 		return status.Tenant{
-			Name:       t.name,
+			Name:       t.Name,
 			Owner:      owner,
 			Node:       r.node,
 			OwnerError: ownerError,
-			Priority:   t.priority,
-			Window:     st.cfg.Limits.Window.String(),
+			Priority:   t.Priority,
+			Window:     st.Cfg.Limits.Window.String(),
 			Requests:   status.Dimension{Used: u.Requests, Limit: max(u.Limits.Requests, 0)},
 			Tokens:     status.Dimension{Used: u.Tokens, Limit: max(u.Limits.Tokens, 0)},
 			InFlight:   status.Dimension{Used: u.InFlight, Limit: max(u.Limits.Concurrency, 0)},
@@ -149,26 +143,26 @@ func (s adminSource) Tenant(name string) (string, func(owner, ownerError string)
 			Spillover:  r.spillView(t),
 			Team:       strings.TrimPrefix(teamName(t), "team/"),
 			ModelLimits: func() map[string]status.Usage {
-				if t.models == nil {
+				if t.Models == nil {
 					return nil
 				}
-				out := make(map[string]status.Usage, len(t.models))
-				for model, e := range t.models {
-					out[model] = status.UsageOf(e.usage(r.clock()))
+				out := make(map[string]status.Usage, len(t.Models))
+				for model, e := range t.Models {
+					out[model] = status.UsageOf(e.Usage(r.clock()))
 				}
 				return out
 			}(),
-			Mode: t.mode(),
+			Mode: t.Mode(),
 		}
 	}, true
 }
 
 // teamName is the entity name of t's team, "" for none.
-func teamName(t *tenant) string {
-	if t.team == nil {
+func teamName(t *tenant.Tenant) string {
+	if t.Team == nil {
 		return ""
 	}
-	return t.team.name
+	return t.Team.Name
 }
 
 // adminPeers is the cluster as the admin endpoints reach it

@@ -63,7 +63,7 @@ func stageOf(a provider.At) stage {
 // request.
 func (c *call) budgetRequest() provider.Request {
 	return provider.Request{Model: c.req.Model, Tokens: provider.Tokens(c.res.Prompt, c.res.Completion, c.req.MaxTokens, c.req.Choices),
-		Tenant: c.t.name, Limits: c.t.limits, Band: c.class, At: c.at.budgetAt()}
+		Tenant: c.t.Name, Limits: c.t.Limits, Band: c.class, At: c.at.budgetAt()}
 }
 
 // budgetFlow is the call's flow in the line of the budget that refused it
@@ -122,5 +122,5 @@ func refuseBudget(ctx *fasthttp.RequestCtx, d *lease.Decision, what string) {
 // learnProvider passes what the provider's answer says of its limits to
 // the budget they are about (provider.Budgets.Learn).
 func (r *Router) learnProvider(c *call, h *fasthttp.ResponseHeader, status int) {
-	r.state.Load().budgets[c.prov].Learn(c.prov.Kind, c.req.Model, h, status)
+	r.state.Load().Budgets[c.prov].Learn(c.prov.Kind, c.req.Model, h, status)
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/ringgate/ringgate/config"
 	"github.com/ringgate/ringgate/fakeupstream"
 	"github.com/ringgate/ringgate/ring"
+	"github.com/ringgate/ringgate/router/internal/tenant"
 )
 
 // someDay is where the tests' fake clocks start: far from the wall
@@ -64,7 +65,7 @@ func TestWaitIdleOnTheNodesClock(t *testing.T) {
 func TestQueueWaitOnTheNodesClock(t *testing.T) {
 	clk := clockwork.NewFakeClockAt(someDay)
 	r, tn := clockedTenant(t, clk, "127.0.0.1:1", config.Tenant{Concurrency: 1})
-	if _, d := tn.c().lim.Admit(r.clock(), 1); !d.Allowed { // a call in flight holds the one slot
+	if _, d := tn.Core().Lim.Admit(r.clock(), 1); !d.Allowed { // a call in flight holds the one slot
 		t.Fatalf("the first call was refused: %+v", d)
 	}
 	status := sendWhenQueued(t, r, tn)
@@ -82,7 +83,7 @@ func TestRateWaitOnTheNodesClock(t *testing.T) {
 	clk := clockwork.NewFakeClockAt(someDay)
 	_, upAddr := startFake(t, fakeupstream.Options{CompletionMin: 5, CompletionMax: 5})
 	r, tn := clockedTenant(t, clk, upAddr, config.Tenant{RPM: 1})
-	if _, d := tn.c().lim.Admit(r.clock(), 1); !d.Allowed { // the window's one request
+	if _, d := tn.Core().Lim.Admit(r.clock(), 1); !d.Allowed { // the window's one request
 		t.Fatalf("the first call was refused: %+v", d)
 	}
 	status := sendWhenQueued(t, r, tn)
@@ -95,7 +96,7 @@ func TestRateWaitOnTheNodesClock(t *testing.T) {
 // clockedTenant is a standalone router on clk, owning tenant "acme" (key
 // "k", interactive, a five-minute wait, the limits of lim) on the upstream
 // at upAddr.
-func clockedTenant(t *testing.T, clk clockwork.Clock, upAddr string, lim config.Tenant) (*Router, *tenant) {
+func clockedTenant(t *testing.T, clk clockwork.Clock, upAddr string, lim config.Tenant) (*Router, *tenant.Tenant) {
 	t.Helper()
 	r, cfg := testRouter(t, Options{Clock: clk})
 	cfg.Upstreams[0].BaseURL = "http://" + upAddr
@@ -106,13 +107,13 @@ func clockedTenant(t *testing.T, clk clockwork.Clock, upAddr string, lim config.
 		t.Fatal(err)
 	}
 	r.SetView(View{Ring: ring.New(1, []string{"t"}), Members: []Member{{Name: "t", Addr: "127.0.0.1:1", State: "active"}}})
-	return r, r.state.Load().byName["acme"]
+	return r, r.state.Load().ByName["acme"]
 }
 
 // sendWhenQueued serves r and sends a chat completion for tn's key; it
 // returns once the request waits in tn's line, and the status comes on
 // the channel (0: no answer within 10 s).
-func sendWhenQueued(t *testing.T, r *Router, tn *tenant) <-chan int {
+func sendWhenQueued(t *testing.T, r *Router, tn *tenant.Tenant) <-chan int {
 	t.Helper()
 	addr := serveRouter(t, r)
 	status := make(chan int, 1)
@@ -128,7 +129,7 @@ func sendWhenQueued(t *testing.T, r *Router, tn *tenant) <-chan int {
 		resp.Body.Close()
 		status <- resp.StatusCode
 	}()
-	for deadline := time.Now().Add(10 * time.Second); tn.c().queue.Waiting() == 0; time.Sleep(time.Millisecond) {
+	for deadline := time.Now().Add(10 * time.Second); tn.Core().Queue.Waiting() == 0; time.Sleep(time.Millisecond) {
 		if time.Now().After(deadline) {
 			t.Fatal("the request never waited in its tenant's line")
 		}

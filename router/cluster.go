@@ -67,7 +67,7 @@ func (r *Router) SetView(v View) {
 	}
 	r.noteDeparted(old, nv)
 	if old == nil || membersLeft(old, nv) {
-		for _, t := range r.state.Load().byName {
+		for _, t := range r.state.Load().ByName {
 			r.dropGoneSlots(t, nv)
 		}
 	}
@@ -139,12 +139,12 @@ func (r *Router) trackOwnership(v *view) {
 		// on empty windows as a "recent owner" once its ring arrives.
 		return
 	}
-	for name, t := range r.state.Load().byName {
+	for name, t := range r.state.Load().ByName {
 		if o := v.owner(name); o == "" || o == r.node {
-			t.ownedUntil.Store(ownedNow)
-		} else if t.ownedUntil.CompareAndSwap(ownedNow, now) {
-			if c := t.peek(); c != nil {
-				c.queue.Kick() // those waiting here are decided by the new owner
+			t.OwnedUntil.Store(ownedNow)
+		} else if t.OwnedUntil.CompareAndSwap(ownedNow, now) {
+			if c := t.Peek(); c != nil {
+				c.Queue.Kick() // those waiting here are decided by the new owner
 			}
 		}
 	}

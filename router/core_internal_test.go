@@ -17,8 +17,8 @@ import (
 
 // made counts the tenants of the state in force whose core was made.
 func made(r *Router) (n int, names []string) {
-	for name, t := range r.state.Load().byName {
-		if t.peek() != nil {
+	for name, t := range r.state.Load().ByName {
+		if t.Peek() != nil {
 			n++
 			names = append(names, name)
 		}
@@ -84,23 +84,23 @@ func TestCoreMadeAfterReloadTakesItsConfig(t *testing.T) {
 	if err := r.Reload(cfg); err != nil {
 		t.Fatal(err)
 	}
-	before := r.state.Load().byName["a"] // held by a request in flight
+	before := r.state.Load().ByName["a"] // held by a request in flight
 	cfg.Tenants[0].RPM, cfg.Tenants[0].Concurrency = 20, 3
 	cfg.Limits.Window = 2 * cfg.Limits.Window
 	if err := r.Reload(cfg); err != nil {
 		t.Fatal(err)
 	}
-	lim := before.c().lim
+	lim := before.Core().Lim
 	if got, want := lim.Limits(), (limiter.Limits{Requests: 20, Tokens: 1000, Concurrency: 3}); got != want {
 		t.Errorf("core made through the old struct has limits %+v, want the reload's %+v", got, want)
 	}
 	if got := lim.Window(); got != cfg.Limits.Window {
 		t.Errorf("core made through the old struct counts over %v, want the reload's %v", got, cfg.Limits.Window)
 	}
-	if got := before.c().fb.Share().Window(); got != cfg.Limits.Window {
+	if got := before.Core().Fb.Share().Window(); got != cfg.Limits.Window {
 		t.Errorf("its fallback share counts over %v, want %v", got, cfg.Limits.Window)
 	}
-	if r.state.Load().byName["a"].c() != before.c() {
+	if r.state.Load().ByName["a"].Core() != before.Core() {
 		t.Error("the old and the new struct count on different cores")
 	}
 	// And a reload after the core was made reaches it.
@@ -248,8 +248,8 @@ func TestTeamCallMakesNoMemberCores(t *testing.T) {
 	if err := r.Reload(cfg); err != nil {
 		t.Fatal(err)
 	}
-	c := &call{t: r.state.Load().byName["t0007"]}
-	c.lim = c.t.c().lim
+	c := &call{t: r.state.Load().ByName["t0007"]}
+	c.lim = c.t.Core().Lim
 	r.setLevels(c)
 	now := r.clock()
 	for i := range c.nLevels {

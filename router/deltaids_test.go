@@ -92,9 +92,9 @@ func newDeltaPair(t *testing.T) *deltaPair {
 func TestFallbackReportSentTwiceCountsOnce(t *testing.T) {
 	p := newDeltaPair(t)
 	p.late.Store(1)
-	te := p.edge.state.Load().byName["acme"]
+	te := p.edge.state.Load().ByName["acme"]
 	admit := func() (limiter.Ticket, *away.Entry) {
-		tk, d := te.c().fb.Share().Admit(p.edge.clock(), 10)
+		tk, d := te.Core().Fb.Share().Admit(p.edge.clock(), 10)
 		if !d.Allowed {
 			t.Fatalf("fallback share refused: %+v", d)
 		}
@@ -113,21 +113,21 @@ func TestFallbackReportSentTwiceCountsOnce(t *testing.T) {
 	}
 	// One call ends while its admission is unconfirmed.
 	fin := limiter.FinishDelta(&tks[0], 10)
-	te.c().fb.Share().Finish(p.edge.clock(), &tks[0], 10)
+	te.Core().Fb.Share().Finish(p.edge.clock(), &tks[0], 10)
 	p.edge.fallbackFinished(te, es[0], fin)
 
 	// The episode ends: the ledger is reported again.
 	if !poll(5*time.Second, func() bool {
 		p.edge.reportFallback(te)
-		return te.c().fb.Delivered()
+		return te.Core().Fb.Delivered()
 	}) {
 		t.Fatal("the ledger was never delivered")
 	}
 	if c := p.calls.Load(); c < 2 {
 		t.Fatalf("owner served %d delta calls, want the report sent again", c)
 	}
-	to := p.owner.state.Load().byName["acme"]
-	u := to.c().lim.Usage(p.owner.clock())
+	to := p.owner.state.Load().ByName["acme"]
+	u := to.Core().Lim.Usage(p.owner.clock())
 	if u.Requests != n || u.InFlight != n-1 {
 		t.Errorf("owner counts %d requests and %d in flight, want %d and %d (each admission and release once)", u.Requests, u.InFlight, n, n-1)
 	}
@@ -154,22 +154,22 @@ func poll(d time.Duration, cond func() bool) bool {
 // "still counts 1 slots in flight after every call ended").
 func TestReleaseDeltaSentAgainUntilTaken(t *testing.T) {
 	p := newDeltaPair(t)
-	te := p.edge.state.Load().byName["acme"]
-	to := p.owner.state.Load().byName["acme"]
+	te := p.edge.state.Load().ByName["acme"]
+	to := p.owner.state.Load().ByName["acme"]
 	now := p.edge.clock()
 	// A call admitted on the edge while it had the tenant, running there
 	// since the owner took the tenant over: a slot of the edge's.
-	tk := te.c().lim.Tally(now, 10)
-	to.c().lim.ApplyFrom(p.owner.clock(), "edge", limiter.DeltaOf(&tk))
-	if u := to.c().lim.Usage(p.owner.clock()); u.InFlight != 1 {
+	tk := te.Core().Lim.Tally(now, 10)
+	to.Core().Lim.ApplyFrom(p.owner.clock(), "edge", limiter.DeltaOf(&tk))
+	if u := to.Core().Lim.Usage(p.owner.clock()); u.InFlight != 1 {
 		t.Fatalf("owner counts %d in flight, want the edge's call", u.InFlight)
 	}
 	p.refuse.Store(2)
 	p.edge.reportDelta(te, limiter.FinishDelta(&tk, 10)) // the call ends
-	if !poll(5*time.Second, func() bool { return to.c().lim.Usage(p.owner.clock()).InFlight == 0 }) {
+	if !poll(5*time.Second, func() bool { return to.Core().Lim.Usage(p.owner.clock()).InFlight == 0 }) {
 		t.Fatalf("the release never reached the owner (%d delta calls): its slot is held until slot_ttl", p.calls.Load())
 	}
-	if u := to.c().lim.Usage(p.owner.clock()); u.Requests != 1 || u.Tokens != 10 {
+	if u := to.Core().Lim.Usage(p.owner.clock()); u.Requests != 1 || u.Tokens != 10 {
 		t.Errorf("owner counts %d requests, %d tokens, want 1 and 10 (the release applied once)", u.Requests, u.Tokens)
 	}
 }
@@ -184,10 +184,10 @@ func TestDeltaRetriesBounded(t *testing.T) {
 		{Name: "owner", Addr: closedPort(t), State: "active"},
 	}}
 	p.edge.SetView(dead)
-	te := p.edge.state.Load().byName["acme"]
+	te := p.edge.state.Load().ByName["acme"]
 	const extra = 40
 	for range away.MaxRetries + extra {
-		tk := te.c().lim.Tally(p.edge.clock(), 1)
+		tk := te.Core().Lim.Tally(p.edge.clock(), 1)
 		p.edge.reportDelta(te, limiter.FinishDelta(&tk, 1))
 	}
 	dropped := func() float64 {

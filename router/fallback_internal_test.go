@@ -28,7 +28,7 @@ func TestFallbackFlappingSeedsOnce(t *testing.T) {
 	if err := r.Reload(cfg); err != nil {
 		t.Fatal(err)
 	}
-	tn := r.state.Load().byName["a"]
+	tn := r.state.Load().ByName["a"]
 	const members = 3
 	v := &view{live: members}
 

@@ -15,13 +15,14 @@ import (
 	"github.com/ringgate/ringgate/router/internal/hop"
 	"github.com/ringgate/ringgate/router/internal/hopsign"
 	"github.com/ringgate/ringgate/router/internal/metrics"
+	"github.com/ringgate/ringgate/router/internal/tenant"
 )
 
 // toOwner hands the client's request to the tenant's owner and relays the
 // answer. handled is false when the owner could not be reached before any of
 // the request left this node; the caller then enforces the strict local share.
 // streaming is true when a relayed stream finishes later (and calls done).
-func (r *Router) toOwner(ctx *fasthttp.RequestCtx, v *view, owner string, t *tenant, hops int) (handled, streaming bool) {
+func (r *Router) toOwner(ctx *fasthttp.RequestCtx, v *view, owner string, t *tenant.Tenant, hops int) (handled, streaming bool) {
 	addr := v.addrs[owner]
 	if addr == "" || !r.hops.Enabled() {
 		return false, false
@@ -62,7 +63,7 @@ func (r *Router) toOwner(ctx *fasthttp.RequestCtx, v *view, owner string, t *ten
 		// The owner took the request and then failed: it may have admitted
 		// it, so it is not retried here.
 		r.metrics.HopEnded(metrics.HopFailed, took)
-		r.log.Warn("forward", "tenant", t.name, "owner", owner, "error", err.Error())
+		r.log.Warn("forward", "tenant", t.Name, "owner", owner, "error", err.Error())
 		fail(ctx, fasthttp.StatusBadGateway, "server_error", "owner_failed",
 			fmt.Sprintf("The node enforcing this tenant's limits (%s) failed mid-request; retry.", owner))
 		return true, false
@@ -157,13 +158,13 @@ var connHeaders = [][]byte{
 // of each limit (limit / live members, rounded down), and whether anything
 // fits at all: a limit smaller than the member count leaves this node a share
 // of zero, and admitting even one would risk the promise.
-func (r *Router) fallbackLimiter(t *tenant, v *view, owner string) (*limiter.Tenant, bool) {
+func (r *Router) fallbackLimiter(t *tenant.Tenant, v *view, owner string) (*limiter.Tenant, bool) {
 	n := int64(1)
 	if v != nil {
 		n = int64(v.live)
 	}
-	l, open := away.ShareOf(t.limits, n)
-	fl := t.c().fb.Share()
+	l, open := away.ShareOf(t.Limits, n)
+	fl := t.Core().Fb.Share()
 	if open {
 		// The owner keeps to what this share leaves it (away.Unreachables);
 		// a closed share admits nothing and leaves it all.
@@ -171,33 +172,33 @@ func (r *Router) fallbackLimiter(t *tenant, v *view, owner string) (*limiter.Ten
 		// Never store a -1 share: the limiter reads <= 0 as "no limit".
 		fl.SetLimits(l)
 	}
-	if !t.falling() {
+	if !t.Falling() {
 		// The first request of an episode seeds the share with the owner's
 		// recent usage; the others wait for it rather than admit blind.
-		t.c().fallbackMu.Lock()
-		if !t.falling() {
+		t.Core().FallbackMu.Lock()
+		if !t.Falling() {
 			seeded := r.seedFallback(t, n, owner)
-			c := t.c()
-			again := c.fb.SetOwner(owner)
+			c := t.Core()
+			again := c.Fb.SetOwner(owner)
 			// An owner that answers now and then restarts the episode
 			// at each failure: its restarts are logged once a second.
 			log, muted := true, int64(0)
 			if again {
-				log, muted = c.fbStartLog.allow(r.clock(), fallbackLogEvery)
+				log, muted = c.FbStartLog.Allow(r.clock(), fallbackLogEvery)
 			} else {
-				c.fbStartLog.Last.Store(r.clock())
-				c.fbStartLog.Mute.Store(0)
+				c.FbStartLog.Last.Store(r.clock())
+				c.FbStartLog.Mute.Store(0)
 			}
-			c.fbLogged.Store(log) // read by the episode's end (endFallback)
-			t.c().inFallback.Store(true)
+			c.FbLogged.Store(log) // read by the episode's end (endFallback)
+			t.Core().InFallback.Store(true)
 			r.metrics.FallbackEpisodes.Inc()
 			if log {
-				r.log.Warn("fallback", "phase", "start", "tenant", t.name, "owner", owner, "members", n,
+				r.log.Warn("fallback", "phase", "start", "tenant", t.Name, "owner", owner, "members", n,
 					"share_rpm", l.Requests, "share_tpm", l.Tokens, "share_concurrency", l.Concurrency, "seeded", seeded,
 					"restarts_not_logged", muted)
 			}
 		}
-		t.c().fallbackMu.Unlock()
+		t.Core().FallbackMu.Unlock()
 	}
 	return fl, open
 }
@@ -220,15 +221,15 @@ func (r *Router) fallbackLimiter(t *tenant, v *view, owner string) (*limiter.Ten
 // (limiter.Replace): an owner that answers now and then restarts the
 // episode at each failure, and the seeds of the restarts describe the same
 // usage, which piled up would spend the share for a window.
-func (r *Router) seedFallback(t *tenant, n int64, owner string) string {
-	c := t.c()
+func (r *Router) seedFallback(t *tenant.Tenant, n int64, owner string) string {
+	c := t.Core()
 	now := r.clock()
-	fl := c.fb.Share()
-	scratch := limiter.NewTenant(fl.Limits(), fl.Window(), c.fb.SlotTTL())
+	fl := c.Fb.Share()
+	scratch := limiter.NewTenant(fl.Limits(), fl.Window(), c.Fb.SlotTTL())
 	how := ""
-	abandoned := c.spill.AbandonedAt.Load() > now-int64(c.lim.Window())
+	abandoned := c.Spill.AbandonedAt.Load() > now-int64(c.Lim.Window())
 	if seed := r.moving.fallbackSeed.Load(); seed != nil && !abandoned {
-		if st, ok := (*seed)(t.name); ok {
+		if st, ok := (*seed)(t.Name); ok {
 			// The gap is charged again up to now even when the snapshot
 			// is the one the last episode used: an owner that answered
 			// in between admitted on the connections that reached it,
@@ -244,7 +245,7 @@ func (r *Router) seedFallback(t *tenant, n int64, owner string) string {
 		how = r.seedFromAnswers(scratch, t, n, abandoned)
 	}
 	seed := scratch.Export(now)
-	last := c.fb.SwapSeed(owner, seed)
+	last := c.Fb.SwapSeed(owner, seed)
 	fl.Replace(now, last, seed)
 	return how
 }
@@ -263,18 +264,18 @@ func (r *Router) SetFallbackSeed(seed func(tenant string) (limiter.State, bool))
 // ends its levels' (levels.go): the owner that answers for the tenant owns
 // them too, and a level's episode left open would not be seeded afresh
 // when the owner next goes silent.
-func (r *Router) endFallback(t *tenant, owner string) {
-	if t.falling() && t.c().inFallback.CompareAndSwap(true, false) {
-		if t.c().fbLogged.Load() {
-			r.log.Info("fallback", "phase", "end", "tenant", t.name, "owner", owner)
+func (r *Router) endFallback(t *tenant.Tenant, owner string) {
+	if t.Falling() && t.Core().InFallback.CompareAndSwap(true, false) {
+		if t.Core().FbLogged.Load() {
+			r.log.Info("fallback", "phase", "end", "tenant", t.Name, "owner", owner)
 		}
-		t.c().fbQueue.Kick() // those waiting on the share go to the owner
+		t.Core().FbQueue.Kick() // those waiting on the share go to the owner
 		r.reportFallback(t)
 	}
-	if t.team != nil {
-		r.endFallback(t.team, owner)
+	if t.Team != nil {
+		r.endFallback(t.Team, owner)
 	}
-	for _, e := range t.models {
+	for _, e := range t.Models {
 		r.endFallback(e, owner)
 	}
 }

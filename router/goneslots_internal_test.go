@@ -30,21 +30,21 @@ func TestSlotFromGoneNodeDropped(t *testing.T) {
 		{Name: "t", Addr: "127.0.0.1:2", State: "active"}}})
 	r.SetView(View{Ring: ring.New(1, []string{"t"}), Members: []Member{ // "gone" left (found dead)
 		{Name: "b", Addr: "127.0.0.1:1", State: "active"}, {Name: "t", Addr: "127.0.0.1:2", State: "active"}}})
-	tn := r.state.Load().byName["acme"]
+	tn := r.state.Load().ByName["acme"]
 	now := r.clock()
 	mirror := limiter.NewTenant(limiter.Limits{}, cfg.Limits.Window, cfg.Limits.SlotTTL)
 	tk, _ := mirror.Admit(now, 10)
 	d := limiter.DeltaOf(&tk)
 	r.applyOnce(tn, now, "b", []limiter.Delta{d}) // b is a member: its call holds a slot
-	if got := tn.c().lim.Usage(now).InFlight; got != 1 {
+	if got := tn.Core().Lim.Usage(now).InFlight; got != 1 {
 		t.Fatalf("a member's call: %d in flight, want 1", got)
 	}
 	tk2, _ := mirror.Admit(now, 10)
 	r.applyOnce(tn, now, "gone", []limiter.Delta{limiter.DeltaOf(&tk2)}) // not in the view
-	if got := tn.c().lim.Usage(now).InFlight; got != 1 {
+	if got := tn.Core().Lim.Usage(now).InFlight; got != 1 {
 		t.Errorf("after a report from a node gone from the view: %d in flight, want 1 (only the member's)", got)
 	}
-	if u := tn.c().lim.Usage(now); u.Requests != 2 {
+	if u := tn.Core().Lim.Usage(now); u.Requests != 2 {
 		t.Errorf("%d requests counted, want both reports' (a gone node's admission still counts)", u.Requests)
 	}
 	// A node this one has not heard of yet (it joined a moment ago and
@@ -53,7 +53,7 @@ func TestSlotFromGoneNodeDropped(t *testing.T) {
 	// of it, and held one slot for good (two scale-ups in a row, in CI).
 	tk3, _ := mirror.Admit(now, 10)
 	r.applyOnce(tn, now, "unseen", []limiter.Delta{limiter.DeltaOf(&tk3)})
-	if got := tn.c().lim.Usage(now).InFlight; got != 2 {
+	if got := tn.Core().Lim.Usage(now).InFlight; got != 2 {
 		t.Errorf("after a report from a node not in the view yet: %d in flight, want 2", got)
 	}
 }
@@ -72,11 +72,11 @@ func TestReleaseBeforeFirstRingHeld(t *testing.T) {
 	if err := r.Reload(cfg); err != nil {
 		t.Fatal(err)
 	}
-	tn := r.state.Load().byName["acme"]
+	tn := r.state.Load().ByName["acme"]
 	now := r.clock()
 	// The previous owner "a": one call running when it hands the tenant
 	// to this node ("t"), which ends right after.
-	prev := limiter.NewTenant(tn.limits, cfg.Limits.Window, cfg.Limits.SlotTTL)
+	prev := limiter.NewTenant(tn.Limits, cfg.Limits.Window, cfg.Limits.SlotTTL)
 	tk, _ := prev.Admit(now, 10)
 	st := prev.Freeze(now, "t")
 	st.Holder = "a"
@@ -94,21 +94,21 @@ func TestReleaseBeforeFirstRingHeld(t *testing.T) {
 	r.SetView(View{Ring: ring.New(1, []string{"t"}), Members: []Member{
 		{Name: "a", Addr: "127.0.0.1:1", State: "active"}, {Name: "t", Addr: "127.0.0.1:2", State: "active"}}})
 	r.Hold("acme", time.Second)
-	tn.c().lim.Import(now, st.As("t"))
+	tn.Core().Lim.Import(now, st.As("t"))
 	r.Release("acme")
-	if got := tn.c().lim.Usage(now).InFlight; got != 0 {
+	if got := tn.Core().Lim.Usage(now).InFlight; got != 0 {
 		t.Errorf("after the handed call ended: %d in flight, want 0", got)
 	}
 	// Standalone (no ring, ever), a node's own deltas are its to apply.
-	tk2, _ := tn.c().lim.Admit(now, 10)
+	tk2, _ := tn.Core().Lim.Admit(now, 10)
 	own := limiter.DeltaOf(&tk2)
 	solo, _ := testRouter(t, Options{})
 	if err := solo.Reload(cfg); err != nil {
 		t.Fatal(err)
 	}
-	sn := solo.state.Load().byName["acme"]
+	sn := solo.state.Load().ByName["acme"]
 	solo.applyOnce(sn, now, "", []limiter.Delta{own})
-	if got := sn.c().lim.Usage(now).InFlight; got != 1 {
+	if got := sn.Core().Lim.Usage(now).InFlight; got != 1 {
 		t.Errorf("standalone, its own delta: %d in flight, want 1", got)
 	}
 }
@@ -126,15 +126,15 @@ func TestReleaseStillFrozenPassesDeltasOn(t *testing.T) {
 	}
 	r.SetView(View{Ring: ring.New(1, []string{"t"}), Members: []Member{
 		{Name: "b", Addr: "127.0.0.1:1", State: "active"}, {Name: "t", Addr: "127.0.0.1:2", State: "active"}}})
-	tn := r.state.Load().byName["acme"]
+	tn := r.state.Load().ByName["acme"]
 	now := r.clock()
-	tn.c().lim.Freeze(now, "b")
+	tn.Core().Lim.Freeze(now, "b")
 	r.Hold("acme", time.Second)
 	mirror := limiter.NewTenant(limiter.Limits{}, cfg.Limits.Window, cfg.Limits.SlotTTL)
 	tk, _ := mirror.Admit(now, 10)
 	r.applyOnce(tn, now, "c", []limiter.Delta{r.ids.Name(limiter.DeltaOf(&tk))})
 	r.Release("acme")
-	if u := tn.c().lim.Usage(now); u.Requests != 0 || u.InFlight != 0 {
+	if u := tn.Core().Lim.Usage(now); u.Requests != 0 || u.InFlight != 0 {
 		t.Errorf("a delta held while frozen for b was applied here on release: %d requests, %d in flight", u.Requests, u.InFlight)
 	}
 	// On their way to b (unsigned here: lost, and said so).

@@ -6,11 +6,11 @@ import (
 	"slices"
 	"time"
 
-	"github.com/jonboulle/clockwork"
 	"github.com/valyala/fasthttp"
 
 	"github.com/ringgate/ringgate/limiter"
 	"github.com/ringgate/ringgate/router/internal/away"
+	"github.com/ringgate/ringgate/router/internal/tenant"
 )
 
 // The router's part in a handoff: holding a tenant's requests while its new
@@ -35,13 +35,13 @@ func (r *Router) Hold(name string, wait time.Duration) bool {
 	// on the new struct would hold the tenant for good).
 	r.reloads.mu.Lock()
 	defer r.reloads.mu.Unlock()
-	t := r.state.Load().byName[name]
+	t := r.state.Load().ByName[name]
 	if t == nil {
 		return false
 	}
-	g := &gate{open: make(chan struct{}), wait: wait, clk: r.clk}
-	if old := t.gate.Swap(g); old != nil {
-		old.release()
+	g := tenant.NewGate(wait, r.clk)
+	if old := t.Gate.Swap(g); old != nil {
+		old.Release()
 	}
 	return true
 }
@@ -53,21 +53,21 @@ func (r *Router) Hold(name string, wait time.Duration) bool {
 func (r *Router) Release(name string) {
 	r.reloads.mu.Lock()
 	defer r.reloads.mu.Unlock()
-	t := r.state.Load().byName[name]
+	t := r.state.Load().ByName[name]
 	if t == nil {
 		return
 	}
-	var g *gate
+	var g *tenant.Gate
 	// Still frozen for another node (a take-back that got nothing: the
 	// tenant stays there): the deltas go on to it, the node that counts
 	// them; applied to the frozen windows here they would count nowhere.
 	passOn := map[string][]limiter.Delta{}
 	r.moving.held.Release(name, func(ds []away.Kept) {
-		g = t.gate.Swap(nil)
+		g = t.Gate.Swap(nil)
 		if len(ds) == 0 {
 			return
 		}
-		now, lim := r.clock(), t.c().lim
+		now, lim := r.clock(), t.Core().Lim
 		moved := lim.MovedTo() != "" && lim.MovedTo() != r.node
 		for _, h := range ds {
 			switch {
@@ -84,25 +84,25 @@ func (r *Router) Release(name string) {
 	}
 	r.dropGoneSlots(t, r.view.Load())
 	if g != nil {
-		g.release()
+		g.Release()
 	}
-	if c := t.peek(); c != nil {
-		c.queue.Kick()
+	if c := t.Peek(); c != nil {
+		c.Queue.Kick()
 	}
 }
 
 // dropGoneSlots frees the tenant's slots of calls that ran on nodes no
 // longer members: declared dead (or left), their calls died with them, so
 // their slots must not wait for the slot TTL.
-func (r *Router) dropGoneSlots(t *tenant, v *view) {
-	c := t.peek()
+func (r *Router) dropGoneSlots(t *tenant.Tenant, v *view) {
+	c := t.Peek()
 	if v == nil || len(v.addrs) == 0 || c == nil {
 		return
 	}
-	for _, n := range c.lim.AwayNodes() {
+	for _, n := range c.Lim.AwayNodes() {
 		if _, member := v.addrs[n]; !member {
-			if freed := c.lim.DropNode(r.clock(), n); freed > 0 {
-				r.log.Info("handoff", "phase", "slots_dropped", "tenant", t.name, "node", n, "slots", freed)
+			if freed := c.Lim.DropNode(r.clock(), n); freed > 0 {
+				r.log.Info("handoff", "phase", "slots_dropped", "tenant", t.Name, "node", n, "slots", freed)
 			}
 		}
 	}
@@ -110,9 +110,9 @@ func (r *Router) dropGoneSlots(t *tenant, v *view) {
 
 // hold keeps ds for the tenant t if it is not taken over yet (away.Held),
 // and reports whether it did.
-func (r *Router) hold(t *tenant, now int64, from string, ds []limiter.Delta) bool {
-	return r.moving.held.Hold(t.name, now, t.c().lim.Window(), from, ds, func() bool {
-		return t.gate.Load() == nil && r.counts(t.name, from)
+func (r *Router) hold(t *tenant.Tenant, now int64, from string, ds []limiter.Delta) bool {
+	return r.moving.held.Hold(t.Name, now, t.Core().Lim.Window(), from, ds, func() bool {
+		return t.Gate.Load() == nil && r.counts(t.Name, from)
 	})
 }
 
@@ -130,11 +130,11 @@ func (r *Router) SweepHeld() {
 	}
 	st := r.state.Load()
 	due := r.moving.held.Due(now, func(name string) (gone, taking bool) {
-		t := st.byName[name]
-		return t == nil, t != nil && t.gate.Load() != nil
+		t := st.ByName[name]
+		return t == nil, t != nil && t.Gate.Load() != nil
 	})
 	for name, hs := range due {
-		t := st.byName[name]
+		t := st.ByName[name]
 		byFrom := map[string][]limiter.Delta{}
 		for _, h := range hs {
 			byFrom[h.From] = append(byFrom[h.From], h.Delta)
@@ -143,11 +143,11 @@ func (r *Router) SweepHeld() {
 			if dest, _ := r.deltaDest(t); dest == "" || dest == r.node {
 				now := r.clock()
 				for _, d := range ds {
-					t.c().lim.ApplyFrom(now, from, d)
+					t.Core().Lim.ApplyFrom(now, from, d)
 				}
 				continue
 			}
-			r.log.Info("handoff", "phase", "held_deltas_passed_on", "tenant", t.name, "deltas", len(ds))
+			r.log.Info("handoff", "phase", "held_deltas_passed_on", "tenant", t.Name, "deltas", len(ds))
 			r.sendDeltas(t, from, ds, 1)
 		}
 	}
@@ -155,15 +155,15 @@ func (r *Router) SweepHeld() {
 
 // Held reports whether the tenant's requests are held for a handoff.
 func (r *Router) Held(name string) bool {
-	t := r.state.Load().byName[name]
-	return t != nil && t.gate.Load() != nil
+	t := r.state.Load().ByName[name]
+	return t != nil && t.Gate.Load() != nil
 }
 
 // Limiter is the tenant's owner limiter (nil for an unknown tenant), for the
 // node to export and import its state.
 func (r *Router) Limiter(name string) *limiter.Tenant {
-	if t := r.state.Load().byName[name]; t != nil {
-		return t.c().lim
+	if t := r.state.Load().ByName[name]; t != nil {
+		return t.Core().Lim
 	}
 	return nil
 }
@@ -171,9 +171,9 @@ func (r *Router) Limiter(name string) *limiter.Tenant {
 // Counted is the tenant's owner limiter if this node ever counted the
 // tenant (its core was made), else nil.
 func (r *Router) Counted(name string) *limiter.Tenant {
-	if t := r.state.Load().byName[name]; t != nil {
-		if c := t.peek(); c != nil {
-			return c.lim
+	if t := r.state.Load().ByName[name]; t != nil {
+		if c := t.Peek(); c != nil {
+			return c.Lim
 		}
 	}
 	return nil
@@ -182,24 +182,18 @@ func (r *Router) Counted(name string) *limiter.Tenant {
 // MovedTo is the node the tenant was handed to ("" if none, or unknown),
 // without making its core.
 func (r *Router) MovedTo(name string) string {
-	t := r.state.Load().byName[name]
+	t := r.state.Load().ByName[name]
 	if t == nil {
 		return ""
 	}
-	if c := t.peek(); c != nil {
-		return c.lim.MovedTo()
-	}
-	if to := t.ref.frozenTo.Load(); to != nil {
-		return *to
-	}
-	return ""
+	return t.MovedTo()
 }
 
 // Thaw makes this node count the tenant again (limiter.Tenant.Thaw),
 // without making its core.
 func (r *Router) Thaw(name string) {
-	if t := r.state.Load().byName[name]; t != nil {
-		r.cores.thaw(t)
+	if t := r.state.Load().ByName[name]; t != nil {
+		r.cores.Thaw(t)
 	}
 }
 
@@ -207,11 +201,11 @@ func (r *Router) Thaw(name string) {
 // and returns its state; false for an unknown tenant. A tenant never
 // counted here is handed empty without making its core.
 func (r *Router) Freeze(name string, now int64, to string) (limiter.State, bool) {
-	t := r.state.Load().byName[name]
+	t := r.state.Load().ByName[name]
 	if t == nil {
 		return limiter.State{}, false
 	}
-	return r.cores.freeze(t, now, to), true
+	return r.cores.Freeze(t, now, to), true
 }
 
 // Owns reports whether this node's ring makes it the tenant's owner (a
@@ -233,41 +227,6 @@ func (r *Router) counts(name, from string) bool {
 	return o == r.node || o == "" && (from == "" || !r.clustered)
 }
 
-// gate holds a tenant's requests during a handoff.
-type gate struct {
-	open chan struct{}
-	wait time.Duration
-	clk  clockwork.Clock // the node's: the wait's budget
-}
-
-func (g *gate) release() {
-	select {
-	case <-g.open:
-	default:
-		close(g.open)
-	}
-}
-
-// awaitHandoff waits while the tenant's state is being loaded, bounded so a
-// stuck handoff cannot hang a request.
-// It reports false when the wait ran out: the windows are not the
-// tenant's yet, and admitting on them would be admitting blind (and an
-// import that lands later would wipe the charge).
-func (t *tenant) awaitHandoff() bool {
-	g := t.gate.Load()
-	if g == nil {
-		return true
-	}
-	timer := g.clk.NewTimer(g.wait)
-	defer timer.Stop()
-	select {
-	case <-g.open:
-		return true
-	case <-timer.Chan():
-		return false
-	}
-}
-
 // deltaMsg is a batch of deltas for one tenant, sent to its owner.
 type deltaMsg struct {
 	Tenant string `json:"tenant"`
@@ -281,22 +240,22 @@ type deltaMsg struct {
 // the tenant now: the one this node handed it over to, else its owner by
 // the ring. Best effort and asynchronous: if it is lost, a slot frees
 // itself with its TTL and a token delta is forgotten with its window.
-func (r *Router) reportDelta(t *tenant, d limiter.Delta) {
+func (r *Router) reportDelta(t *tenant.Tenant, d limiter.Delta) {
 	r.sendDeltas(t, "", []limiter.Delta{r.ids.Name(d)}, 0)
 }
 
 // applyOnce applies the deltas of ds not applied here before (package deltaid),
 // through the hold while the tenant is not taken over; from is the node
 // whose calls they are ("": this one).
-func (r *Router) applyOnce(t *tenant, now int64, from string, ds []limiter.Delta) (applied int) {
+func (r *Router) applyOnce(t *tenant.Tenant, now int64, from string, ds []limiter.Delta) (applied int) {
 	origin := from
 	if origin == "" {
 		origin = r.node
 	}
-	ds = r.ids.Fresh(origin, now, 2*int64(t.c().lim.Window()), ds)
+	ds = r.ids.Fresh(origin, now, 2*int64(t.Core().Lim.Window()), ds)
 	if !r.hold(t, now, from, ds) {
 		for _, d := range ds {
-			t.c().lim.ApplyFrom(now, from, d)
+			t.Core().Lim.ApplyFrom(now, from, d)
 		}
 		if from != "" && r.hasDeparted(from) {
 			// From a node that has left the view (its report was on the
@@ -306,7 +265,7 @@ func (r *Router) applyOnce(t *tenant, now int64, from string, ds []limiter.Delta
 			r.dropGoneSlots(t, r.view.Load())
 		}
 		r.spillCarriedEnded(t, ds)
-		t.c().queue.Kick()
+		t.Core().Queue.Kick()
 	}
 	return len(ds)
 }
@@ -314,31 +273,31 @@ func (r *Router) applyOnce(t *tenant, now int64, from string, ds []limiter.Delta
 // sendDeltas sends deltas of calls running on node from ("": this one) for
 // t on, in the background; forwarded counts how often they were passed on
 // already (a tenant handed over twice in a row).
-func (r *Router) sendDeltas(t *tenant, from string, ds []limiter.Delta, forwarded int) {
+func (r *Router) sendDeltas(t *tenant.Tenant, from string, ds []limiter.Delta, forwarded int) {
 	if dest, _ := r.deltaDest(t); dest == "" || dest == r.node {
 		_ = r.deliverDeltas(t, from, ds, forwarded) // local: nothing to wait for
 		return
 	}
 	// Sent again while they do not get through, for a window at most
 	// (away.Retries).
-	go r.moving.retries.Deliver(t.c().lim.Window(), r.life.quit, r.metrics.DeltaRetriesDropped, func() error {
+	go r.moving.retries.Deliver(t.Core().Lim.Window(), r.life.quit, r.metrics.DeltaRetriesDropped, func() error {
 		return r.deliverDeltas(t, from, ds, forwarded)
 	})
 }
 
 // deltaDest is the node that counts t now: the one this node handed it over
 // to, else its owner by the ring.
-func (r *Router) deltaDest(t *tenant) (string, *view) {
+func (r *Router) deltaDest(t *tenant.Tenant) (string, *view) {
 	v := r.view.Load()
-	if dest := t.c().lim.MovedTo(); dest != "" {
+	if dest := t.Core().Lim.MovedTo(); dest != "" {
 		return dest, v
 	}
-	return v.owner(t.name), v
+	return v.owner(t.Name), v
 }
 
 // deliverDeltas gives ds, deltas of calls running on node from ("": this
 // one), to the node that counts t now and reports whether it took them.
-func (r *Router) deliverDeltas(t *tenant, from string, ds []limiter.Delta, forwarded int) error {
+func (r *Router) deliverDeltas(t *tenant.Tenant, from string, ds []limiter.Delta, forwarded int) error {
 	if from == r.node {
 		from = ""
 	}
@@ -350,10 +309,10 @@ func (r *Router) deliverDeltas(t *tenant, from string, ds []limiter.Delta, forwa
 		// or will take the tenant.
 		v, _ = r.view.await(hopCatchUp, func(v *view) bool { return v != nil && v.addrs[dest] != "" })
 		if v == nil || v.addrs[dest] == "" {
-			dest = v.owner(t.name)
+			dest = v.owner(t.Name)
 		}
 	}
-	if dest == "" || (dest == r.node && t.c().lim.MovedTo() == "") {
+	if dest == "" || (dest == r.node && t.Core().Lim.MovedTo() == "") {
 		// The tenant is (back) here: count it here, through the same
 		// hold as a peer's deltas, so an import cannot wipe it.
 		r.applyOnce(t, r.clock(), from, slices.Clone(ds))
@@ -370,7 +329,7 @@ func (r *Router) deliverDeltas(t *tenant, from string, ds []limiter.Delta, forwa
 	// Tried even when the peer is marked down for hops: an owner slow to
 	// accept is still alive and must learn of these (fallback.go).
 	r.metrics.DeltasSent.Add(float64(len(ds)))
-	status, _, err := r.peerCall(v, addr, dest, deltaPath, deltaMsg{Tenant: t.name, From: from, Deltas: ds}, forwarded+1, deltaTimeout)
+	status, _, err := r.peerCall(v, addr, dest, deltaPath, deltaMsg{Tenant: t.Name, From: from, Deltas: ds}, forwarded+1, deltaTimeout)
 	if err != nil || status != fasthttp.StatusNoContent {
 		r.logDeltaLost(t, dest, fmt.Sprint(err), status)
 		return fmt.Errorf("%w to %s", away.ErrUndelivered, dest)
@@ -389,12 +348,12 @@ func (r *Router) serveDelta(ctx *fasthttp.RequestCtx) {
 		fail(ctx, fasthttp.StatusBadRequest, "invalid_request_error", "invalid_json", "Malformed delta.")
 		return
 	}
-	t := r.state.Load().byName[m.Tenant]
+	t := r.state.Load().ByName[m.Tenant]
 	if t == nil {
 		fail(ctx, fasthttp.StatusNotFound, "invalid_request_error", "unknown_tenant", "No tenant named "+m.Tenant+".")
 		return
 	}
-	if to := t.c().lim.MovedTo(); to != "" && to != r.node {
+	if to := t.Core().Lim.MovedTo(); to != "" && to != r.node {
 		// Handed on since the sender looked: the deltas follow the state.
 		from := m.From
 		if from == "" {
@@ -423,8 +382,8 @@ const deltaLostEvery = time.Second
 
 // logDeltaLost warns that deltas for t did not reach owner, at most once a
 // deltaLostEvery; a line says how many failures it stands for.
-func (r *Router) logDeltaLost(t *tenant, owner, reason string, status int) {
-	if ok, muted := t.c().lostLog.allow(r.clock(), deltaLostEvery); ok {
-		r.log.Warn("handoff", "phase", "delta_lost", "tenant", t.name, "owner", owner, "error", reason, "status", status, "not_logged", muted)
+func (r *Router) logDeltaLost(t *tenant.Tenant, owner, reason string, status int) {
+	if ok, muted := t.Core().LostLog.Allow(r.clock(), deltaLostEvery); ok {
+		r.log.Warn("handoff", "phase", "delta_lost", "tenant", t.Name, "owner", owner, "error", reason, "status", status, "not_logged", muted)
 	}
 }

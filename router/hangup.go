@@ -84,7 +84,7 @@ func (r *Router) clientGone(ctx *fasthttp.RequestCtx, c *call, w *hangup.Watch, 
 	fail(ctx, statusClientClosed, "invalid_request_error", "client_closed_request",
 		"The client closed the connection before the upstream answered; the call was dropped.")
 	gone, waited := w.Gone()
-	r.log.Info("client_gone", "tenant", c.t.name, "upstream", c.prov.Name,
+	r.log.Info("client_gone", "tenant", c.t.Name, "upstream", c.prov.Name,
 		"gone_ms", gone.Milliseconds(), "waited_ms", waited.Milliseconds(),
 		"upstream_status", status, "upstream_error", errString(err))
 }

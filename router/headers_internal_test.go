@@ -11,6 +11,7 @@ import (
 
 	"github.com/ringgate/ringgate/queue"
 	"github.com/ringgate/ringgate/router/internal/hopsign"
+	"github.com/ringgate/ringgate/router/internal/tenant"
 )
 
 // An upstream answer's headers reach the client but for those that
@@ -118,7 +119,7 @@ func TestTrailerFieldsNotRead(t *testing.T) {
 			t.Errorf("a hop carries the trailer's %s: %q", name, v)
 		}
 	}
-	if c := classOf(&tenant{}, &req.Header); c != queue.Interactive {
+	if c := classOf(&tenant.Tenant{}, &req.Header); c != queue.Interactive {
 		t.Errorf("class %v from the trailer's priority, want interactive", c)
 	}
 }

@@ -76,7 +76,7 @@ func queuedHopRouter(t *testing.T, upAddr string, tune func(*config.Config)) (*R
 // call's status, done the hop's end; resp is the hop's answer.
 func hopBehindCall(t *testing.T, r *Router, rg *ring.Ring, hops int) (first <-chan int, done <-chan error, resp *fasthttp.Response) {
 	t.Helper()
-	tn := r.state.Load().byName["acme"]
+	tn := r.state.Load().ByName["acme"]
 	url := "http://" + serveRouter(t, r) + "/v1/chat/completions"
 	body := []byte(`{"model":"gpt-4o","max_tokens":10,"messages":[{"role":"user","content":"hi"}]}`)
 	firstCh := make(chan int, 1)
@@ -91,7 +91,7 @@ func hopBehindCall(t *testing.T, r *Router, rg *ring.Ring, hops int) (first <-ch
 		resp.Body.Close()
 		firstCh <- resp.StatusCode
 	}()
-	if !poll(2*time.Second, func() bool { return tn.c().lim.Usage(r.clock()).InFlight == 1 }) {
+	if !poll(2*time.Second, func() bool { return tn.Core().Lim.Usage(r.clock()).InFlight == 1 }) {
 		t.Fatal("the first call is not running")
 	}
 	hop := fasthttp.AcquireRequest()
@@ -106,7 +106,7 @@ func hopBehindCall(t *testing.T, r *Router, rg *ring.Ring, hops int) (first <-ch
 	t.Cleanup(func() { fasthttp.ReleaseResponse(resp) })
 	doneCh := make(chan error, 1)
 	go func() { doneCh <- fasthttp.DoTimeout(hop, resp, 10*time.Second) }()
-	if !poll(2*time.Second, func() bool { return tn.c().queue.Waiting() == 1 }) {
+	if !poll(2*time.Second, func() bool { return tn.Core().Queue.Waiting() == 1 }) {
 		t.Fatal("the hop is not waiting in the tenant's line")
 	}
 	return firstCh, doneCh, resp

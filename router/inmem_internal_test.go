@@ -53,7 +53,7 @@ func TestHopsOverInmemNetwork(t *testing.T) {
 		resp.Body.Close()
 		return resp.StatusCode, resp.Header.Get("x-ringgate-node")
 	}
-	ownerCount := func() int64 { return owner.state.Load().byName["acme"].c().lim.Usage(now.Load()).Requests }
+	ownerCount := func() int64 { return owner.state.Load().ByName["acme"].Core().Lim.Usage(now.Load()).Requests }
 
 	if s, by := ask(); s != http.StatusOK || by != "o" || ownerCount() != 1 {
 		t.Fatalf("across the network: %d from %q, owner counts %d; want 200 decided by o", s, by, ownerCount())

@@ -7,16 +7,16 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/ringgate/ringgate/admit"
-
 	"github.com/ringgate/ringgate/limiter"
 	"github.com/ringgate/ringgate/queue"
 	"github.com/ringgate/ringgate/router/internal/away"
+	"github.com/ringgate/ringgate/router/internal/tenant"
 )
 
 // A tenant's request counts on every level of limits that applies to it:
 // the tenant's own, its limit on the request's model ([[tenants.model_limits]])
 // and its team's ([[teams]]). Each level beyond the tenant is an entity of
-// its own (state.go) that hands over, snapshots, reports deltas and falls
+// its own (package tenant) that hands over, snapshots, reports deltas and falls
 // back exactly like a tenant; the ring pins all of a team's entities to the
 // team (ring.Pins), so the node that owns a tenant owns every level of it
 // and decides them all in RAM, with no extra hop. A request is charged on
@@ -25,7 +25,7 @@ import (
 
 // level is what a call holds of one level of its limits.
 type level struct {
-	e   *tenant
+	e   *tenant.Tenant
 	lim *limiter.Tenant // the level's owner limiter, or its fallback share
 	tk  limiter.Ticket
 	fb  *away.Entry // admitted on the fallback share: its ledger entry
@@ -51,12 +51,12 @@ type level struct {
 // spill.go). It reports false when a level's share is zero.
 func (r *Router) setLevels(c *call) bool {
 	c.nLevels = 0
-	var buf [2]*tenant
-	for _, e := range c.t.levels(c.req.Model, &buf) {
-		lim := e.c().lim
+	var buf [2]*tenant.Tenant
+	for _, e := range c.t.Levels(c.req.Model, &buf) {
+		lim := e.Core().Lim
 		switch c.lim {
-		case c.t.c().lim:
-			if o := r.view.Load().owner(e.name); o != "" && o != r.node {
+		case c.t.Core().Lim:
+			if o := r.view.Load().owner(e.Name); o != "" && o != r.node {
 				// Placed elsewhere until the members agree on the pins:
 				// the change that put the tenant on this level is not in
 				// force yet; its owner is told of the call.
@@ -64,10 +64,10 @@ func (r *Router) setLevels(c *call) bool {
 				c.nLevels++
 				continue
 			}
-		case c.t.c().fb.Made():
+		case c.t.Core().Fb.Made():
 			v := r.view.Load()
 			var open bool
-			if lim, open = r.fallbackLimiter(e, v, v.owner(e.name)); !open {
+			if lim, open = r.fallbackLimiter(e, v, v.owner(e.Name)); !open {
 				return false
 			}
 		default:
@@ -80,10 +80,10 @@ func (r *Router) setLevels(c *call) bool {
 }
 
 // awaitLevels waits, on the owner, while a level's state is being loaded
-// (awaitHandoff); false when the wait ran out.
+// (AwaitHandoff); false when the wait ran out.
 func (c *call) awaitLevels() bool {
 	for i := range c.nLevels {
-		if l := &c.levels[i]; !l.away && l.lim == l.e.c().lim && !l.e.awaitHandoff() {
+		if l := &c.levels[i]; !l.away && l.lim == l.e.Core().Lim && !l.e.AwaitHandoff() {
 			return false
 		}
 	}
@@ -92,7 +92,7 @@ func (c *call) awaitLevels() bool {
 
 // levelLine is where a request that level i of c's limits refused waits
 // for the level's room, as its tenant's refusals wait in the tenant's line
-// (lineFor): a model limit's own line on its owner, or on this node's
+// (LineFor): a model limit's own line on its owner, or on this node's
 // fallback share of it for the node's own clients; nil: none (the request
 // waits in its tenant's line). Waiting there, not in the tenant's line,
 // it leaves the tenant's requests for other models free to go: at the
@@ -104,10 +104,10 @@ func (c *call) awaitLevels() bool {
 // another's small one that has room.
 func (c *call) levelLine(i int) *queue.Queue {
 	l := &c.levels[i]
-	if l.away || l.lim == nil || l.e.kind != kindModel {
+	if l.away || l.lim == nil || l.e.Kind != tenant.KindModel {
 		return nil
 	}
-	return l.e.lineFor(l.lim, c.hops)
+	return l.e.LineFor(l.lim, c.hops)
 }
 
 // checkLevels is admitLevels' decision charging nothing: the first level
@@ -121,8 +121,8 @@ func (r *Router) checkLevels(c *call, d limiter.Decision) limiter.Decision {
 			continue
 		}
 		ld := l.lim.Check(now, int64(c.res.Total))
-		if !ld.Allowed && (ld.Moved || !l.e.shadow) {
-			c.refusedBy, c.refusedLevel = l.e.label, i+1
+		if !ld.Allowed && (ld.Moved || !l.e.Shadow) {
+			c.refusedBy, c.refusedLevel = l.e.Label, i+1
 			return ld
 		}
 		tighten(&d, &ld)
@@ -143,19 +143,19 @@ func (lr *levelsRoom) Take() admit.Verdict {
 	for i := range c.nLevels {
 		l := &c.levels[i]
 		if l.away {
-			l.tk = l.e.c().lim.Tally(now, int64(c.res.Total))
+			l.tk = l.e.Core().Lim.Tally(now, int64(c.res.Total))
 			continue
 		}
 		var tk limiter.Ticket
-		tk, l.d = r.admitOn(l.lim, l.lim == l.e.c().lim, now, int64(c.res.Total))
+		tk, l.d = r.admitOn(l.lim, l.lim == l.e.Core().Lim, now, int64(c.res.Total))
 		switch {
 		case l.d.Allowed:
 			l.tk, l.used = tk, usedOf(&l.d)
-		case !l.d.Moved && l.e.shadow:
+		case !l.d.Moved && l.e.Shadow:
 			l.shadow = true
 		default:
 			lr.cancel(i)
-			c.refusedBy, c.refusedLevel = l.e.label, i+1
+			c.refusedBy, c.refusedLevel = l.e.Label, i+1
 			if l.d.Moved {
 				return admit.Moved
 			}
@@ -200,8 +200,8 @@ func (c *call) headers() (d limiter.Decision, own [2]int64) {
 
 // cancelOn takes back what lim (e's owner limiter, or a share) charged for
 // tk; if e was handed over since, its new owner is told.
-func (r *Router) cancelOn(e *tenant, lim *limiter.Tenant, tk *limiter.Ticket) {
-	if d, handed := lim.CancelOrHand(r.clock(), tk); handed && lim == e.c().lim {
+func (r *Router) cancelOn(e *tenant.Tenant, lim *limiter.Tenant, tk *limiter.Ticket) {
+	if d, handed := lim.CancelOrHand(r.clock(), tk); handed && lim == e.Core().Lim {
 		r.reportDelta(e, d)
 	}
 }
@@ -213,8 +213,8 @@ func (r *Router) levelsShadowed(ctx *fasthttp.RequestCtx, c *call) {
 		if l := &c.levels[i]; l.shadow {
 			// Counted and marked; the rate-limit headers keep reporting
 			// the limits that are enforced.
-			l.e.counters().Refused(l.d.Limited)
-			r.shadowRefusal(ctx, l.e.name, &l.e.shadowLog, l.d.Limited, l.d.RetryAfter)
+			l.e.Counters().Refused(l.d.Limited)
+			r.shadowRefusal(ctx, l.e.Name, &l.e.ShadowLog, l.d.Limited, l.d.RetryAfter)
 		}
 	}
 }
@@ -223,7 +223,7 @@ func (r *Router) levelsShadowed(ctx *fasthttp.RequestCtx, c *call) {
 // their ledgers, like the tenant's (fallbackAdmitted).
 func (r *Router) levelsAdmitted(c *call) {
 	for i := range c.nLevels {
-		if l := &c.levels[i]; l.away || l.lim == l.e.c().fb.Made() && !l.shadow {
+		if l := &c.levels[i]; l.away || l.lim == l.e.Core().Fb.Made() && !l.shadow {
 			l.fb = r.fallbackAdmitted(l.e, &l.tk, 0)
 		}
 	}
@@ -232,18 +232,18 @@ func (r *Router) levelsAdmitted(c *call) {
 // finishLevels settles and frees what c holds of its levels, as finish
 // does for its tenant, and lets the lines of the level's tenants try.
 func (r *Router) finishLevels(c *call, actual int64) {
-	var st *state
+	var st *tenant.State
 	for i := range c.nLevels {
 		l := &c.levels[i]
 		if l.shadow {
 			continue
 		}
-		members := l.e.members
+		members := l.e.Members
 		if st == nil {
 			st = r.state.Load()
 		}
-		if e := st.byName[l.e.name]; e != nil && e != l.e {
-			members = e.members // reloaded since: its tenants now
+		if e := st.ByName[l.e.Name]; e != nil && e != l.e {
+			members = e.Members // reloaded since: its tenants now
 		}
 		if l.away {
 			if l.fb != nil {
@@ -251,14 +251,14 @@ func (r *Router) finishLevels(c *call, actual int64) {
 			}
 			continue
 		}
-		if l.lim == l.e.c().lim {
+		if l.lim == l.e.Core().Lim {
 			if d, handed := l.lim.FinishOrHand(r.clock(), &l.tk, actual); handed {
 				r.reportDelta(l.e, d)
 			}
-			l.e.c().queue.Kick() // those waiting for the level's room
+			l.e.Core().Queue.Kick() // those waiting for the level's room
 			for _, m := range members {
-				if c := m.peek(); c != nil { // no core: no one waiting
-					c.queue.Kick()
+				if c := m.Peek(); c != nil { // no core: no one waiting
+					c.Queue.Kick()
 				}
 			}
 			continue
@@ -271,10 +271,10 @@ func (r *Router) finishLevels(c *call, actual int64) {
 		if l.fb != nil {
 			r.fallbackFinished(l.e, l.fb, d)
 		}
-		l.e.c().fbQueue.Kick()
+		l.e.Core().FbQueue.Kick()
 		for _, m := range members {
-			if c := m.peek(); c != nil {
-				c.fbQueue.Kick()
+			if c := m.Peek(); c != nil {
+				c.FbQueue.Kick()
 			}
 		}
 	}
@@ -326,10 +326,10 @@ func setLevelsUsed(h *fasthttp.ResponseHeader, c *call, own [2]int64) {
 		b = append(b, ',')
 		b = strconv.AppendInt(b, u[1], 10)
 	}
-	add(c.t.name, own)
+	add(c.t.Name, own)
 	for i := range c.nLevels {
-		if l := &c.levels[i]; !l.away && !l.shadow && l.lim == l.e.c().lim {
-			add(l.e.name, l.used)
+		if l := &c.levels[i]; !l.away && !l.shadow && l.lim == l.e.Core().Lim {
+			add(l.e.Name, l.used)
 		}
 	}
 	h.SetBytesV(levelsUsedHeader, b)
@@ -337,7 +337,7 @@ func setLevelsUsed(h *fasthttp.ResponseHeader, c *call, own [2]int64) {
 
 // noteLevelsUsed records, for t and its levels, what the owner's answer
 // says they used (levelsUsedHeader); an answer without it changes nothing.
-func (r *Router) noteLevelsUsed(t *tenant, v []byte) {
+func (r *Router) noteLevelsUsed(t *tenant.Tenant, v []byte) {
 	now := r.clock()
 	for len(v) > 0 {
 		var part []byte
@@ -355,21 +355,21 @@ func (r *Router) noteLevelsUsed(t *tenant, v []byte) {
 		if err1 != nil || err2 != nil {
 			return
 		}
-		var e *tenant
+		var e *tenant.Tenant
 		switch {
-		case string(name) == t.name:
+		case string(name) == t.Name:
 			e = t
-		case t.team != nil && string(name) == t.team.name:
-			e = t.team
+		case t.Team != nil && string(name) == t.Team.Name:
+			e = t.Team
 		default:
-			for _, m := range t.models {
-				if string(name) == m.name {
+			for _, m := range t.Models {
+				if string(name) == m.Name {
 					e = m
 				}
 			}
 		}
 		if e != nil {
-			e.c().seen.Note(now, requests, tokens)
+			e.Core().Seen.Note(now, requests, tokens)
 		}
 	}
 }

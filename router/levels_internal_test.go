@@ -13,6 +13,7 @@ import (
 	"github.com/ringgate/ringgate/admit"
 	"github.com/ringgate/ringgate/config"
 	"github.com/ringgate/ringgate/limiter"
+	"github.com/ringgate/ringgate/router/internal/tenant"
 	"github.com/ringgate/ringgate/upstream"
 )
 
@@ -33,8 +34,8 @@ func BenchmarkDecisionLevels(b *testing.B) {
 	st := r.state.Load()
 	for _, name := range []string{"plain", "leveled"} {
 		b.Run(name, func(b *testing.B) {
-			t := st.byName[name]
-			c := &call{r: r, t: t, lim: t.c().lim, req: upstream.Request{Model: "gpt-4o"}}
+			t := st.ByName[name]
+			c := &call{r: r, t: t, lim: t.Core().Lim, req: upstream.Request{Model: "gpt-4o"}}
 			c.res.Total = 500
 			if !r.setLevels(c) {
 				b.Fatal("no levels")
@@ -65,9 +66,9 @@ func TestLevelsAllOrNone(t *testing.T) {
 	if err := r.Reload(cfg); err != nil {
 		t.Fatal(err)
 	}
-	tn := r.state.Load().byName["a"]
+	tn := r.state.Load().ByName["a"]
 	try := func() (admit.Outcome, *call) {
-		c := &call{r: r, t: tn, lim: tn.c().lim, req: upstream.Request{Model: "gpt-4o"}}
+		c := &call{r: r, t: tn, lim: tn.Core().Lim, req: upstream.Request{Model: "gpt-4o"}}
 		c.res.Total = 100
 		r.setLevels(c)
 		return r.decide(c), c
@@ -79,9 +80,9 @@ func TestLevelsAllOrNone(t *testing.T) {
 	if d := c.refusal(); o.Verdict != admit.Refused || o.At != atLevels || d.Limited != limiter.Requests || c.refusedBy != "team research" {
 		t.Fatalf("second: %+v, %+v by %q; want refused on the team's requests", o, d, c.refusedBy)
 	}
-	for _, e := range []*tenant{tn, tn.models["gpt-4o"], tn.team} {
-		if u := e.c().lim.Usage(now); u.Requests != 1 || u.Tokens != 100 || u.InFlight != 1 {
-			t.Errorf("%s holds %+v, want only the first request", e.name, u)
+	for _, e := range []*tenant.Tenant{tn, tn.Models["gpt-4o"], tn.Team} {
+		if u := e.Core().Lim.Usage(now); u.Requests != 1 || u.Tokens != 100 || u.InFlight != 1 {
+			t.Errorf("%s holds %+v, want only the first request", e.Name, u)
 		}
 	}
 }
@@ -115,8 +116,8 @@ func TestEdgeSeesEachLevelsUsage(t *testing.T) {
 	if err := r.Reload(cfg); err != nil {
 		t.Fatal(err)
 	}
-	tn := r.state.Load().byName["a"]
-	c := &call{t: tn, lim: tn.c().lim, req: upstream.Request{Model: "gpt-4o"}}
+	tn := r.state.Load().ByName["a"]
+	c := &call{t: tn, lim: tn.Core().Lim, req: upstream.Request{Model: "gpt-4o"}}
 	r.setLevels(c)
 	c.levels[0].used = [2]int64{5, 0}    // the model's
 	c.levels[1].used = [2]int64{1500, 0} // the team's
@@ -129,9 +130,9 @@ func TestEdgeSeesEachLevelsUsage(t *testing.T) {
 		t.Errorf("setLevelsUsed allocates %v times per answer", n)
 	}
 	r.noteOwnerUsage(tn, &h)
-	for e, want := range map[*tenant]int64{tn: 990, tn.models["gpt-4o"]: 5, tn.team: 1500} {
-		if at, got, _ := e.c().seen.Last(); got != want || at == 0 {
-			t.Errorf("%s seen using %d, want %d", e.name, got, want)
+	for e, want := range map[*tenant.Tenant]int64{tn: 990, tn.Models["gpt-4o"]: 5, tn.Team: 1500} {
+		if at, got, _ := e.Core().Seen.Last(); got != want || at == 0 {
+			t.Errorf("%s seen using %d, want %d", e.Name, got, want)
 		}
 	}
 	// Without the header (an owner that predates it), nothing is learnt:
@@ -139,7 +140,7 @@ func TestEdgeSeesEachLevelsUsage(t *testing.T) {
 	var bare fasthttp.ResponseHeader
 	setRateHeaders(&bare, &limiter.Decision{LimitRequests: 5, RemainingRequests: 0})
 	r.noteOwnerUsage(tn, &bare)
-	if _, got, _ := tn.c().seen.Last(); got != 990 {
+	if _, got, _ := tn.Core().Seen.Last(); got != 990 {
 		t.Errorf("a bare answer changed the tenant's seen usage to %d", got)
 	}
 }
@@ -152,10 +153,10 @@ func TestPromptEstimateLearnsFromSettlement(t *testing.T) {
 	if err := r.Reload(cfg); err != nil {
 		t.Fatal(err)
 	}
-	tn := r.state.Load().byName["a"]
+	tn := r.state.Load().ByName["a"]
 	big := strings.Repeat("The quick brown fox jumps over the lazy dog. ", 1000) // 45 000 bytes
 	newCall := func(text string) *call {
-		c := &call{t: tn, lim: tn.c().lim, req: upstream.Request{Model: "gpt-4o", Texts: []string{text}, Messages: 1}}
+		c := &call{t: tn, lim: tn.Core().Lim, req: upstream.Request{Model: "gpt-4o", Texts: []string{text}, Messages: 1}}
 		return c
 	}
 	small := newCall("hello there")

@@ -18,16 +18,16 @@ func TestSpillCountFollowsTenants(t *testing.T) {
 		t.Fatal(err)
 	}
 	st := r.state.Load()
-	a, b := st.byName["a"], st.byName["b"]
+	a, b := st.ByName["a"], st.ByName["b"]
 	spA, spB := &spill.Spill{Owner: "x"}, &spill.Spill{Owner: "y"}
-	a.c().spill.Store(spA)
-	if !b.c().spill.CompareAndSwap(nil, spB) || b.c().spill.CompareAndSwap(nil, spB) {
+	a.Core().Spill.Store(spA)
+	if !b.Core().Spill.CompareAndSwap(nil, spB) || b.Core().Spill.CompareAndSwap(nil, spB) {
 		t.Fatal("CompareAndSwap")
 	}
 	if got := r.spillover.Spills.Load(); got != 2 {
 		t.Fatalf("spills %d, want 2", got)
 	}
-	a.c().spill.CompareAndSwap(spA, nil)
+	a.Core().Spill.CompareAndSwap(spA, nil)
 	if got := r.spillover.Spills.Load(); got != 1 {
 		t.Fatalf("spills %d after one ended, want 1", got)
 	}
@@ -50,7 +50,7 @@ func TestFallbackShareWindowAfterReload(t *testing.T) {
 	if err := r.Reload(cfg); err != nil {
 		t.Fatal(err)
 	}
-	made := r.state.Load().byName["a"].c().fb.Share()
+	made := r.state.Load().ByName["a"].Core().Fb.Share()
 	cfg.Limits.Window = 2 * cfg.Limits.Window
 	if err := r.Reload(cfg); err != nil {
 		t.Fatal(err)
@@ -58,16 +58,16 @@ func TestFallbackShareWindowAfterReload(t *testing.T) {
 	if got := made.Window(); got != cfg.Limits.Window {
 		t.Errorf("share made before the reload counts over %v, want %v", got, cfg.Limits.Window)
 	}
-	if got := r.state.Load().byName["b"].c().fb.Share().Window(); got != cfg.Limits.Window {
+	if got := r.state.Load().ByName["b"].Core().Fb.Share().Window(); got != cfg.Limits.Window {
 		t.Errorf("share made after the reload counts over %v, want %v", got, cfg.Limits.Window)
 	}
 	bad := *cfg
 	bad.Limits.Window = cfg.Limits.Window / 4
-	bad.Tenants = append(slices.Clone(cfg.Tenants), config.Tenant{Name: "c", Keys: []string{"kc"}, RPM: 1, Team: "none"}) // no such team: buildState fails
+	bad.Tenants = append(slices.Clone(cfg.Tenants), config.Tenant{Name: "c", Keys: []string{"kc"}, RPM: 1, Team: "none"}) // no such team: tenant.Build fails
 	if err := r.Reload(&bad); err == nil {
 		t.Fatal("a reload naming an unknown team went through")
 	}
-	if got := r.state.Load().byName["d"].c().fb.Share().Window(); got != cfg.Limits.Window {
+	if got := r.state.Load().ByName["d"].Core().Fb.Share().Window(); got != cfg.Limits.Window {
 		t.Errorf("after a failed reload, a share made counts over %v, want the window in force %v", got, cfg.Limits.Window)
 	}
 }

@@ -4,6 +4,8 @@ import (
 	"strings"
 
 	"github.com/valyala/fasthttp"
+
+	"github.com/ringgate/ringgate/router/internal/tenant"
 )
 
 // GET /v1/models (and /v1/models/{id}) is answered by the node itself from
@@ -32,10 +34,10 @@ type anthropicModel struct {
 type configuredModel struct{ model, upstream string }
 
 // models lists every model the config routes, in config order, once each.
-func (st *state) models() []configuredModel {
+func models(st *tenant.State) []configuredModel {
 	var out []configuredModel
 	seen := make(map[string]bool)
-	for _, uc := range st.cfg.Upstreams {
+	for _, uc := range st.Cfg.Upstreams {
 		for _, m := range uc.Models {
 			if !seen[m] {
 				seen[m] = true
@@ -59,7 +61,7 @@ func (r *Router) serveModels(ctx *fasthttp.RequestCtx) {
 		return
 	}
 	st := r.state.Load()
-	if st.authenticate(&ctx.Request.Header) == nil {
+	if authenticate(st, &ctx.Request.Header) == nil {
 		fail(ctx, fasthttp.StatusUnauthorized, "invalid_request_error", "invalid_api_key",
 			"Missing or unknown API key. Send it as 'Authorization: Bearer <key>'.")
 		return
@@ -71,7 +73,7 @@ func (r *Router) serveModels(ctx *fasthttp.RequestCtx) {
 		}
 		return openAIModel{ID: m.model, Object: "model", OwnedBy: m.upstream}
 	}
-	all := st.models()
+	all := models(st)
 	if id, ok := strings.CutPrefix(string(ctx.Path()), modelsPath+"/"); ok {
 		for _, m := range all {
 			if m.model == id {

@@ -14,6 +14,7 @@ import (
 	"github.com/ringgate/ringgate/limiter"
 	"github.com/ringgate/ringgate/ring"
 	"github.com/ringgate/ringgate/router/internal/hopsign"
+	"github.com/ringgate/ringgate/router/internal/tenant"
 )
 
 // The router's part in moving state peer to peer: the signed endpoint a new
@@ -178,7 +179,7 @@ func (r *Router) Others() []string {
 
 // Names are the configured tenants and their teams' and model limits'
 // entities (handoff.Tenants), sorted; shared, not to be changed.
-func (r *Router) Names() []string { return r.state.Load().names }
+func (r *Router) Names() []string { return r.state.Load().Names }
 
 // Changed lists, once each, the tenants whose owner limiter changed since
 // it was made or last found empty (handoff.Tenants).
@@ -191,8 +192,8 @@ func (r *Router) Changed() []string {
 }
 
 // stateHooks are the router's ears on the tenants of a state.
-func (r *Router) stateHooks() stateHooks {
-	return stateHooks{spills: &r.spillover.Spills, changed: func(name string) {
+func (r *Router) stateHooks() tenant.Hooks {
+	return tenant.Hooks{Spills: &r.spillover.Spills, Changed: func(name string) {
 		r.moving.changedMu.Lock()
 		r.moving.changed = append(r.moving.changed, name)
 		r.moving.changedMu.Unlock()
@@ -202,16 +203,16 @@ func (r *Router) stateHooks() stateHooks {
 // Pins place every tenant's levels of limits on the ring by the top of its
 // hierarchy (its team, else itself): the ring the node builds must hold
 // them.
-func (r *Router) Pins() ring.Pins { return r.state.Load().pins }
+func (r *Router) Pins() ring.Pins { return r.state.Load().Pins }
 
 // OwnedWithin reports whether this node owns the tenant or owned it within
 // the last d (handoff.Tenants).
 func (r *Router) OwnedWithin(name string, d time.Duration) bool {
-	t := r.state.Load().byName[name]
+	t := r.state.Load().ByName[name]
 	if t == nil {
 		return false
 	}
-	until := t.ownedUntil.Load()
+	until := t.OwnedUntil.Load()
 	return until == ownedNow || until > r.clock()-int64(d)
 }
 
@@ -239,10 +240,10 @@ func (r *Router) tookBack(ctx *fasthttp.RequestCtx, c *call, moved *limiter.Tena
 	if hops == 0 || f == nil || to == "" || to == r.node || to != hopsign.Sender(&ctx.Request.Header) {
 		return false
 	}
-	take := func(e *tenant, lim *limiter.Tenant) {
-		if lim == e.c().lim && lim.MovedTo() == to && r.Owns(e.name) {
-			(*f)(e.name, to)
-			e.awaitHandoff()
+	take := func(e *tenant.Tenant, lim *limiter.Tenant) {
+		if lim == e.Core().Lim && lim.MovedTo() == to && r.Owns(e.Name) {
+			(*f)(e.Name, to)
+			e.AwaitHandoff()
 		}
 	}
 	take(c.t, c.lim)
@@ -262,7 +263,7 @@ func (r *Router) tookBack(ctx *fasthttp.RequestCtx, c *call, moved *limiter.Tena
 // address is waited for a little. Past the hop limit, or with the new owner
 // unreachable, the answer is 503 with Retry-After: the cluster is moving
 // the tenant, not the client's fault, and nothing was admitted.
-func (r *Router) movedOn(ctx *fasthttp.RequestCtx, t *tenant, lim *limiter.Tenant, hops int) bool {
+func (r *Router) movedOn(ctx *fasthttp.RequestCtx, t *tenant.Tenant, lim *limiter.Tenant, hops int) bool {
 	to := lim.MovedTo()
 	if to != "" && to != r.node && hops < maxHops {
 		v, _ := r.view.await(hopCatchUp, func(v *view) bool { return v != nil && v.addrs[to] != "" })

@@ -24,6 +24,7 @@ import (
 	"github.com/ringgate/ringgate/router/internal/hangup"
 	"github.com/ringgate/ringgate/router/internal/provider"
 	"github.com/ringgate/ringgate/router/internal/spill"
+	"github.com/ringgate/ringgate/router/internal/tenant"
 	"github.com/ringgate/ringgate/upstream"
 )
 
@@ -35,7 +36,7 @@ const maxAnswerBytes = upstream.DefaultMaxAnswerBytes
 // back.
 type call struct {
 	r    *Router // its rooms reach the node through it (rooms.go)
-	t    *tenant
+	t    *tenant.Tenant
 	lim  *limiter.Tenant // the owner's limiter, the fallback share, or a spill's mirror
 	fb   *away.Entry     // admitted under the fallback share: its ledger entry
 	prov *upstream.Provider
@@ -118,7 +119,7 @@ func (r *Router) serveAPI(ctx *fasthttp.RequestCtx, ep upstream.Endpoint) bool {
 			return false
 		}
 	}
-	t := st.authenticate(&ctx.Request.Header)
+	t := authenticate(st, &ctx.Request.Header)
 	if t == nil {
 		r.setNodeHeader(&ctx.Response.Header)
 		fail(ctx, fasthttp.StatusUnauthorized, "invalid_request_error", "invalid_api_key",
@@ -130,7 +131,7 @@ func (r *Router) serveAPI(ctx *fasthttp.RequestCtx, ep upstream.Endpoint) bool {
 		return r.refuseCatchingUp(ctx, hop)
 	}
 	v := r.view.Load()
-	owner := v.owner(t.name)
+	owner := v.owner(t.Name)
 	if hop {
 		// A hop is enforced here whatever this node's ring says (hop limit
 		// 1), but on state that counts: see hopLimiter.
@@ -144,7 +145,7 @@ func (r *Router) serveAPI(ctx *fasthttp.RequestCtx, ep upstream.Endpoint) bool {
 		return r.refuseNotJoined(ctx)
 	}
 	if owner == "" || owner == r.node {
-		return r.serveLocal(ctx, ep, st, t, t.c().lim, 0)
+		return r.serveLocal(ctx, ep, st, t, t.Core().Lim, 0)
 	}
 	if sp := r.edgeSpill(t, owner); sp != nil {
 		// A hot tenant: served here on its leased budget (spill.go).
@@ -194,21 +195,21 @@ const hopCatchUp = 1500 * time.Millisecond
 // take the tenant over with its state; if it does not in time, the hop
 // gets this node's strict share rather than an owner limiter that knows
 // nothing of the tenant.
-func (r *Router) hopLimiter(t *tenant) (*limiter.Tenant, bool) {
+func (r *Router) hopLimiter(t *tenant.Tenant) (*limiter.Tenant, bool) {
 	// A tenant's owner changes with the view (trackOwnership).
 	v, owned := r.view.await(hopCatchUp, func(*view) bool {
-		until := t.ownedUntil.Load()
-		return until == ownedNow || until > r.clock()-int64(t.c().lim.Window())
+		until := t.OwnedUntil.Load()
+		return until == ownedNow || until > r.clock()-int64(t.Core().Lim.Window())
 	})
 	if owned {
-		return t.c().lim, true
+		return t.Core().Lim, true
 	}
-	return r.fallbackLimiter(t, v, v.owner(t.name))
+	return r.fallbackLimiter(t, v, v.owner(t.Name))
 }
 
 // serveLocal enforces the tenant's limits on lim and serves the request; hops
 // is how many nodes it came through (0: from a client).
-func (r *Router) serveLocal(ctx *fasthttp.RequestCtx, ep upstream.Endpoint, st *state, t *tenant, lim *limiter.Tenant, hops int) bool {
+func (r *Router) serveLocal(ctx *fasthttp.RequestCtx, ep upstream.Endpoint, st *tenant.State, t *tenant.Tenant, lim *limiter.Tenant, hops int) bool {
 	return r.serveLocalOnce(ctx, ep, st, t, lim, hops, firstTry)
 }
 
@@ -224,7 +225,7 @@ const (
 )
 
 // serveLocalOnce is serveLocal for a request tried again (retry).
-func (r *Router) serveLocalOnce(ctx *fasthttp.RequestCtx, ep upstream.Endpoint, st *state, t *tenant, lim *limiter.Tenant, hops int, again retry) bool {
+func (r *Router) serveLocalOnce(ctx *fasthttp.RequestCtx, ep upstream.Endpoint, st *tenant.State, t *tenant.Tenant, lim *limiter.Tenant, hops int, again retry) bool {
 	r.setNodeHeader(&ctx.Response.Header)
 	c := r.newCall(ctx, ep, st, t, lim)
 	if c == nil {
@@ -236,7 +237,7 @@ func (r *Router) serveLocalOnce(ctx *fasthttp.RequestCtx, ep upstream.Endpoint, 
 	if c.sp == nil && !r.setLevels(c) {
 		return r.refuseZeroShare(ctx)
 	}
-	if c.lim == t.c().lim && (!t.awaitHandoff() || !c.awaitLevels()) {
+	if c.lim == t.Core().Lim && (!t.AwaitHandoff() || !c.awaitLevels()) {
 		return r.refuseMoving(ctx)
 	}
 	return r.firstTry(ctx, ep, st, c)
@@ -244,7 +245,7 @@ func (r *Router) serveLocalOnce(ctx *fasthttp.RequestCtx, ep upstream.Endpoint, 
 
 // newCall parses the request for t on lim and finds its upstream; nil when
 // it answered the request (bad input, no upstream).
-func (r *Router) newCall(ctx *fasthttp.RequestCtx, ep upstream.Endpoint, st *state, t *tenant, lim *limiter.Tenant) *call {
+func (r *Router) newCall(ctx *fasthttp.RequestCtx, ep upstream.Endpoint, st *tenant.State, t *tenant.Tenant, lim *limiter.Tenant) *call {
 	req, err := upstream.ParseRequest(ep, ctx.PostBody())
 	if err != nil {
 		d := lim.Peek(r.clock())
@@ -257,7 +258,7 @@ func (r *Router) newCall(ctx *fasthttp.RequestCtx, ep upstream.Endpoint, st *sta
 		}
 		return nil
 	}
-	prov := st.provider(req.Model)
+	prov := st.Provider(req.Model)
 	if prov == nil {
 		fail(ctx, fasthttp.StatusServiceUnavailable, "server_error", "no_upstream", "No upstream is configured.")
 		return nil
@@ -271,28 +272,28 @@ func (r *Router) newCall(ctx *fasthttp.RequestCtx, ep upstream.Endpoint, st *sta
 	}
 	c := callPool.Get().(*call)
 	*c = call{r: r, t: t, lim: lim, prov: prov, req: req, class: classOf(t, &ctx.Request.Header)}
-	c.bud.Hold = provider.NewHold(st.budgets[prov])
+	c.bud.Hold = provider.NewHold(st.Budgets[prov])
 	return c
 }
 
 // chooseSpill counts the arrival that decides a spillover on the owner,
 // and puts a spilled tenant's call on its spill: the owner serves it on
 // the budget like every node.
-func (r *Router) chooseSpill(st *state, c *call) {
+func (r *Router) chooseSpill(st *tenant.State, c *call) {
 	t := c.t
-	owned := c.lim == t.c().lim
-	if owned && c.again == firstTry && st.cfg.Limits.SpilloverRPS > 0 {
-		t.arrivals.Add(1) // the rate that decides a spillover (spill.go)
-		if !t.listed.Load() && t.listed.CompareAndSwap(false, true) {
+	owned := c.lim == t.Core().Lim
+	if owned && c.again == firstTry && st.Cfg.Limits.SpilloverRPS > 0 {
+		t.Arrivals.Add(1) // the rate that decides a spillover (spill.go)
+		if !t.Listed.Load() && t.Listed.CompareAndSwap(false, true) {
 			r.noteArrival(t)
 		}
 	}
-	s := t.spilled()
+	s := t.Spilled()
 	switch {
 	case s == nil:
 	case owned && s.Owner == r.node:
 		if c.again != retryLimiter {
-			if sp := t.ownerSpill(r.node); sp != nil {
+			if sp := t.OwnerSpill(r.node); sp != nil {
 				c.lim, c.sp = sp.Mirror, sp
 			}
 		}
@@ -305,7 +306,7 @@ func (r *Router) chooseSpill(st *state, c *call) {
 // completion's guess.
 func (r *Router) estimate(ctx *fasthttp.RequestCtx, c *call) {
 	t, req, lim := c.t, &c.req, c.lim
-	key := reserve.Key{Tenant: t.name, Model: req.Model}
+	key := reserve.Key{Tenant: t.Name, Model: req.Model}
 	c.res = r.tokens.est.Estimate(key, r.promptTokens(c), req.MaxTokens, req.Generates)
 	if c.prompt.bytes > 0 {
 		if l := lim.Limits(); l.Tokens > 0 && (int64(c.res.Prompt) > l.Tokens/2 || int64(c.res.Total) > l.Tokens ||
@@ -338,7 +339,7 @@ func (r *Router) estimate(ctx *fasthttp.RequestCtx, c *call) {
 		c.res.Completion *= req.Choices
 		c.res.Total = c.res.Prompt + c.res.Completion
 	}
-	if l := t.limits.Tokens; req.Choices <= 1 && l > 0 && int64(c.res.Total) > l && int64(c.res.Prompt) < l {
+	if l := t.Limits.Tokens; req.Choices <= 1 && l > 0 && int64(c.res.Total) > l && int64(c.res.Prompt) < l {
 		// The completion's reservation is a guess from the tenant's
 		// recent answers (max_tokens only caps it), and a guess past the
 		// limit would refuse the request as too large for ever: a
@@ -355,7 +356,7 @@ func (r *Router) estimate(ctx *fasthttp.RequestCtx, c *call) {
 
 // firstTry decides c on arrival (decide) and acts on the outcome: served,
 // waiting in a line, refused, or decided elsewhere.
-func (r *Router) firstTry(ctx *fasthttp.RequestCtx, ep upstream.Endpoint, st *state, c *call) bool {
+func (r *Router) firstTry(ctx *fasthttp.RequestCtx, ep upstream.Endpoint, st *tenant.State, c *call) bool {
 	c.at = notQueued
 	o := r.decide(c)
 	switch {
@@ -376,20 +377,20 @@ func (r *Router) firstTry(ctx *fasthttp.RequestCtx, ep upstream.Endpoint, st *st
 		return r.admitQueued(ctx, ep, st, c, &d, nil)
 	}
 	setRateHeaders(&ctx.Response.Header, &d)
-	c.t.counters().Refused(d.Limited)
-	refuseOn(ctx, &d, st.cfg.Limits.Window, int64(c.res.Total), c.refusedBy)
+	c.t.Counters().Refused(d.Limited)
+	refuseOn(ctx, &d, st.Cfg.Limits.Window, int64(c.res.Total), c.refusedBy)
 	return false
 }
 
 // providerRefused answers a first try the provider's budgets refused: in
 // the budget's line when its limit has room within the wait budget, or
 // others wait for it; else a 429 naming it.
-func (r *Router) providerRefused(ctx *fasthttp.RequestCtx, ep upstream.Endpoint, st *state, c *call) bool {
+func (r *Router) providerRefused(ctx *fasthttp.RequestCtx, ep upstream.Endpoint, st *tenant.State, c *call) bool {
 	br := &c.bud.refusal
-	if w := c.t.queueWait(c.class); w > 0 && br.Waitable(w, mayWait) {
+	if w := c.t.QueueWait(c.class); w > 0 && br.Waitable(w, mayWait) {
 		return r.admitQueued(ctx, ep, st, c, nil, br)
 	}
-	return r.refusedByBudget(ctx, c, br, c.t.counters().Upstream)
+	return r.refusedByBudget(ctx, c, br, c.t.Counters().Upstream)
 }
 
 // refusedByBudget answers a request a provider's budget has no room for
@@ -407,7 +408,7 @@ func (r *Router) refusedByBudget(ctx *fasthttp.RequestCtx, c *call, br *provider
 // spill ended, a limiter sealed for a spill starting or ending, or an
 // entity handed over, taken back from the node that bounced the request
 // here, else passed on to its new owner.
-func (r *Router) decideMoved(ctx *fasthttp.RequestCtx, ep upstream.Endpoint, st *state, c *call, at int) bool {
+func (r *Router) decideMoved(ctx *fasthttp.RequestCtx, ep upstream.Endpoint, st *tenant.State, c *call, at int) bool {
 	t, lim, hops := c.t, c.lim, c.hops
 	if c.sp != nil {
 		return r.redecideSpill(ctx, ep, st, c)
@@ -417,12 +418,12 @@ func (r *Router) decideMoved(ctx *fasthttp.RequestCtx, ep upstream.Endpoint, st 
 		// A level frozen for the node that bounced the request back
 		// here is taken back like a tenant (tookBack).
 		moved = c.levels[c.refusedLevel-1].lim
-	} else if sp := t.spilled(); lim == t.c().lim && lim.MovedTo() == "" && sp != nil && sp.Owner == r.node {
+	} else if sp := t.Spilled(); lim == t.Core().Lim && lim.MovedTo() == "" && sp != nil && sp.Owner == r.node {
 		switch c.again {
 		case firstTry:
 			// Sealed for a spill starting meanwhile: once more, on it
 			// (or on the limiter again, if the switch failed).
-			t.ownerSpill(r.node) // waits for it to start
+			t.OwnerSpill(r.node) // waits for it to start
 			return r.serveLocalOnce(ctx, ep, st, t, lim, hops, retrySpill)
 		case retrySpill:
 			// Sealed for a spill that is ending (closed, its members'
@@ -461,12 +462,12 @@ func (r *Router) serveAdmitted(ctx *fasthttp.RequestCtx, c *call, shadowed bool)
 	}
 	setRateHeaders(&ctx.Response.Header, &d)
 	r.admitted(c)
-	if c.lim == t.c().fb.Made() {
+	if c.lim == t.Core().Fb.Made() {
 		c.fb = r.fallbackAdmitted(t, &c.tk, 0)
 	}
 	r.levelsShadowed(ctx, c)
 	r.levelsAdmitted(c)
-	if c.hops > 0 && c.nLevels > 0 && c.lim == t.c().lim {
+	if c.hops > 0 && c.nLevels > 0 && c.lim == t.Core().Lim {
 		setLevelsUsed(&ctx.Response.Header, c, own)
 	}
 	streaming := r.forward(ctx, c)
@@ -500,10 +501,10 @@ func recycle(c *call) {
 // for room: the line exists, its class may wait, and the room is due
 // within the wait.
 func (c *call) mayQueue(d *limiter.Decision) bool {
-	if c.t.lineFor(c.lim, c.hops) == nil {
+	if c.t.LineFor(c.lim, c.hops) == nil {
 		return false
 	}
-	w := c.t.queueWait(c.class)
+	w := c.t.QueueWait(c.class)
 	return w > 0 && mayWait(d.Limited == limiter.Concurrency, d.RetryAfter, w)
 }
 
@@ -511,11 +512,11 @@ func (c *call) mayQueue(d *limiter.Decision) bool {
 // is ending (fenced), the usual way, once the owner decides alone
 // (ownerSpill and edgeSpill skip a closed or fenced spill, so this does
 // not come back; an edge hands the request to the owner).
-func (r *Router) redecideSpill(ctx *fasthttp.RequestCtx, ep upstream.Endpoint, st *state, c *call) bool {
+func (r *Router) redecideSpill(ctx *fasthttp.RequestCtx, ep upstream.Endpoint, st *tenant.State, c *call) bool {
 	r.cancelBudgets(c)
 	if c.sp.Owner == r.node {
 		c.sp.WaitDone(spillEndWait)
-		return r.serveLocalOnce(ctx, ep, st, c.t, c.t.c().lim, c.hops, retryLimiter)
+		return r.serveLocalOnce(ctx, ep, st, c.t, c.t.Core().Lim, c.hops, retryLimiter)
 	}
 	return r.serveAPI(ctx, ep)
 }
@@ -523,10 +524,10 @@ func (r *Router) redecideSpill(ctx *fasthttp.RequestCtx, ep upstream.Endpoint, s
 // admitted counts an admitted call (it goes upstream now) and tells the
 // OnAdmit hook.
 func (r *Router) admitted(c *call) {
-	c.t.counters().Allowed.Inc()
-	c.t.counters().Reserved.Add(float64(c.res.Total))
+	c.t.Counters().Allowed.Inc()
+	c.t.Counters().Reserved.Add(float64(c.res.Total))
 	if r.onAdmit != nil {
-		r.onAdmit(c.t.name, r.clock())
+		r.onAdmit(c.t.Name, r.clock())
 	}
 }
 
@@ -564,7 +565,7 @@ func (r *Router) promptTokens(c *call) int {
 		}
 		return n
 	}
-	k := reserve.RatioKey{Tenant: c.t.name, Model: req.Model, Script: reserve.ScriptOf(largest)}
+	k := reserve.RatioKey{Tenant: c.t.Name, Model: req.Model, Script: reserve.ScriptOf(largest)}
 	c.prompt = promptEstimate{key: k, bytes: size, fixed: fixed}
 	return fixed + r.tokens.ratios.Estimate(r.tokens.tok, k, req.Texts, size, largest)
 }
@@ -603,7 +604,7 @@ type promptEstimate struct {
 
 // authenticate finds the tenant by the hash of the presented key: no
 // plaintext comparison, so no timing leak of how much of a key matched.
-func (st *state) authenticate(h *fasthttp.RequestHeader) *tenant {
+func authenticate(st *tenant.State, h *fasthttp.RequestHeader) *tenant.Tenant {
 	var kv [2][]byte
 	firstHeaders(h, keyHeaders[:], kv[:])
 	key := kv[0]
@@ -615,7 +616,7 @@ func (st *state) authenticate(h *fasthttp.RequestHeader) *tenant {
 	if len(key) == 0 {
 		return nil
 	}
-	return st.byKey[sha256.Sum256(key)]
+	return st.ByKey[sha256.Sum256(key)]
 }
 
 // keyHeaders carry a client's key: a bearer token, else Anthropic's.
@@ -902,7 +903,7 @@ func (r *Router) stream(ctx *fasthttp.RequestCtx, c *call, resp *fasthttp.Respon
 		u, ok, completion := r.streamUsage(c, f, complete)
 		r.finish(c, u, ok, completion)
 		if !complete {
-			r.log.Info("stream_cut", "tenant", c.t.name, "client_gone", clientGone != nil, "upstream_error", errString(upstreamErr))
+			r.log.Info("stream_cut", "tenant", c.t.Name, "client_gone", clientGone != nil, "upstream_error", errString(upstreamErr))
 		}
 	})
 }
@@ -1010,10 +1011,10 @@ func (r *Router) settle(c *call, actual int, known, late bool) {
 	if !c.providerHeld {
 		r.finishBudgets(c, int64(actual), known)
 	}
-	if c.lim == c.t.c().lim {
+	if c.lim == c.t.Core().Lim {
 		// If the tenant was handed over since this call was admitted, its
 		// owner holds the slot and the reservation now.
-		sp := c.t.spilled()
+		sp := c.t.Spilled()
 		var fd limiter.Delta
 		if sp != nil && sp.Owner == r.node {
 			fd = limiter.FinishDelta(&c.tk, int64(actual))
@@ -1021,7 +1022,7 @@ func (r *Router) settle(c *call, actual int, known, late bool) {
 		if d, handed := c.lim.FinishOrHand(r.clock(), &c.tk, int64(actual)); handed {
 			r.reportDelta(c.t, d)
 		}
-		c.t.c().queue.Kick() // a slot freed, tokens settled
+		c.t.Core().Queue.Kick() // a slot freed, tokens settled
 		if sp != nil && sp.Owner == r.node {
 			// Admitted before the tenant spilled: its slot was carried
 			// into the budget, its tokens seeded at its reservation.
@@ -1044,15 +1045,15 @@ func (r *Router) settle(c *call, actual int, known, late bool) {
 		if c.fb != nil {
 			r.fallbackFinished(c.t, c.fb, d)
 		}
-		if c.lim == c.t.c().fb.Made() {
-			c.t.c().fbQueue.Kick() // a slot of the share freed, tokens settled
+		if c.lim == c.t.Core().Fb.Made() {
+			c.t.Core().FbQueue.Kick() // a slot of the share freed, tokens settled
 		}
 	}
 	r.finishLevels(c, int64(actual))
 	// A counter: a second settlement adds only what exceeds the first
 	// (a call served uncharged in shadow mode has no ticket to read it
 	// from, and would be counted twice).
-	c.t.counters().Settled.Add(float64(max(int64(actual)-c.settled, 0)))
+	c.t.Counters().Settled.Add(float64(max(int64(actual)-c.settled, 0)))
 	c.settled = max(c.settled, int64(actual))
 }
 

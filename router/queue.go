@@ -18,6 +18,7 @@ import (
 	"github.com/ringgate/ringgate/router/internal/hopsign"
 	"github.com/ringgate/ringgate/router/internal/provider"
 	"github.com/ringgate/ringgate/router/internal/status"
+	"github.com/ringgate/ringgate/router/internal/tenant"
 	"github.com/ringgate/ringgate/upstream"
 )
 
@@ -37,8 +38,8 @@ const priorityHeader = hopsign.PriorityHeader
 
 // classOf is the request's class: the tenant's, or batch when the request
 // asks for it (never higher than the tenant's).
-func classOf(t *tenant, h *fasthttp.RequestHeader) queue.Class {
-	if t.priority == config.PriorityBatch {
+func classOf(t *tenant.Tenant, h *fasthttp.RequestHeader) queue.Class {
+	if t.Priority == config.PriorityBatch {
 		return queue.Batch
 	}
 	var v [1][]byte
@@ -50,26 +51,6 @@ func classOf(t *tenant, h *fasthttp.RequestHeader) queue.Class {
 }
 
 var priorityHeaders = [1][]byte{[]byte(textproto.CanonicalMIMEHeaderKey(priorityHeader))}
-
-// ownLines are the lines on this node where t's requests wait for its own
-// limits: its owner's, its fallback share's, its spill's, and its model
-// limits' (levelLine).
-func (t *tenant) ownLines() []*queue.Queue {
-	c := t.peek()
-	if c == nil {
-		return nil // never served here: no line
-	}
-	ls := []*queue.Queue{c.queue, c.fbQueue}
-	if sp := c.spill.Load(); sp != nil {
-		ls = append(ls, &sp.Line)
-	}
-	for _, e := range t.models {
-		if ec := e.peek(); ec != nil {
-			ls = append(ls, ec.queue, ec.fbQueue)
-		}
-	}
-	return ls
-}
 
 // waiting reports whether any of qs has requests waiting.
 func waiting(qs []*queue.Queue) bool {
@@ -84,35 +65,18 @@ func waiting(qs []*queue.Queue) bool {
 // fallbackOver reports whether the fallback episode a waiter on t's share
 // belongs to is over: ended (the owner answered), or about another owner
 // now (the ring changed: maybe this node).
-func (r *Router) fallbackOver(t *tenant) bool {
-	if !t.falling() {
+func (r *Router) fallbackOver(t *tenant.Tenant) bool {
+	if !t.Falling() {
 		return true
 	}
-	return r.view.Load().owner(t.name) != t.c().fb.Owner()
+	return r.view.Load().owner(t.Name) != t.Core().Fb.Owner()
 }
 
 // spillTooLarge reports whether c is larger than its spilled tenant's
 // token limit: no block of the budget can ever hold it.
-func spillTooLarge(t *tenant, c *call) bool {
-	return t.limits.Tokens > 0 && int64(c.res.Total) > t.limits.Tokens
+func spillTooLarge(t *tenant.Tenant, c *call) bool {
+	return t.Limits.Tokens > 0 && int64(c.res.Total) > t.Limits.Tokens
 }
-
-// lineFor is the line where a request decided on lim waits for the
-// tenant's own limits: its owner's, or an edge's fallback share's (for its
-// own clients' requests; a hop decided on a share is not kept waiting);
-// nil: none (a spill has its own, admitSpilled).
-func (t *tenant) lineFor(lim *limiter.Tenant, hops int) *queue.Queue {
-	switch {
-	case lim == t.c().lim:
-		return t.c().queue
-	case lim == t.c().fb.Made() && hops == 0:
-		return t.c().fbQueue
-	}
-	return nil
-}
-
-// queueWait is how long a request of class may wait for t (0: it may not).
-func (t *tenant) queueWait(c queue.Class) time.Duration { return t.waits[c] }
 
 // refusalNow names what refuses a request of tokens that waited without its
 // turn coming, from the limiter's view now, and when room is due; with
@@ -143,8 +107,8 @@ func refusalNow(d limiter.Decision, tokens int64) limiter.Decision {
 func (r *Router) KickQueues(names []string) {
 	st := r.state.Load()
 	for _, name := range names {
-		if t := st.byName[name]; t != nil && t.peek() != nil {
-			t.peek().queue.Kick()
+		if t := st.ByName[name]; t != nil && t.Peek() != nil {
+			t.Peek().Queue.Kick()
 		}
 	}
 }
@@ -187,7 +151,7 @@ func mayWait(concurrency bool, retryAfter, left time.Duration) bool {
 // (c.refusedLevel); on, the budget whose line it starts in; with neither
 // it joined the tenant's line behind others, or the line of level
 // c.refusedLevel.
-func (r *Router) admitQueued(ctx *fasthttp.RequestCtx, ep upstream.Endpoint, st *state, c *call, first *limiter.Decision, on *provider.Refusal) bool {
+func (r *Router) admitQueued(ctx *fasthttp.RequestCtx, ep upstream.Endpoint, st *tenant.State, c *call, first *limiter.Decision, on *provider.Refusal) bool {
 	w := r.newWaiter(st, c, first, on)
 	r.cancelBudgets(c) // each try takes them afresh
 	err := w.wait(ctx)
@@ -203,7 +167,7 @@ func (r *Router) admitQueued(ctx *fasthttp.RequestCtx, ep upstream.Endpoint, st 
 // its last try ended.
 type waiter struct {
 	r  *Router
-	st *state
+	st *tenant.State
 	c  *call
 	// tenantLine is where its tenant's refusals wait: its owner's, its
 	// fallback share's, or, spilled, its spill's. waits: its tenant's
@@ -228,17 +192,17 @@ type waiter struct {
 	waited    time.Duration
 }
 
-func (r *Router) newWaiter(st *state, c *call, first *limiter.Decision, on *provider.Refusal) *waiter {
+func (r *Router) newWaiter(st *tenant.State, c *call, first *limiter.Decision, on *provider.Refusal) *waiter {
 	t := c.t
 	w := &waiter{r: r, st: st, c: c, at: inTenantLine, movedLim: c.lim,
-		deadline: r.clk.Now().Add(t.queueWait(c.class)),
+		deadline: r.clk.Now().Add(t.QueueWait(c.class)),
 		// A head refused by a rate tries again one bucket after the
 		// room was due, not at its edge: requests let in the instant a
 		// charge leaves the window would reach the provider packed at
 		// its edge, and the provider counts them as they arrive, each
 		// delayed a little differently on the way.
-		guard: st.cfg.Limits.Window / limiter.Buckets}
-	w.tenantLine = t.lineFor(c.lim, c.hops)
+		guard: st.Cfg.Limits.Window / limiter.Buckets}
+	w.tenantLine = t.LineFor(c.lim, c.hops)
 	w.waits = w.tenantLine != nil
 	if c.sp != nil {
 		// A spill's refusal is final (it answers at once, as on the
@@ -247,7 +211,7 @@ func (r *Router) newWaiter(st *state, c *call, first *limiter.Decision, on *prov
 		w.tenantLine, w.waits = &c.sp.Line, false
 	}
 	if w.tenantLine == nil {
-		w.tenantLine = t.c().queue // never waited in: its tenant's refusals are final
+		w.tenantLine = t.Core().Queue // never waited in: its tenant's refusals are final
 	}
 	w.line = w.tenantLine
 	if first != nil {
@@ -283,7 +247,7 @@ func (w *waiter) wait(ctx *fasthttp.RequestCtx) error {
 	}()
 	for {
 		w.out = stillWaiting
-		d, err := w.line.Wait(c.class, w.flow, w.st.cfg.Queue.MaxDepth, w.deadline, gone, w.try)
+		d, err := w.line.Wait(c.class, w.flow, w.st.Cfg.Queue.MaxDepth, w.deadline, gone, w.try)
 		w.waited += d
 		if err != nil || (w.out != toTenantLine && w.out != toBudgetLine && w.out != toLevelLine) {
 			return err
@@ -312,7 +276,7 @@ func (w *waiter) try() (bool, time.Duration) {
 	if wait := w.r.clk.Until(w.notBefore); wait > 0 {
 		return false, wait
 	}
-	if (w.at == inTenantLine || w.at == inLevelLine) && w.waits && c.sp == nil && !c.t.shadow {
+	if (w.at == inTenantLine || w.at == inLevelLine) && w.waits && c.sp == nil && !c.t.Shadow {
 		// Its tenant and levels first: the head of their line waits
 		// here for their room, not in a provider's line it would only
 		// leave again when its turn came there.
@@ -354,9 +318,9 @@ func (w *waiter) overtaken() outcome {
 	switch {
 	case r.state.Load() != w.st:
 		return reloaded // its budgets and limits may be others now
-	case c.lim == t.c().lim && c.lim.MovedTo() != "":
+	case c.lim == t.Core().Lim && c.lim.MovedTo() != "":
 		return movedAway // handed over: its new owner decides
-	case c.lim == t.c().fb.Made() && c.hops == 0 && r.fallbackOver(t):
+	case c.lim == t.Core().Fb.Made() && c.hops == 0 && r.fallbackOver(t):
 		return fallbackEnded // the owner answers again, or is another: it decides
 	case c.sp != nil && (r.spillover.Lapsed(c.sp) || c.sp.Budget.Fenced()):
 		return spillEnded
@@ -454,20 +418,20 @@ func (w *waiter) gaveUp(ctx *fasthttp.RequestCtx, err error) bool {
 		return false
 	case w.at != inTenantLine && w.at != inLevelLine:
 		// Waiting for a provider's limit.
-		return r.refusedByBudget(ctx, c, &w.budget, t.counters().Queue)
+		return r.refusedByBudget(ctx, c, &w.budget, t.Counters().Queue)
 	}
 	// Refused with what the limiter says of the room (when it frees).
 	if !w.tried {
 		lim := c.lim
 		if w.at == inLevelLine {
 			l := &c.levels[w.lvl]
-			lim, c.refusedBy = l.lim, l.e.label
+			lim, c.refusedBy = l.lim, l.e.Label
 		}
 		w.last = refusalNow(lim.Peek(r.clock()), int64(c.res.Total))
 	}
 	setRateHeaders(&ctx.Response.Header, &w.last)
-	t.counters().Queue.Inc()
-	refuseOn(ctx, &w.last, w.st.cfg.Limits.Window, int64(c.res.Total), c.refusedBy)
+	t.Counters().Queue.Inc()
+	refuseOn(ctx, &w.last, w.st.Cfg.Limits.Window, int64(c.res.Total), c.refusedBy)
 	return false
 }
 
@@ -477,7 +441,7 @@ func (w *waiter) serve(ctx *fasthttp.RequestCtx, ep upstream.Endpoint) bool {
 	r, c, t, st := w.r, w.c, w.c.t, w.st
 	switch w.out {
 	case reloaded:
-		return r.redecideReloaded(ctx, ep, t, c.lim == t.c().lim, c.hops)
+		return r.redecideReloaded(ctx, ep, t, c.lim == t.Core().Lim, c.hops)
 	case movedAway:
 		// A request bounced back here by the node its tenant (or a
 		// level) is frozen for takes it back, as outside a line
@@ -487,18 +451,18 @@ func (w *waiter) serve(ctx *fasthttp.RequestCtx, ep upstream.Endpoint) bool {
 		}
 		return r.movedOn(ctx, t, w.movedLim, c.hops)
 	case spilled:
-		return r.serveLocalOnce(ctx, ep, st, t, t.c().lim, c.hops, retrySpill)
+		return r.serveLocalOnce(ctx, ep, st, t, t.Core().Lim, c.hops, retrySpill)
 	case spillEnded:
 		return r.redecideSpill(ctx, ep, st, c)
 	case fallbackEnded:
 		r.cancelBudgets(c)
 		return r.serveAPI(ctx, ep)
 	case refusedByBudget:
-		return r.refusedByBudget(ctx, c, &w.budget, t.counters().Upstream)
+		return r.refusedByBudget(ctx, c, &w.budget, t.Counters().Upstream)
 	case refusedForGood:
 		setRateHeaders(&ctx.Response.Header, &w.last)
-		t.counters().Refused(w.last.Limited)
-		refuseOn(ctx, &w.last, st.cfg.Limits.Window, int64(c.res.Total), c.refusedBy)
+		t.Counters().Refused(w.last.Limited)
+		refuseOn(ctx, &w.last, st.Cfg.Limits.Window, int64(c.res.Total), c.refusedBy)
 		return false
 	}
 	return r.serveAdmitted(ctx, c, w.out == shadowed)
@@ -508,14 +472,14 @@ func (w *waiter) serve(ctx *fasthttp.RequestCtx, ep upstream.Endpoint) bool {
 // waited while a reload changed it (its tenant's limits, its provider's
 // budgets may be others): on the tenant's limiter where it was on it,
 // else routed afresh.
-func (r *Router) redecideReloaded(ctx *fasthttp.RequestCtx, ep upstream.Endpoint, t *tenant, owned bool, hops int) bool {
+func (r *Router) redecideReloaded(ctx *fasthttp.RequestCtx, ep upstream.Endpoint, t *tenant.Tenant, owned bool, hops int) bool {
 	st := r.state.Load()
-	nt := st.byName[t.name]
+	nt := st.ByName[t.Name]
 	if nt == nil {
 		// Its name is gone; its key may belong to another tenant now (a
 		// rename): the request goes on as that one's, routed afresh,
 		// not refused 401 with a valid key.
-		if nt = st.authenticate(&ctx.Request.Header); nt == nil {
+		if nt = authenticate(st, &ctx.Request.Header); nt == nil {
 			fail(ctx, fasthttp.StatusUnauthorized, "invalid_request_error", "invalid_api_key",
 				"The tenant of this API key was removed by a config reload while the request waited.")
 			return false
@@ -527,7 +491,7 @@ func (r *Router) redecideReloaded(ctx *fasthttp.RequestCtx, ep upstream.Endpoint
 	}
 	switch {
 	case owned:
-		return r.serveLocalOnce(ctx, ep, st, nt, nt.c().lim, hops, retrySpill)
+		return r.serveLocalOnce(ctx, ep, st, nt, nt.Core().Lim, hops, retrySpill)
 	case hops == 0:
 		return r.serveAPI(ctx, ep)
 	}
@@ -548,11 +512,11 @@ var tenantQueued = prometheus.NewDesc("ringgate_tenant_queued", "Requests waitin
 func (c queueCollector) Describe(ch chan<- *prometheus.Desc) { ch <- tenantQueued }
 
 func (c queueCollector) Collect(ch chan<- prometheus.Metric) {
-	for name, t := range c.r.state.Load().byName {
-		if t.kind != kindTenant {
-			continue // a level's waiters are its tenants' (ownLines)
+	for name, t := range c.r.state.Load().ByName {
+		if t.Kind != tenant.KindTenant {
+			continue // a level's waiters are its tenants' (OwnLines)
 		}
-		ls := t.ownLines()
+		ls := t.OwnLines()
 		if !waiting(ls) {
 			continue
 		}

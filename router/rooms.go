@@ -66,13 +66,13 @@ func (tr *tenantRoom) Take() admit.Verdict {
 	if c.behind() {
 		return admit.Behind
 	}
-	c.tk, c.d = c.r.admitOn(c.lim, c.lim == c.t.c().lim, c.r.clock(), int64(c.res.Total))
+	c.tk, c.d = c.r.admitOn(c.lim, c.lim == c.t.Core().Lim, c.r.clock(), int64(c.res.Total))
 	switch {
 	case c.d.Moved:
 		return admit.Moved
 	case c.d.Allowed:
 		return admit.Taken
-	case c.t.shadow:
+	case c.t.Shadow:
 		return admit.Shadowed
 	}
 	return admit.Refused
@@ -83,8 +83,8 @@ func (tr *tenantRoom) Take() admit.Verdict {
 func (tr *tenantRoom) Cancel() {
 	c := (*call)(tr)
 	c.r.cancelOn(c.t, c.lim, &c.tk)
-	c.t.c().queue.Kick()
-	c.t.c().fbQueue.Kick()
+	c.t.Core().Queue.Kick()
+	c.t.Core().FbQueue.Kick()
 }
 
 // behind reports whether others wait in a line of its tenant's that c must
@@ -96,10 +96,10 @@ func (c *call) behind() bool {
 	t := c.t
 	switch c.at {
 	case notQueued:
-		if t.queueWait(c.class) <= 0 {
+		if t.QueueWait(c.class) <= 0 {
 			return false
 		}
-		if line := t.lineFor(c.lim, c.hops); line != nil && line.Waiting() > 0 {
+		if line := t.LineFor(c.lim, c.hops); line != nil && line.Waiting() > 0 {
 			return true
 		}
 		for i := range c.nLevels {
@@ -109,7 +109,7 @@ func (c *call) behind() bool {
 			}
 		}
 	case inUpstreamLine, inModelLine:
-		line := t.lineFor(c.lim, c.hops)
+		line := t.LineFor(c.lim, c.hops)
 		return line != nil && line.Waiting() > 0
 	}
 	return false
@@ -139,13 +139,13 @@ func (sr *spillRoom) Take() admit.Verdict {
 	if !bd.Allowed && sp.Budget.Fenced() {
 		return admit.Moved
 	}
-	c.d = spill.Decision(t.limits, &bd, r.state.Load().cfg.Limits.Window)
+	c.d = spill.Decision(t.Limits, &bd, r.state.Load().Cfg.Limits.Window)
 	switch {
 	case bd.Allowed:
 		c.tk, _ = c.lim.Admit(r.clock(), int64(c.res.Total)) // the mirror: no limits
 		c.fb = r.fallbackAdmitted(t, &c.tk, sp.Epoch)
 		return admit.Taken
-	case t.shadow:
+	case t.Shadow:
 		return admit.Shadowed
 	}
 	c.d.TooLarge = spillTooLarge(t, c)

@@ -28,9 +28,9 @@ func TestSpillRoomCancelGivesEverythingBack(t *testing.T) {
 	if err := r.Reload(cfg); err != nil {
 		t.Fatal(err)
 	}
-	tn := r.state.Load().byName["hot"]
+	tn := r.state.Load().ByName["hot"]
 	sp, _ := r.spillover.Join(spill.Msg{Tenant: "hot", Owner: "owner", Epoch: 1, Limits: limiter.Limits{Requests: 100}},
-		tn.c().spill) // served a lease term from now: the clock stands still
+		tn.Core().Spill) // served a lease term from now: the clock stands still
 	take := func() (*call, admit.Verdict) {
 		c := &call{r: r, t: tn, lim: sp.Mirror, sp: sp, req: upstream.Request{Model: "gpt-4o"}}
 		c.res.Total = 10
@@ -58,7 +58,7 @@ func TestSpillRoomCancelGivesEverythingBack(t *testing.T) {
 	if u := sp.Mirror.Usage(now); u.Requests != 0 || u.Tokens != 0 || u.InFlight != 0 {
 		t.Errorf("the mirror holds %+v after the cancel, want nothing", u)
 	}
-	if d := c.t.c().fb.Delta(e); d.Requests != 0 || d.Tokens != 0 || d.Slots != 0 {
+	if d := c.t.Core().Fb.Delta(e); d.Requests != 0 || d.Tokens != 0 || d.Slots != 0 {
 		t.Errorf("the ledger entry says %+v after the cancel, want nothing to tell", d)
 	}
 	if got := sp.Budget.Stats(now).Left.Requests; got != left+1 {

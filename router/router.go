@@ -26,6 +26,7 @@ import (
 	"github.com/ringgate/ringgate/router/internal/metrics"
 	"github.com/ringgate/ringgate/router/internal/provider"
 	"github.com/ringgate/ringgate/router/internal/spill"
+	"github.com/ringgate/ringgate/router/internal/tenant"
 	"github.com/ringgate/ringgate/upstream"
 )
 
@@ -65,8 +66,8 @@ type Router struct {
 	adminServe      adminServe
 	onAdmit         func(tenant string, at int64)
 
-	state   atomic.Pointer[state]
-	cores   *cores // makes the tenants' cores on the config in force
+	state   atomic.Pointer[tenant.State]
+	cores   *tenant.Cores // makes the tenants' cores on the config in force
 	reloads reloading
 	view    views
 	hops    *hopsign.Signer
@@ -82,8 +83,8 @@ type Router struct {
 	leaser    *lease.Leaser
 	lines     *provider.Lines
 	// arrived are the tenants that had a request since the spillover
-	// loop's last tick (tenant.listed).
-	arrived spill.Arrivals[*tenant]
+	// loop's last tick (tenant.Tenant.Listed).
+	arrived spill.Arrivals[*tenant.Tenant]
 	// unreach: the owners this node admits fallback shares for, which
 	// its gossip metadata names (package away).
 	unreach away.Unreachables
@@ -193,17 +194,17 @@ func New(o Options) (*Router, error) {
 		Members: func() int { return r.view.Load().liveMembers() },
 		Keep: func(keep map[string]bool) {
 			if st := r.state.Load(); st != nil {
-				st.spillKeys(keep)
+				st.SpillKeys(keep)
 			}
 		}})
 	r.initSpillover()
-	r.cores = &cores{state: &r.state, hooks: r.stateHooks(), clock: r.clock, clk: o.Clock}
-	st, err := buildState(o.Config, nil, r.metrics, r.cores)
+	r.cores = tenant.NewCores(&r.state, r.stateHooks(), r.clock, o.Clock)
+	st, err := tenant.Build(o.Config, nil, r.metrics, r.cores)
 	if err != nil {
 		return nil, err
 	}
-	st.budgets = r.lines.Build(o.Config, st.providers)
-	r.cores.install(st, 0)
+	st.Budgets = r.lines.Build(o.Config, st.Providers)
+	r.cores.Install(st, 0)
 	r.metrics.Reg.MustRegister(r.lines.Collector(), queueCollector{r}, prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "ringgate_inflight_requests",
 		Help: "Client requests and streams being served by this node.",
@@ -258,29 +259,29 @@ func (r *Router) Close() {
 
 // Reload swaps in a new configuration's tenants, limits and upstreams. Usage
 // already counted is kept for tenants that keep their name, and calls in
-// flight settle on it; a new window or slot TTL rebuckets it (buildState).
+// flight settle on it; a new window or slot TTL rebuckets it (tenant.Build).
 func (r *Router) Reload(cfg *config.Config) error {
 	r.reloads.mu.Lock()
 	defer r.reloads.mu.Unlock()
 	prev := r.state.Load()
-	st, err := buildState(cfg, prev, r.metrics, r.cores)
+	st, err := tenant.Build(cfg, prev, r.metrics, r.cores)
 	if err != nil {
 		return err
 	}
-	st.budgets = r.lines.Build(cfg, st.providers)
-	for name, t := range st.byName {
-		if old := prev.byName[name]; old != nil {
+	st.Budgets = r.lines.Build(cfg, st.Providers)
+	for name, t := range st.ByName {
+		if old := prev.ByName[name]; old != nil {
 			// A handoff in progress holds on: the gate moves along.
-			t.gate.Store(old.gate.Load())
+			t.Gate.Store(old.Gate.Load())
 		}
 	}
 	// The usage is kept; a new window or slot TTL rebuckets it (see
 	// limiter.Tenant.Rebucket): what the cores count and the tickets of
 	// calls in flight carry over to the new bucket widths.
-	r.cores.install(st, r.clock())
-	var gone []*tenant
-	for name, t := range prev.byName {
-		if st.byName[name] == nil {
+	r.cores.Install(st, r.clock())
+	var gone []*tenant.Tenant
+	for name, t := range prev.ByName {
+		if st.ByName[name] == nil {
 			gone = append(gone, t)
 			// Gone from the config: its spill (if any) ends with it. One
 			// this node owns ends as any owner's spill does (its limiter
@@ -288,11 +289,11 @@ func (r *Router) Reload(cfg *config.Config) error {
 			// is kept, and put back if a later reload restores the tenant,
 			// where a limiter left sealed would answer 503 tenant_moving
 			// to every request.
-			if sp := t.spilled(); sp != nil {
+			if sp := t.Spilled(); sp != nil {
 				if sp.Owner == r.node {
 					go r.endSpill(t, name, sp, "removed")
 				} else {
-					t.peek().spill.CompareAndSwap(sp, nil)
+					t.Peek().Spill.CompareAndSwap(sp, nil)
 				}
 			}
 		}
@@ -303,18 +304,18 @@ func (r *Router) Reload(cfg *config.Config) error {
 	// config in force (a request that waited is decided on it), those of
 	// an entity gone too (a model limit removed: nothing else wakes its
 	// line). A tenant with no core has no one waiting.
-	kick := func(t *tenant) {
-		c := t.peek()
+	kick := func(t *tenant.Tenant) {
+		c := t.Peek()
 		if c == nil {
 			return
 		}
-		c.queue.Kick()
-		c.fbQueue.Kick()
-		if sp := c.spill.Load(); sp != nil {
+		c.Queue.Kick()
+		c.FbQueue.Kick()
+		if sp := c.Spill.Load(); sp != nil {
 			sp.Line.Kick()
 		}
 	}
-	for _, t := range st.byName {
+	for _, t := range st.ByName {
 		kick(t)
 	}
 	for _, t := range gone {
@@ -339,7 +340,7 @@ const idleTimeout = 90 * time.Second
 // alone), so an idle keep-alive connection is never cut by it. HeaderReceived
 // then replaces it with the body's own deadline.
 func (r *Router) Server() *fasthttp.Server {
-	cfg := r.state.Load().cfg
+	cfg := r.state.Load().Cfg
 	return &fasthttp.Server{
 		Handler:               r.Handler,
 		Name:                  "ringgate",
@@ -364,7 +365,7 @@ func (r *Router) Server() *fasthttp.Server {
 // budget of the largest body accepted, max_body_bytes. Read from the live
 // config, so a reload applies to the next request.
 func (r *Router) bodyDeadline(h *fasthttp.RequestHeader) fasthttp.RequestConfig {
-	cfg := r.state.Load().cfg
+	cfg := r.state.Load().Cfg
 	return fasthttp.RequestConfig{
 		ReadTimeout: bodyBudget(int64(h.ContentLength()), cfg.Limits.MaxBodyBytes, cfg.Node.BodyMinRate, cfg.Node.BodyGrace),
 	}
@@ -395,7 +396,7 @@ func bodyBudget(size, maxBody, rate int64, grace time.Duration) time.Duration {
 func (r *Router) serverError(ctx *fasthttp.RequestCtx, err error) {
 	if errors.Is(err, fasthttp.ErrBodyTooLarge) {
 		fail(ctx, fasthttp.StatusRequestEntityTooLarge, "invalid_request_error", "request_too_large",
-			fmt.Sprintf("Request body too large: the limit is %d bytes.", r.state.Load().cfg.Limits.MaxBodyBytes))
+			fmt.Sprintf("Request body too large: the limit is %d bytes.", r.state.Load().Cfg.Limits.MaxBodyBytes))
 		return
 	}
 	var small *fasthttp.ErrSmallBuffer

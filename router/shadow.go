@@ -7,6 +7,7 @@ import (
 
 	"github.com/ringgate/ringgate/limiter"
 	"github.com/ringgate/ringgate/router/internal/logmeter"
+	"github.com/ringgate/ringgate/router/internal/tenant"
 )
 
 // A tenant in shadow mode ([[tenants]] mode = "shadow") is decided exactly
@@ -40,10 +41,10 @@ type meter interface {
 
 // shadowRefused marks, counts and logs a request t's limits refused (d)
 // and that is served anyway.
-func (r *Router) shadowRefused(ctx *fasthttp.RequestCtx, t *tenant, d *limiter.Decision) {
+func (r *Router) shadowRefused(ctx *fasthttp.RequestCtx, t *tenant.Tenant, d *limiter.Decision) {
 	setRateHeaders(&ctx.Response.Header, d)
-	t.counters().Refused(d.Limited)
-	r.shadowRefusal(ctx, t.name, &t.shadowLog, d.Limited, d.RetryAfter)
+	t.Counters().Refused(d.Limited)
+	r.shadowRefusal(ctx, t.Name, &t.ShadowLog, d.Limited, d.RetryAfter)
 }
 
 // shadowRefusal marks, counts and logs (at most once a shadowLogEvery

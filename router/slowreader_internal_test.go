@@ -48,7 +48,7 @@ func TestStalledStreamReaderCut(t *testing.T) {
 		t.Fatalf("stream did not start: %q %v", head, err)
 	}
 	// Then the client reads nothing more.
-	lim := r.state.Load().byName["acme"].c().lim
+	lim := r.state.Load().ByName["acme"].Core().Lim
 	start := time.Now()
 	if !poll(10*time.Second, func() bool { return lim.Usage(r.clock()).InFlight == 0 }) {
 		t.Fatalf("a client that stopped reading still holds its slot after %v (write idle %v)", time.Since(start).Round(time.Millisecond), r.clientWriteIdle)

@@ -13,6 +13,7 @@ import (
 	"github.com/ringgate/ringgate/limiter"
 	"github.com/ringgate/ringgate/router/internal/spill"
 	"github.com/ringgate/ringgate/router/internal/status"
+	"github.com/ringgate/ringgate/router/internal/tenant"
 )
 
 // Hot-tenant spillover is package spill's; here is what of it reads the
@@ -31,7 +32,7 @@ func (r *Router) initSpillover() {
 	n := &r.spillover
 	n.Self, n.Clock, n.Leaser, n.Log = r.node, r.clk, r.leaser, r.log
 	n.Live = func() int { return r.view.Load().liveMembers() }
-	n.Limits = func() config.Limits { return r.state.Load().cfg.Limits }
+	n.Limits = func() config.Limits { return r.state.Load().Cfg.Limits }
 	n.Peers = r.spillPeers
 	n.Phase = func(phase string) { r.metrics.Spillover.WithLabelValues(phase).Inc() }
 	n.EndWait = spillEndWait
@@ -56,35 +57,27 @@ func (r *Router) spillPeers() *spill.View {
 }
 
 // spillTenant is t's parts as package spill needs them.
-func (r *Router) spillTenant(t *tenant) *spill.Tenant {
-	c := t.c()
-	return &spill.Tenant{Name: t.name, Limits: t.limits, Lim: c.lim, Holder: c.spill, Queue: c.queue,
+func (r *Router) spillTenant(t *tenant.Tenant) *spill.Tenant {
+	c := t.Core()
+	return &spill.Tenant{Name: t.Name, Limits: t.Limits, Lim: c.Lim, Holder: c.Spill, Queue: c.Queue,
 		Ledger: spillLedger{r: r, t: t}}
 }
 
 // spillLedger is t's fallback ledger (fallback.go) as a spill reports it.
 type spillLedger struct {
 	r *Router
-	t *tenant
+	t *tenant.Tenant
 }
 
 func (l spillLedger) Report() bool {
 	l.r.reportFallback(l.t)
-	return l.t.c().fb.Delivered()
+	return l.t.Core().Fb.Delivered()
 }
 
-func (l spillLedger) Share() *limiter.Tenant { return l.t.c().fb.Share() }
+func (l spillLedger) Share() *limiter.Tenant { return l.t.Core().Fb.Share() }
 
 func (l spillLedger) Send(d limiter.Delta) {
 	l.r.sendDeltas(l.t, "", []limiter.Delta{l.r.ids.Name(d)}, 0)
-}
-
-// answersMissSpill reports whether the owner's answers seen at (router
-// clock) miss admissions on another node's spill that this node took part
-// in: it serves one now, or left one after at.
-func (t *tenant) answersMissSpill(self string, at int64) bool {
-	c := t.peek()
-	return c != nil && c.spill.Missed(self, at)
 }
 
 // abandonSpill leaves the tenant's spill of owner when a request this node
@@ -95,72 +88,49 @@ func (t *tenant) answersMissSpill(self string, at int64) bool {
 // what its share admitted. (An owner that is alive after all announces the
 // spill again: this node rejoins once its share's admissions reached it,
 // which charges them to the budget.)
-func (r *Router) abandonSpill(t *tenant, owner string) {
-	c := t.peek()
+func (r *Router) abandonSpill(t *tenant.Tenant, owner string) {
+	c := t.Peek()
 	if c == nil {
 		return // no core: no spill
 	}
-	if sp := c.spill.Load(); r.spillover.Abandon(sp, owner, c.spill) {
+	if sp := c.Spill.Load(); r.spillover.Abandon(sp, owner, c.Spill) {
 		go r.leaveSpill(t, sp, "owner_unreachable")
 	}
 }
 
 // leaveSpill stops serving a spill this node does not own (spill.Node's
 // Leave).
-func (r *Router) leaveSpill(t *tenant, sp *spill.Spill, reason string) bool {
+func (r *Router) leaveSpill(t *tenant.Tenant, sp *spill.Spill, reason string) bool {
 	return r.spillover.Leave(r.spillTenant(t), sp, reason)
 }
 
 // reloadSpills gives the spills this node owns the tenants' new limits (a
 // reload); the members take them with the next announcement.
-func (r *Router) reloadSpills(st *state) {
-	for _, t := range st.byName {
-		if sp := t.spilled(); sp != nil && sp.Owner == r.node {
-			sp.Budget.SetLimits(t.limits, lease.Share)
+func (r *Router) reloadSpills(st *tenant.State) {
+	for _, t := range st.ByName {
+		if sp := t.Spilled(); sp != nil && sp.Owner == r.node {
+			sp.Budget.SetLimits(t.Limits, lease.Share)
 		}
 	}
-}
-
-// spillKeys are the budget keys of the spills this node serves (a reload
-// keeps them).
-func (st *state) spillKeys(keep map[string]bool) {
-	for _, t := range st.byName {
-		if sp := t.spilled(); sp != nil {
-			keep[sp.Key] = true
-		}
-	}
-}
-
-// spillable reports whether the tenant may spill: a tenant with a team or
-// model limits does not (its spill's budget would not charge them; those
-// levels are decided on its owner only).
-func (t *tenant) spillable() bool {
-	return t.kind == kindTenant && t.team == nil && t.models == nil
 }
 
 // canSpill reports whether this node can spill a tenant it owns: the
 // budget needs Redis, the announcements signatures, and a second node.
 func (r *Router) canSpill() bool {
 	v := r.view.Load()
-	return r.state.Load().cfg.Limits.SpilloverRPS > 0 && r.leaser.HasStore() && r.hops.Enabled() &&
+	return r.state.Load().Cfg.Limits.SpilloverRPS > 0 && r.leaser.HasStore() && r.hops.Enabled() &&
 		r.clustered && !r.life.draining.Load() && v != nil && len(v.members) > 1 && r.spillover.Switchable()
-}
-
-// ownerSpill is the spill this node, the tenant's owner, serves it on, once
-// the budget is ready; nil when there is none (or it failed to start).
-func (t *tenant) ownerSpill(self string) *spill.Spill {
-	return spill.OwnerReady(t.spilled(), self)
 }
 
 // edgeSpill is the spill this node serves the tenant on instead of
 // forwarding to owner; nil when there is none, or while Redis does not
 // answer this node (spill.Node's Usable).
-func (r *Router) edgeSpill(t *tenant, owner string) *spill.Spill {
-	sp := t.spilled()
+func (r *Router) edgeSpill(t *tenant.Tenant, owner string) *spill.Spill {
+	sp := t.Spilled()
 	if !r.spillover.Usable(sp, owner) {
 		return nil
 	}
-	if !t.spillable() {
+	if !t.Spillable() {
 		return nil // given a team or model limits since (a reload): its owner decides them
 	}
 	sp.Arrive()
@@ -187,19 +157,19 @@ func (r *Router) RunSpillover(ctx context.Context) {
 func (r *Router) spillTick(ctx context.Context, hot spill.Heat) {
 	st := r.state.Load()
 	v := r.view.Load()
-	threshold := float64(st.cfg.Limits.SpilloverRPS)
+	threshold := float64(st.Cfg.Limits.SpilloverRPS)
 	can := r.canSpill()
 	arrived := r.arrived.Take()
 	for _, t := range arrived {
-		t.listed.Store(false) // its next request lists it again
+		t.Listed.Store(false) // its next request lists it again
 	}
 	for name := range hot {
-		if t := st.byName[name]; t == nil || t.arrivals.Load() == 0 {
+		if t := st.ByName[name]; t == nil || t.Arrivals.Load() == 0 {
 			delete(hot, name) // no request this tick: cooled
 		}
 	}
 	for name, t := range r.spillScan(st, arrived) {
-		sp := t.spilled()
+		sp := t.Spilled()
 		if sp != nil && sp.Owner != r.node {
 			if reason := r.spillover.Lapse(sp, func() string { return v.owner(name) }); reason != "" {
 				go r.leaveSpill(t, sp, reason)
@@ -209,8 +179,8 @@ func (r *Router) spillTick(ctx context.Context, hot spill.Heat) {
 		if sp != nil {
 			continue // the owner's spill loop measures it
 		}
-		n := t.arrivals.Swap(0)
-		if !can || t.ownedUntil.Load() != ownedNow || !t.spillable() {
+		n := t.Arrivals.Swap(0)
+		if !can || t.OwnedUntil.Load() != ownedNow || !t.Spillable() {
 			delete(hot, name)
 			continue
 		}
@@ -224,10 +194,10 @@ func (r *Router) spillTick(ctx context.Context, hot spill.Heat) {
 // can turn hot, and only those with a spill need watching: a node
 // configured with 100 000 tenants does not look at each one four times a
 // second.
-func (r *Router) spillScan(st *state, arrived []*tenant) func(yield func(string, *tenant) bool) {
-	return func(yield func(string, *tenant) bool) {
+func (r *Router) spillScan(st *tenant.State, arrived []*tenant.Tenant) func(yield func(string, *tenant.Tenant) bool) {
+	return func(yield func(string, *tenant.Tenant) bool) {
 		if r.spillover.Spills.Load() > 0 {
-			for name, t := range st.byName {
+			for name, t := range st.ByName {
 				if !yield(name, t) {
 					return
 				}
@@ -235,7 +205,7 @@ func (r *Router) spillScan(st *state, arrived []*tenant) func(yield func(string,
 			return
 		}
 		for _, t := range arrived {
-			if st.byName[t.name] == t && !yield(t.name, t) {
+			if st.ByName[t.Name] == t && !yield(t.Name, t) {
 				return
 			}
 		}
@@ -244,20 +214,20 @@ func (r *Router) spillScan(st *state, arrived []*tenant) func(yield func(string,
 
 // noteArrival lists t for the spillover loop's next tick: its first
 // request since the last tick.
-func (r *Router) noteArrival(t *tenant) {
+func (r *Router) noteArrival(t *tenant.Tenant) {
 	r.arrived.Add(t)
 }
 
 // spillOn switches a tenant this node owns to spillover.
 func (r *Router) spillOn(ctx context.Context, name string, rate float64) {
 	r.reloads.mu.Lock()
-	t := r.state.Load().byName[name]
-	if t == nil || t.spilled() != nil {
+	t := r.state.Load().ByName[name]
+	if t == nil || t.Spilled() != nil {
 		r.reloads.mu.Unlock()
 		return
 	}
-	sp := r.spillover.Own(t.name, t.limits)
-	t.c().spill.Store(sp)
+	sp := r.spillover.Own(t.Name, t.Limits)
+	t.Core().Spill.Store(sp)
 	sp.WatchLine()
 	r.reloads.mu.Unlock()
 
@@ -276,8 +246,8 @@ func (r *Router) runOwnerSpill(ctx context.Context, name string, sp *spill.Spill
 	defer tick.Stop()
 	for {
 		st := r.state.Load()
-		t := st.byName[name]
-		if t == nil || t.spilled() != sp || sp.Ending() {
+		t := st.ByName[name]
+		if t == nil || t.Spilled() != sp || sp.Ending() {
 			return // ended elsewhere (a handover), or the tenant is gone
 		}
 		if ctx.Err() != nil {
@@ -287,8 +257,8 @@ func (r *Router) runOwnerSpill(ctx context.Context, name string, sp *spill.Spill
 		}
 		reason := r.ownerSpillEnds(st, t, sp)
 		if reason == "" {
-			arrivals := t.arrivals.Swap(0) + r.spillover.Announce(r.spillTenant(t), sp, true, spill.CallTimeout)
-			if cool.Cooled(arrivals, st.cfg.Limits.SpilloverRPS) {
+			arrivals := t.Arrivals.Swap(0) + r.spillover.Announce(r.spillTenant(t), sp, true, spill.CallTimeout)
+			if cool.Cooled(arrivals, st.Cfg.Limits.SpilloverRPS) {
 				reason = "cooled"
 			}
 		}
@@ -305,13 +275,13 @@ func (r *Router) runOwnerSpill(ctx context.Context, name string, sp *spill.Spill
 
 // ownerSpillEnds is why the owner ends t's spill sp now, its rate aside;
 // "" if it goes on.
-func (r *Router) ownerSpillEnds(st *state, t *tenant, sp *spill.Spill) string {
+func (r *Router) ownerSpillEnds(st *tenant.State, t *tenant.Tenant, sp *spill.Spill) string {
 	switch {
 	case r.life.draining.Load():
 		return "drain"
-	case st.cfg.Limits.SpilloverRPS <= 0 || !t.spillable():
+	case st.Cfg.Limits.SpilloverRPS <= 0 || !t.Spillable():
 		return "disabled"
-	case t.ownedUntil.Load() != ownedNow:
+	case t.OwnedUntil.Load() != ownedNow:
 		return "owner_changed"
 	case sp.Budget.Stats(r.clock()).Degraded:
 		return "store_unreachable"
@@ -321,14 +291,14 @@ func (r *Router) ownerSpillEnds(st *state, t *tenant, sp *spill.Spill) string {
 
 // spillOff ends a spill this node owns (spill.Node's End).
 func (r *Router) spillOff(name string, sp *spill.Spill, reason string) {
-	r.endSpill(r.state.Load().byName[name], name, sp, reason)
+	r.endSpill(r.state.Load().ByName[name], name, sp, reason)
 }
 
 // endSpill is spillOff for tenant t, which may be one a reload has just
 // removed: its core is kept a while (and put back if a later reload
 // restores the tenant), so its limiter must not stay sealed with no spill
 // behind it.
-func (r *Router) endSpill(t *tenant, name string, sp *spill.Spill, reason string) {
+func (r *Router) endSpill(t *tenant.Tenant, name string, sp *spill.Spill, reason string) {
 	var st *spill.Tenant
 	if t != nil {
 		st = r.spillTenant(t)
@@ -341,8 +311,8 @@ func (r *Router) endSpill(t *tenant, name string, sp *spill.Spill, reason string
 // gives another owner, before v is in force.
 func (r *Router) endSpillsMovedBy(v *view) {
 	var names []string
-	for name, t := range r.state.Load().byName {
-		if sp := t.spilled(); sp != nil && sp.Owner == r.node {
+	for name, t := range r.state.Load().ByName {
+		if sp := t.Spilled(); sp != nil && sp.Owner == r.node {
 			if o := v.owner(name); o != "" && o != r.node {
 				names = append(names, name)
 			}
@@ -359,7 +329,7 @@ func (r *Router) endOwnedSpills(names []string) {
 	}
 	var wg sync.WaitGroup
 	for _, name := range names {
-		if t := r.state.Load().byName[name]; t == nil || t.spilled() == nil {
+		if t := r.state.Load().ByName[name]; t == nil || t.Spilled() == nil {
 			continue
 		}
 		wg.Add(1)
@@ -374,15 +344,15 @@ func (r *Router) endOwnedSpills(names []string) {
 // endOwnedSpill ends, before its state is handed over, a spill of a tenant
 // this node owns (a handoff asks for it).
 func (r *Router) endOwnedSpill(name string) {
-	t := r.state.Load().byName[name]
+	t := r.state.Load().ByName[name]
 	if t == nil {
 		return
 	}
-	sp := t.spilled()
+	sp := t.Spilled()
 	if sp == nil || sp.Owner != r.node {
 		return
 	}
-	if t.ownerSpill(r.node) != sp {
+	if t.OwnerSpill(r.node) != sp {
 		return // failed to start
 	}
 	// The owner's loop sees the spill gone and stops.
@@ -400,7 +370,7 @@ func (r *Router) serveSpill(ctx *fasthttp.RequestCtx) {
 		fail(ctx, fasthttp.StatusBadRequest, "invalid_request_error", "invalid_json", "Malformed spillover announcement.")
 		return
 	}
-	t := r.state.Load().byName[m.Tenant]
+	t := r.state.Load().ByName[m.Tenant]
 	if t == nil {
 		fail(ctx, fasthttp.StatusNotFound, "invalid_request_error", "unknown_tenant", "No tenant named "+m.Tenant+".")
 		return
@@ -414,19 +384,19 @@ func (r *Router) serveSpill(ctx *fasthttp.RequestCtx) {
 
 // spillEnded takes an owner's word that t's spill ended: this node stops
 // and answers once what it admitted reached the owner.
-func (r *Router) spillEnded(ctx *fasthttp.RequestCtx, t *tenant, m *spill.Msg) {
-	cur := t.spilled()
+func (r *Router) spillEnded(ctx *fasthttp.RequestCtx, t *tenant.Tenant, m *spill.Msg) {
+	cur := t.Spilled()
 	var arrivals int64
 	delivered := true
 	if cur != nil && cur.Owner == m.Owner && cur.Epoch == m.Epoch {
 		arrivals = cur.Arrivals()
 		delivered = r.leaveSpill(t, cur, "owner_ended")
-	} else if c := t.peek(); c != nil && !c.fb.Delivered() {
+	} else if c := t.Peek(); c != nil && !c.Fb.Delivered() {
 		// Left already (abandoned, lapsed), and what it admitted on
 		// the spill or its share since has not reached the owner: the
 		// owner must not take this as confirmed.
 		r.reportFallback(t)
-		delivered = c.fb.Delivered()
+		delivered = c.Fb.Delivered()
 	}
 	if !delivered {
 		fail(ctx, fasthttp.StatusServiceUnavailable, "server_error", "ledger_undelivered", "This node could not report what it admitted.")
@@ -437,8 +407,8 @@ func (r *Router) spillEnded(ctx *fasthttp.RequestCtx, t *tenant, m *spill.Msg) {
 
 // spillAnnounced takes an owner's word that t spills: this node joins the
 // spill, or renews it, unless it must not serve it.
-func (r *Router) spillAnnounced(ctx *fasthttp.RequestCtx, t *tenant, m *spill.Msg) {
-	cur := t.spilled()
+func (r *Router) spillAnnounced(ctx *fasthttp.RequestCtx, t *tenant.Tenant, m *spill.Msg) {
+	cur := t.Spilled()
 	refuse := func(code, msg string) {
 		fail(ctx, fasthttp.StatusConflict, "invalid_request_error", code, msg)
 	}
@@ -453,7 +423,7 @@ func (r *Router) spillAnnounced(ctx *fasthttp.RequestCtx, t *tenant, m *spill.Ms
 		// Under reloads.mu: a reload keeps the budgets of the spills it
 		// sees, and must see this one.
 		r.reloads.mu.Lock()
-		sp, ok := r.spillover.Join(*m, t.c().spill)
+		sp, ok := r.spillover.Join(*m, t.Core().Spill)
 		r.reloads.mu.Unlock()
 		if !ok {
 			refuse("busy", "Another spillover change is in progress.")
@@ -469,19 +439,19 @@ func (r *Router) spillAnnounced(ctx *fasthttp.RequestCtx, t *tenant, m *spill.Ms
 // spillMember is t as an owner's "on" finds it on this node.
 type spillMember struct {
 	r *Router
-	t *tenant
+	t *tenant.Tenant
 }
 
-func (m spillMember) RingOwner() string { return m.r.view.Load().owner(m.t.name) }
+func (m spillMember) RingOwner() string { return m.r.view.Load().owner(m.t.Name) }
 
-func (m spillMember) Holder() *spill.Holder { return m.t.c().spill }
+func (m spillMember) Holder() *spill.Holder { return m.t.Core().Spill }
 
-func (m spillMember) InFallback() bool { return m.t.falling() || !m.t.c().fb.Delivered() }
+func (m spillMember) InFallback() bool { return m.t.Falling() || !m.t.Core().Fb.Delivered() }
 
 // spillCarriedEnded brings into a spill this node owns what ds report of
 // calls admitted outside it (spill.Node's CarriedEnded).
-func (r *Router) spillCarriedEnded(t *tenant, ds []limiter.Delta) {
-	sp := t.spilled()
+func (r *Router) spillCarriedEnded(t *tenant.Tenant, ds []limiter.Delta) {
+	sp := t.Spilled()
 	if sp == nil || sp.Owner != r.node {
 		return
 	}
@@ -489,6 +459,6 @@ func (r *Router) spillCarriedEnded(t *tenant, ds []limiter.Delta) {
 }
 
 // spillView is the tenant's spillover as /tenants/{name} shows it.
-func (r *Router) spillView(t *tenant) status.Spill {
-	return r.spillover.View(t.spilled())
+func (r *Router) spillView(t *tenant.Tenant) status.Spill {
+	return r.spillover.View(t.Spilled())
 }

@@ -71,11 +71,11 @@ func newSpillPair(t *testing.T) *spillPair {
 func (p *spillPair) start(t *testing.T) *spill.Spill {
 	t.Helper()
 	go p.owner.spillOn(t.Context(), "acme", 2000)
-	te := p.edge.state.Load().byName["acme"]
+	te := p.edge.state.Load().ByName["acme"]
 	if !poll(2*time.Second, func() bool { return p.edge.edgeSpill(te, "owner") != nil }) {
 		t.Fatal("the edge never took the spill")
 	}
-	return p.owner.state.Load().byName["acme"].c().spill.Load()
+	return p.owner.state.Load().ByName["acme"].Core().Spill.Load()
 }
 
 // A reload while a tenant is spilled keeps one spill for every struct of
@@ -85,24 +85,24 @@ func (p *spillPair) start(t *testing.T) *spill.Spill {
 func TestSpillSurvivesReload(t *testing.T) {
 	p := newSpillPair(t)
 	sp := p.start(t)
-	old := p.owner.state.Load().byName["acme"]
-	cfg := *p.owner.state.Load().cfg
+	old := p.owner.state.Load().ByName["acme"]
+	cfg := *p.owner.state.Load().Cfg
 	cfg.Tenants = []config.Tenant{{Name: "acme", Keys: []string{"key-acme"}, RPM: 10, Concurrency: 10, Priority: "interactive"}}
 	if err := p.owner.Reload(&cfg); err != nil {
 		t.Fatal(err)
 	}
-	now := p.owner.state.Load().byName["acme"]
-	if now.c().spill != old.c().spill || now.spilled() != sp {
+	now := p.owner.state.Load().ByName["acme"]
+	if now.Core().Spill != old.Core().Spill || now.Spilled() != sp {
 		t.Fatal("the reloaded tenant does not share the spill")
 	}
 	if got := sp.Budget.Stats(p.owner.clock()).Limits.Requests; got != 10 {
 		t.Errorf("the spill's budget enforces %d requests after a reload to 10", got)
 	}
 	p.owner.spillOff("acme", sp, "test")
-	if old.spilled() != nil || old.ownerSpill("owner") != nil {
+	if old.Spilled() != nil || old.OwnerSpill("owner") != nil {
 		t.Error("the old struct still finds the ended spill")
 	}
-	if old.c().lim.Sealed() {
+	if old.Core().Lim.Sealed() {
 		t.Error("the limiter is still sealed after the spill ended")
 	}
 }
@@ -114,14 +114,14 @@ func TestSpillLateOnRefused(t *testing.T) {
 	p := newSpillPair(t)
 	sp := p.start(t)
 	p.owner.spillOff("acme", sp, "test")
-	te := p.edge.state.Load().byName["acme"]
+	te := p.edge.state.Load().ByName["acme"]
 	if p.edge.edgeSpill(te, "owner") != nil {
 		t.Fatal("the edge serves the spill after its off")
 	}
 	// As if an "on" had been in flight.
 	v := p.owner.view.Load()
 	_, _, _ = p.owner.peerCall(v, v.addrs["edge"], "edge", spill.Path, spill.Msg{Tenant: "acme", Owner: "owner", Epoch: sp.Epoch, On: true,
-		Limits: p.owner.state.Load().byName["acme"].limits, Window: sp.Window}, 1, spill.CallTimeout)
+		Limits: p.owner.state.Load().ByName["acme"].Limits, Window: sp.Window}, 1, spill.CallTimeout)
 	if p.edge.edgeSpill(te, "owner") != nil {
 		t.Error("a late on restarted an ended spill on the edge")
 	}
@@ -133,10 +133,10 @@ func TestSpillLateOnRefused(t *testing.T) {
 // streams outlive one burst is locked out of its concurrency in the next.
 func TestSpillCarriedAwaySlotFreed(t *testing.T) {
 	p := newSpillPair(t)
-	to := p.owner.state.Load().byName["acme"]
+	to := p.owner.state.Load().ByName["acme"]
 	mirror := limiter.NewTenant(limiter.Limits{}, 4*time.Second, 10*time.Minute)
 	tk, _ := mirror.Admit(p.owner.clock(), 10)
-	to.c().lim.ApplyFrom(p.owner.clock(), "edge", limiter.DeltaOf(&tk)) // a call running on the edge
+	to.Core().Lim.ApplyFrom(p.owner.clock(), "edge", limiter.DeltaOf(&tk)) // a call running on the edge
 	sp := p.start(t)
 	if got := sp.Budget.Stats(p.owner.clock()).SlotsUsed; got != 1 {
 		t.Fatalf("the budget carries %d slots, want the edge's 1", got)
@@ -164,25 +164,25 @@ func TestSpillEndWithSilentMember(t *testing.T) {
 	}}
 	p.owner.SetView(ghost)
 	sp := p.start(t)
-	to := p.owner.state.Load().byName["acme"]
+	to := p.owner.state.Load().ByName["acme"]
 	if !poll(2*time.Second, func() bool { return !sp.Told("ghost").IsZero() }) {
 		t.Fatal("the owner never tried the silent member")
 	}
 	start := time.Now()
 	p.owner.spillOff("acme", sp, "cooled")
 	took := time.Since(start)
-	u := to.c().lim.Usage(p.owner.clock())
+	u := to.Core().Lim.Usage(p.owner.clock())
 	t.Logf("ended in %v; the limiter holds %+v", took, u)
 	if took > time.Second {
 		t.Errorf("the end took %v: it waited for the silent member's lapse", took)
 	}
-	if to.c().lim.Sealed() || !sp.Budget.Fenced() {
-		t.Errorf("after the end: sealed %v, fenced %v", to.c().lim.Sealed(), sp.Budget.Fenced())
+	if to.Core().Lim.Sealed() || !sp.Budget.Fenced() {
+		t.Errorf("after the end: sealed %v, fenced %v", to.Core().Lim.Sealed(), sp.Budget.Fenced())
 	}
 	if u.InFlight != 10 {
 		t.Errorf("%d slots counted for the silent member's calls, want all 10 until its lapse", u.InFlight)
 	}
-	if !poll(4*time.Second, func() bool { return to.c().lim.Usage(p.owner.clock()).InFlight == 0 }) {
+	if !poll(4*time.Second, func() bool { return to.Core().Lim.Usage(p.owner.clock()).InFlight == 0 }) {
 		t.Error("the silent member's slots were not freed after its lapse")
 	}
 }
@@ -206,7 +206,7 @@ func deadAddr(t *testing.T) string {
 func TestSpillLateFallbackAdmissionCounted(t *testing.T) {
 	p := newSpillPair(t)
 	sp := p.start(t)
-	to := p.owner.state.Load().byName["acme"]
+	to := p.owner.state.Load().ByName["acme"]
 	before := sp.Budget.Stats(p.owner.clock())
 	mirror := limiter.NewTenant(limiter.Limits{}, 4*time.Second, 10*time.Minute)
 	tk, _ := mirror.Admit(p.owner.clock(), 10)
@@ -244,13 +244,13 @@ func TestSpillAbandoned(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			p := newSpillPair(t)
 			sp := p.start(t)
-			te := p.edge.state.Load().byName["acme"]
+			te := p.edge.state.Load().ByName["acme"]
 			good := *p.edge.view.Load()
 			hot := time.NewTicker(50 * time.Millisecond) // the tenant stays hot: the spill does not cool
 			defer hot.Stop()
 			go func() {
 				for range hot.C {
-					p.owner.state.Load().byName["acme"].arrivals.Add(1000)
+					p.owner.state.Load().ByName["acme"].Arrivals.Add(1000)
 				}
 			}()
 			cut := View{Ring: ring.New(1, []string{"owner"}), Members: []Member{
@@ -261,10 +261,10 @@ func TestSpillAbandoned(t *testing.T) {
 			mirror := limiter.NewTenant(limiter.Limits{}, 4*time.Second, 10*time.Minute)
 			tk, _ := mirror.Admit(p.edge.clock(), 10)
 			e := p.edge.fallbackAdmitted(te, &tk, sp.Epoch)
-			if !poll(2*time.Second, func() bool { return te.c().fb.Tried(e) }) { // its first report tried and failed
+			if !poll(2*time.Second, func() bool { return te.Core().Fb.Tried(e) }) { // its first report tried and failed
 				t.Fatal("the edge never tried to report its admission")
 			}
-			abandoned := te.spilled()
+			abandoned := te.Spilled()
 			p.edge.abandonSpill(te, "owner")
 			if p.edge.edgeSpill(te, "owner") != nil {
 				t.Fatal("the edge serves the spill it abandoned")
@@ -272,7 +272,7 @@ func TestSpillAbandoned(t *testing.T) {
 			if !abandoned.WaitDone(2 * time.Second) {
 				t.Fatal("the edge never left the spill")
 			}
-			if te.c().fb.Delivered() {
+			if te.Core().Fb.Delivered() {
 				t.Fatal("the edge's admission reached an owner it cannot reach")
 			}
 			if ends {
@@ -287,8 +287,8 @@ func TestSpillAbandoned(t *testing.T) {
 				{Name: "owner", Addr: good.addrs["owner"], State: "active"},
 			}})
 			time.Sleep(2 * spill.Tick) // pacing: an "on" or two while the admission is not delivered
-			if te.spilled() != nil {
-				t.Fatalf("the edge took the spill again before the owner had its admission (delivered %v)", te.c().fb.Delivered())
+			if te.Spilled() != nil {
+				t.Fatalf("the edge took the spill again before the owner had its admission (delivered %v)", te.Core().Fb.Delivered())
 			}
 			p.edge.reportFallback(te)
 			if !poll(2*time.Second, func() bool { return p.edge.edgeSpill(te, "owner") != nil }) {
@@ -306,11 +306,11 @@ func TestSpillAbandoned(t *testing.T) {
 func TestSpillEndingSlowlyNo503(t *testing.T) {
 	p := newSpillPair(t)
 	sp := p.start(t)
-	to := p.owner.state.Load().byName["acme"]
+	to := p.owner.state.Load().ByName["acme"]
 	finish := sp.StallEnd() // as spillOff does: the owner's loop leaves it alone
 	ended := time.AfterFunc(600*time.Millisecond, func() {
-		to.c().lim.Unseal()
-		to.c().spill.CompareAndSwap(sp, nil)
+		to.Core().Lim.Unseal()
+		to.Core().Spill.CompareAndSwap(sp, nil)
 		finish()
 	})
 	defer ended.Stop()

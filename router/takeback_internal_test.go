@@ -25,7 +25,7 @@ import (
 func TestQueuedBounceTakenBack(t *testing.T) {
 	fake, upAddr := startFake(t, fakeupstream.Options{Latency: time.Second, CompletionMin: 5, CompletionMax: 5})
 	r, rg := queuedHopRouter(t, upAddr, nil)
-	lim := r.state.Load().byName["acme"].c().lim
+	lim := r.state.Load().ByName["acme"].Core().Lim
 	var frozen atomic.Pointer[limiter.State]
 	var taken atomic.Int32
 	r.SetTakeBack(func(tenant, other string) bool {

@@ -9,6 +9,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/ringgate/ringgate/router/internal/hopsign"
+	"github.com/ringgate/ringgate/router/internal/tenant"
 )
 
 // A node that stood still for longer than failure detection (SIGSTOP, a VM
@@ -122,8 +123,8 @@ func hopRefusal(resp *fasthttp.Response) string {
 // retry the owner has caught up, or the ring has moved the tenant on; the
 // strict share is not used, since the owner is alive and may be admitting
 // its full limit.
-func (r *Router) ownerRefused(ctx *fasthttp.RequestCtx, t *tenant, owner, reason string) {
-	r.log.Warn("hop_refused_by_owner", "tenant", t.name, "owner", owner, "reason", reason)
+func (r *Router) ownerRefused(ctx *fasthttp.RequestCtx, t *tenant.Tenant, owner, reason string) {
+	r.log.Warn("hop_refused_by_owner", "tenant", t.Name, "owner", owner, "reason", reason)
 	r.setNodeHeader(&ctx.Response.Header)
 	ctx.Response.Header.Set("Retry-After", "1")
 	fail(ctx, fasthttp.StatusServiceUnavailable, "server_error", "owner_unavailable",
