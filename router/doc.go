@@ -22,5 +22,7 @@
 // access rule, asking an owner or every member), reading the node through
 // a Source the router implements; away keeps what a node admits for
 // tenants it does not count (fallback ledgers, the owners it cannot
-// reach) and the deltas it holds or sends again.
+// reach) and the deltas it holds or sends again; tenant holds the
+// configured entities with limits, their cores made at first use, and
+// the config in force, put in force by a reload.
 package router
