@@ -76,7 +76,7 @@ func (r *Router) SetView(v View) {
 
 // viewMetrics sets the ring and membership gauges from the view.
 func (r *Router) viewMetrics() {
-	cv := r.clusterView()
+	cv := r.adminView().Cluster()
 	active, draining := 0, 0
 	for _, mb := range cv.Members {
 		if mb.State == "draining" {
