@@ -24,5 +24,8 @@
 // tenants it does not count (fallback ledgers, the owners it cannot
 // reach) and the deltas it holds or sends again; tenant holds the
 // configured entities with limits, their cores made at first use, and
-// the config in force, put in force by a reload.
+// the config in force, put in force by a reload; adminview builds what
+// the admin endpoints show of this node (the cluster, the upstreams, a
+// tenant's or a team's view) from the tenant model: the Source admin
+// reads.
 package router
