@@ -45,7 +45,7 @@ func BenchmarkHandoffTake(b *testing.B) {
 				b.Fatal(err)
 			}
 			h := handoff.New(handoff.Config{Self: "taker", Window: cfg.Limits.Window, StoreTimeout: cfg.Redis.Timeout, FinalWait: cfg.Redis.HandoffWait, Logger: log},
-				rt, rt, store, nil)
+				rt.Moves(), rt.Moves(), store, nil)
 			b.Cleanup(func() { _ = store.Close() })
 			from := ring.New(1, []string{"giver"})
 			to := ring.New(2, []string{"taker", "giver"})
@@ -82,7 +82,7 @@ func BenchmarkHandoffTake(b *testing.B) {
 					b.StartTimer()
 				}
 				for _, n := range names {
-					rt.Hold(n, time.Second)
+					rt.Moves().Hold(n, time.Second)
 				}
 				a := h.Take(names, from, to)
 				if a.Final != len(names) {

@@ -455,7 +455,7 @@ func hoRun(t *testing.T, scenario string, withRedis bool) *hoOutcome {
 			}
 			if time.Now().After(deadline) {
 				o.leaked += int(n)
-				st := ow.Router().Limiter(tn).Export(time.Now().UnixNano())
+				st := ow.Router().Moves().Limiter(tn).Export(time.Now().UnixNano())
 				t.Logf("%s: owner %s still counts %d slots in flight after every call ended (own %v, away %v)", tn, ow.Name(), n, st.Slots.Buckets, st.Away)
 				break
 			}

@@ -137,7 +137,7 @@ func TestMutualFreezeTakenBack(t *testing.T) {
 			}
 			entities := map[string][]string{"tenant": {tn}, "team": {teamKey(team)}, "tenant-and-team": {tn, teamKey(team)}}[frozen]
 			for _, e := range entities {
-				owner.router.Limiter(e).Freeze(time.Now().UnixNano(), prev.Name())
+				owner.router.Moves().Limiter(e).Freeze(time.Now().UnixNano(), prev.Name())
 			}
 			start := time.Now()
 			rep, err := c.post(via, tn, false, nil)

@@ -225,7 +225,7 @@ func newNode(cfg *config.Config, o Options, log *slog.Logger, conn *redisconn.Co
 	if n.grace <= 0 {
 		n.grace = time.Second
 	}
-	n.tenantNames = rt.Names()
+	n.tenantNames = rt.Moves().Names()
 	return n, nil
 }
 
@@ -257,9 +257,10 @@ func (n *Node) openSnapshots() (handoff.Store, error) {
 // startHandoff starts the handoff protocol, on which the router hands
 // tenants over and takes them back.
 func (n *Node) startHandoff(o Options, store handoff.Store) {
-	n.mover = handoff.New(moverConfig(n.cfg, o.unixNano(), o), n.router, n.router, store, n.currentRing)
-	n.router.SetHandOver(n.mover.HandOver)
-	n.router.SetTakeBack(n.mover.TakeBack)
+	moves := n.router.Moves()
+	n.mover = handoff.New(moverConfig(n.cfg, o.unixNano(), o), moves, moves, store, n.currentRing)
+	moves.SetHandOver(n.mover.HandOver)
+	moves.SetTakeBack(n.mover.TakeBack)
 	if n.store != nil {
 		n.router.SetFallbackSeed(n.mover.LastState)
 	}
@@ -291,7 +292,7 @@ func (n *Node) join(o Options) error {
 	n.table = ring.NewTable(cfg.Node.Name, o.RingDebounce, n.onRing)
 	// Until the members are known, the placement its config asks for
 	// (agreePins).
-	n.pins.setWant(n.router.Pins())
+	n.pins.setWant(n.router.Moves().Pins())
 	n.pins.use, n.pins.useHash = n.pins.want, n.pins.wantHash
 	n.table.SetPins(n.pins.use)
 	g, err := gossip.Start(gossip.Config{
@@ -482,7 +483,7 @@ func (n *Node) Reload(cfg *config.Config) error {
 		return err
 	}
 	n.mu.Lock()
-	n.tenantNames = n.router.Names()
+	n.tenantNames = n.router.Moves().Names()
 	g := n.gossip
 	n.mu.Unlock()
 	if g != nil {
@@ -493,7 +494,7 @@ func (n *Node) Reload(cfg *config.Config) error {
 		// change (its state handed over to its new owner), once every
 		// member asks for the new placement (agreePins).
 		n.pins.mu.Lock()
-		n.pins.setWant(n.router.Pins())
+		n.pins.setWant(n.router.Moves().Pins())
 		hash := n.pins.wantHash
 		n.pins.mu.Unlock()
 		if n.gossip != nil {

@@ -124,7 +124,7 @@ func (n *Node) watchdog() {
 			}
 		}
 		n.router.Heartbeat()
-		n.router.SweepHeld() // the watchdog's tick is the node's clock tick
+		n.router.Moves().SweepHeld() // the watchdog's tick is the node's clock tick
 	}
 }
 

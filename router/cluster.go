@@ -1,11 +1,11 @@
 package router
 
 import (
-	"math"
 	"sort"
 
 	"github.com/ringgate/ringgate/limiter"
 	"github.com/ringgate/ringgate/ring"
+	"github.com/ringgate/ringgate/router/internal/moves"
 )
 
 // View is what the router knows of the cluster: the ring that says who owns
@@ -22,6 +22,7 @@ type view struct {
 	ring    *ring.Ring
 	members []Member
 	addrs   map[string]string
+	names   []string // the members' names (Names)
 	live    int
 	// cutBy counts the members that cannot reach this node and admit
 	// fallback shares of its tenants meanwhile: it keeps its own
@@ -31,11 +32,12 @@ type view struct {
 
 // SetView publishes a new cluster view.
 func (r *Router) SetView(v View) {
-	nv := &view{ring: v.Ring, addrs: make(map[string]string, len(v.Members))}
+	nv := &view{ring: v.Ring, addrs: make(map[string]string, len(v.Members)), names: make([]string, 0, len(v.Members))}
 	nv.members = append([]Member(nil), v.Members...)
 	sort.Slice(nv.members, func(i, j int) bool { return nv.members[i].Name < nv.members[j].Name })
 	for _, m := range nv.members {
 		nv.addrs[m.Name] = m.Addr
+		nv.names = append(nv.names, m.Name)
 		if m.CannotReachSelf && m.Name != r.node {
 			nv.cutBy++
 		}
@@ -68,7 +70,7 @@ func (r *Router) SetView(v View) {
 	r.noteDeparted(old, nv)
 	if old == nil || membersLeft(old, nv) {
 		for _, t := range r.state.Load().ByName {
-			r.dropGoneSlots(t, nv)
+			r.moves.DropGoneSlots(t, nv)
 		}
 	}
 	r.viewMetrics()
@@ -151,7 +153,7 @@ func (r *Router) trackOwnership(v *view) {
 }
 
 // ownedNow marks a tenant this node owns.
-const ownedNow = math.MaxInt64
+const ownedNow = moves.OwnedNow
 
 // owner reports the tenant's owner, or "" when there is no ring to ask (a
 // standalone node, or one that has not joined yet): then this node enforces.

@@ -49,9 +49,9 @@ func TestCoresMadeAtFirstUse(t *testing.T) {
 	if _, err := r.metrics.Reg.Gather(); err != nil {
 		t.Fatal(err)
 	}
-	r.KickQueues(r.Names())
-	for _, name := range r.Names() {
-		if r.Counted(name) != nil {
+	r.KickQueues(r.moves.Names())
+	for _, name := range r.moves.Names() {
+		if r.moves.Counted(name) != nil {
 			t.Fatalf("Counted(%s) made a core", name)
 		}
 	}
@@ -69,7 +69,7 @@ func TestCoresMadeAtFirstUse(t *testing.T) {
 	if n, names := made(r); n != 1 || names[0] != "t007" {
 		t.Fatalf("after one request of t007: cores %v (status %d %s)", names, ctx.Response.StatusCode(), ctx.Response.Body())
 	}
-	if r.Counted("t007") == nil || r.Counted("t007") != r.Limiter("t007") {
+	if r.moves.Counted("t007") == nil || r.moves.Counted("t007") != r.moves.Limiter("t007") {
 		t.Fatal("Counted and Limiter disagree on a tenant that has a core")
 	}
 }
@@ -130,29 +130,29 @@ func TestFrozenWithoutCore(t *testing.T) {
 		t.Fatal(err)
 	}
 	now := r.clock()
-	for _, name := range r.Names() {
-		st, ok := r.Freeze(name, now, "u")
+	for _, name := range r.moves.Names() {
+		st, ok := r.moves.Freeze(name, now, "u")
 		if !ok || !st.Empty() || st.Requests.Width != int64(cfg.Limits.Window)/limiter.Buckets {
 			t.Fatalf("Freeze(%s) = %+v, %v: want an empty state with the window's bucket width", name, st, ok)
 		}
 	}
-	if _, ok := r.Freeze("nobody", now, "u"); ok {
+	if _, ok := r.moves.Freeze("nobody", now, "u"); ok {
 		t.Error("Freeze of an unknown tenant went through")
 	}
 	if n, _ := made(r); n != 0 {
 		t.Fatalf("freezing 100 tenants never counted made %d cores", n)
 	}
-	if got := r.MovedTo("t001"); got != "u" {
+	if got := r.moves.MovedTo("t001"); got != "u" {
 		t.Fatalf("MovedTo(t001) = %q, want u", got)
 	}
-	if _, d := r.Limiter("t002").Admit(now, 1); !d.Moved || r.Limiter("t002").MovedTo() != "u" {
+	if _, d := r.moves.Limiter("t002").Admit(now, 1); !d.Moved || r.moves.Limiter("t002").MovedTo() != "u" {
 		t.Fatalf("the core made after the freeze decides (%+v), want Moved to u", d)
 	}
-	r.Thaw("t003")
-	if got := r.MovedTo("t003"); got != "" || r.Counted("t003") != nil {
-		t.Fatalf("after Thaw: MovedTo %q, core made %v", got, r.Counted("t003") != nil)
+	r.moves.Thaw("t003")
+	if got := r.moves.MovedTo("t003"); got != "" || r.moves.Counted("t003") != nil {
+		t.Fatalf("after Thaw: MovedTo %q, core made %v", got, r.moves.Counted("t003") != nil)
 	}
-	if _, d := r.Limiter("t003").Admit(now, 1); !d.Allowed {
+	if _, d := r.moves.Limiter("t003").Admit(now, 1); !d.Allowed {
 		t.Fatalf("a thawed tenant's core refuses: %+v", d)
 	}
 	if n, names := made(r); n != 2 {
@@ -179,8 +179,8 @@ func coreTestNode(t *testing.T, name string, n int) *Router {
 func coreTestPair(t *testing.T, n int) (ra, rb *Router, ma, mb *handoff.Mover) {
 	ra, rb = coreTestNode(t, "a", n), coreTestNode(t, "b", n)
 	net := handoff.NewInmemNet()
-	ma = handoff.New(handoff.Config{Self: "a", Window: time.Minute}, ra, net.Peers("a"), nil, nil)
-	mb = handoff.New(handoff.Config{Self: "b", Window: time.Minute}, rb, net.Peers("b"), nil, nil)
+	ma = handoff.New(handoff.Config{Self: "a", Window: time.Minute}, ra.moves, net.Peers("a"), nil, nil)
+	mb = handoff.New(handoff.Config{Self: "b", Window: time.Minute}, rb.moves, net.Peers("b"), nil, nil)
 	net.Join("a", ma)
 	net.Join("b", mb)
 	return ra, rb, ma, mb
@@ -213,7 +213,7 @@ func TestJoinMakesNoCores(t *testing.T) {
 		t.Errorf("a made %d cores and b %d for tenants nobody ever counted", ca, cb)
 	}
 	for _, name := range lostA {
-		if to := ra.MovedTo(name); to != "b" {
+		if to := ra.moves.MovedTo(name); to != "b" {
 			t.Fatalf("a says %s went to %q, want b", name, to)
 		}
 	}

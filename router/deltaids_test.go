@@ -13,6 +13,7 @@ import (
 	"github.com/ringgate/ringgate/limiter"
 	"github.com/ringgate/ringgate/ring"
 	"github.com/ringgate/ringgate/router/internal/away"
+	"github.com/ringgate/ringgate/router/internal/moves"
 )
 
 // deltaPair is an edge and an owner router on loopback, signed with one
@@ -62,12 +63,12 @@ func newDeltaPair(t *testing.T) *deltaPair {
 	srv := p.owner.Server()
 	inner := srv.Handler
 	srv.Handler = func(ctx *fasthttp.RequestCtx) {
-		if string(ctx.Path()) == deltaPath && p.refuse.Add(-1) >= 0 {
+		if string(ctx.Path()) == moves.DeltaPath && p.refuse.Add(-1) >= 0 {
 			ctx.SetStatusCode(fasthttp.StatusServiceUnavailable) // too busy: nothing applied
 			return
 		}
 		inner(ctx)
-		if string(ctx.Path()) == deltaPath {
+		if string(ctx.Path()) == moves.DeltaPath {
 			p.calls.Add(1)
 			if p.late.Add(-1) >= 0 {
 				time.Sleep(deltaTimeout + 200*time.Millisecond)
@@ -198,9 +199,9 @@ func TestDeltaRetriesBounded(t *testing.T) {
 		return m.GetCounter().GetValue()
 	}
 	if !poll(10*time.Second, func() bool { return dropped() >= extra }) {
-		t.Fatalf("%v reports dropped, %d retrying: want %d dropped past %d retrying", dropped(), p.edge.moving.retries.Running(), extra, away.MaxRetries)
+		t.Fatalf("%v reports dropped, %d retrying: want %d dropped past %d retrying", dropped(), p.edge.moves.Retrying(), extra, away.MaxRetries)
 	}
-	if n := p.edge.moving.retries.Running(); n > away.MaxRetries {
+	if n := p.edge.moves.Retrying(); n > away.MaxRetries {
 		t.Errorf("%d reports retrying at once, want at most %d", n, away.MaxRetries)
 	}
 	// Closed, the router stops retrying at once; before, the retries ran
@@ -208,7 +209,7 @@ func TestDeltaRetriesBounded(t *testing.T) {
 	// closed port into the tests after this one (two timing tests of the
 	// hang-up watch failed in CI under them).
 	p.edge.Close()
-	if !poll(time.Second, func() bool { return p.edge.moving.retries.Running() == 0 }) {
-		t.Fatalf("%d reports still retried 1s after Close", p.edge.moving.retries.Running())
+	if !poll(time.Second, func() bool { return p.edge.moves.Retrying() == 0 }) {
+		t.Fatalf("%d reports still retried 1s after Close", p.edge.moves.Retrying())
 	}
 }

@@ -43,7 +43,7 @@ func (r *Router) fallbackFinished(t *tenant.Tenant, e *away.Entry, d limiter.Del
 // reportFallback tells the node that counts the tenant now what this node
 // admitted for it under its share; what cannot be delivered stays.
 func (r *Router) reportFallback(t *tenant.Tenant) {
-	n := t.Core().Fb.Report(func(ds []limiter.Delta) error { return r.deliverDeltas(t, "", ds, 0) })
+	n := t.Core().Fb.Report(func(ds []limiter.Delta) error { return r.moves.Deliver(t, "", ds, 0) })
 	if n > 0 {
 		r.metrics.FallbackReported.Add(float64(n))
 	}

@@ -35,12 +35,12 @@ func TestSlotFromGoneNodeDropped(t *testing.T) {
 	mirror := limiter.NewTenant(limiter.Limits{}, cfg.Limits.Window, cfg.Limits.SlotTTL)
 	tk, _ := mirror.Admit(now, 10)
 	d := limiter.DeltaOf(&tk)
-	r.applyOnce(tn, now, "b", []limiter.Delta{d}) // b is a member: its call holds a slot
+	r.moves.Apply(tn, now, "b", []limiter.Delta{d}) // b is a member: its call holds a slot
 	if got := tn.Core().Lim.Usage(now).InFlight; got != 1 {
 		t.Fatalf("a member's call: %d in flight, want 1", got)
 	}
 	tk2, _ := mirror.Admit(now, 10)
-	r.applyOnce(tn, now, "gone", []limiter.Delta{limiter.DeltaOf(&tk2)}) // not in the view
+	r.moves.Apply(tn, now, "gone", []limiter.Delta{limiter.DeltaOf(&tk2)}) // not in the view
 	if got := tn.Core().Lim.Usage(now).InFlight; got != 1 {
 		t.Errorf("after a report from a node gone from the view: %d in flight, want 1 (only the member's)", got)
 	}
@@ -52,7 +52,7 @@ func TestSlotFromGoneNodeDropped(t *testing.T) {
 	// new owner dropped such a slot, then counted the node's late report
 	// of it, and held one slot for good (two scale-ups in a row, in CI).
 	tk3, _ := mirror.Admit(now, 10)
-	r.applyOnce(tn, now, "unseen", []limiter.Delta{limiter.DeltaOf(&tk3)})
+	r.moves.Apply(tn, now, "unseen", []limiter.Delta{limiter.DeltaOf(&tk3)})
 	if got := tn.Core().Lim.Usage(now).InFlight; got != 2 {
 		t.Errorf("after a report from a node not in the view yet: %d in flight, want 2", got)
 	}
@@ -84,18 +84,18 @@ func TestReleaseBeforeFirstRingHeld(t *testing.T) {
 	if !handed {
 		t.Fatal("a frozen limiter kept the call's end")
 	}
-	r.applyOnce(tn, now, "a", []limiter.Delta{r.ids.Name(d)}) // before this node's first ring
+	r.moves.Apply(tn, now, "a", []limiter.Delta{r.ids.Name(d)}) // before this node's first ring
 	// The first ring is slow to come (a slow join): the held release is
 	// not applied here past away.HeldFor either.
 	clock.Add(int64(away.HeldFor + time.Second))
-	r.SweepHeld()
+	r.moves.SweepHeld()
 	now = clock.Load()
 	// Its first ring makes it the owner: hold, import, release.
 	r.SetView(View{Ring: ring.New(1, []string{"t"}), Members: []Member{
 		{Name: "a", Addr: "127.0.0.1:1", State: "active"}, {Name: "t", Addr: "127.0.0.1:2", State: "active"}}})
-	r.Hold("acme", time.Second)
+	r.moves.Hold("acme", time.Second)
 	tn.Core().Lim.Import(now, st.As("t"))
-	r.Release("acme")
+	r.moves.Release("acme")
 	if got := tn.Core().Lim.Usage(now).InFlight; got != 0 {
 		t.Errorf("after the handed call ended: %d in flight, want 0", got)
 	}
@@ -107,7 +107,7 @@ func TestReleaseBeforeFirstRingHeld(t *testing.T) {
 		t.Fatal(err)
 	}
 	sn := solo.state.Load().ByName["acme"]
-	solo.applyOnce(sn, now, "", []limiter.Delta{own})
+	solo.moves.Apply(sn, now, "", []limiter.Delta{own})
 	if got := sn.Core().Lim.Usage(now).InFlight; got != 1 {
 		t.Errorf("standalone, its own delta: %d in flight, want 1", got)
 	}
@@ -129,11 +129,11 @@ func TestReleaseStillFrozenPassesDeltasOn(t *testing.T) {
 	tn := r.state.Load().ByName["acme"]
 	now := r.clock()
 	tn.Core().Lim.Freeze(now, "b")
-	r.Hold("acme", time.Second)
+	r.moves.Hold("acme", time.Second)
 	mirror := limiter.NewTenant(limiter.Limits{}, cfg.Limits.Window, cfg.Limits.SlotTTL)
 	tk, _ := mirror.Admit(now, 10)
-	r.applyOnce(tn, now, "c", []limiter.Delta{r.ids.Name(limiter.DeltaOf(&tk))})
-	r.Release("acme")
+	r.moves.Apply(tn, now, "c", []limiter.Delta{r.ids.Name(limiter.DeltaOf(&tk))})
+	r.moves.Release("acme")
 	if u := tn.Core().Lim.Usage(now); u.Requests != 0 || u.InFlight != 0 {
 		t.Errorf("a delta held while frozen for b was applied here on release: %d requests, %d in flight", u.Requests, u.InFlight)
 	}

@@ -209,8 +209,8 @@ func BenchmarkStateMemory(b *testing.B) {
 		runtime.ReadMemStats(&after)
 		b.ReportMetric(float64(after.HeapAlloc-before.HeapAlloc)/n, "heap-bytes/tenant")
 		// What a tenant costs once it is served: its core.
-		for _, name := range r.Names() {
-			r.Limiter(name)
+		for _, name := range r.moves.Names() {
+			r.moves.Limiter(name)
 		}
 		var served runtime.MemStats
 		runtime.GC()

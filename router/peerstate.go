@@ -2,49 +2,22 @@ package router
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"time"
 
 	"github.com/valyala/fasthttp"
 
-	"github.com/ringgate/ringgate/handoff"
 	"github.com/ringgate/ringgate/limiter"
-	"github.com/ringgate/ringgate/ring"
 	"github.com/ringgate/ringgate/router/internal/hopsign"
+	"github.com/ringgate/ringgate/router/internal/moves"
 	"github.com/ringgate/ringgate/router/internal/tenant"
 )
 
 // The router's part in moving state peer to peer: the signed endpoint a new
-// owner asks a previous owner on (answered by the node's handoff.Mover), and
-// the client side of that call (Router implements handoff.Peers). The
-// protocol itself is the handoff package's.
-
-// handoffPath receives a new owner's request for tenants' state; it is
-// signed like a hop.
-const handoffPath = "/_ringgate/handoff"
-
-// maxFetchTenants bounds one request's tenant list.
-const maxFetchTenants = 1 << 16
-
-type fetchMsg struct {
-	Tenants []string `json:"tenants"`
-}
-
-// SetHandOver gives the router the node's answer to a peer asking for
-// tenants' state (handoff.Mover.HandOver).
-func (r *Router) SetHandOver(f func(asker string, tenants []string) []handoff.Reply) {
-	r.moving.handOver.Store(&f)
-}
-
-// SetTakeBack gives the router the node's way to take a tenant back at
-// once from a node that bounced a request for it here
-// (handoff.Mover.TakeBack).
-func (r *Router) SetTakeBack(f func(tenant, other string) bool) {
-	r.moving.takeBack.Store(&f)
-}
+// owner asks a previous owner on (answered by the node's handoff.Mover
+// through package moves), and the signed transport package moves calls
+// peers with. The protocol itself is the handoff package's.
 
 // serveHandoff answers a new owner asking for tenants' state.
 func (r *Router) serveHandoff(ctx *fasthttp.RequestCtx) {
@@ -52,21 +25,20 @@ func (r *Router) serveHandoff(ctx *fasthttp.RequestCtx) {
 	if !ok {
 		return
 	}
-	var m fetchMsg
-	if err := json.Unmarshal(ctx.PostBody(), &m); err != nil || len(m.Tenants) > maxFetchTenants {
+	tenants, err := moves.DecodeFetch(ctx.PostBody())
+	if err != nil {
 		fail(ctx, fasthttp.StatusBadRequest, "invalid_request_error", "invalid_json", "Malformed handoff request.")
 		return
 	}
-	f := r.moving.handOver.Load()
-	if f == nil {
+	// The members stop before the state leaves.
+	body, err := r.moves.HandOver(info.From, tenants, r.endOwnedSpills)
+	if err != nil {
 		fail(ctx, fasthttp.StatusServiceUnavailable, "server_error", "not_ready", "This node does not hand state over yet.")
 		return
 	}
-	r.endOwnedSpills(m.Tenants) // the members stop before the state leaves
-	replies := (*f)(info.From, m.Tenants)
-	r.KickQueues(m.Tenants) // frozen: those waiting go to the asker
+	r.KickQueues(tenants) // frozen: those waiting go to the asker
 	ctx.SetContentType("application/octet-stream")
-	ctx.SetBody(handoff.EncodeReplies(nil, r.node, r.clock(), replies))
+	ctx.SetBody(body)
 }
 
 // peerPost checks a peer's POST to one of the peer paths: the method and
@@ -124,100 +96,10 @@ func (r *Router) peerDo(v *view, addr, to, method, path string, body []byte, hop
 	return resp.StatusCode(), answer.Bytes(), nil
 }
 
-// errNoPeer: the node asked for is not in this node's view.
-var errNoPeer = errors.New("no address for peer")
-
-// Fetch asks node to hand the tenants over to this node (handoff.Peers).
-func (r *Router) Fetch(ctx context.Context, node string, tenants []string) ([]handoff.Reply, error) {
-	v := r.view.Load()
-	addr := ""
-	if v != nil {
-		addr = v.addrs[node]
-	}
-	if addr == "" {
-		return nil, fmt.Errorf("fetch from %s: %w", node, errNoPeer)
-	}
-	if !r.hops.Enabled() {
-		return nil, fmt.Errorf("fetch from %s: %w", node, hopsign.ErrUnsigned)
-	}
-	timeout := time.Second
-	if d, ok := ctx.Deadline(); ok {
-		timeout = time.Until(d)
-	}
-	if timeout <= 0 {
-		return nil, fmt.Errorf("fetch from %s: %w", node, context.DeadlineExceeded)
-	}
-	status, body, err := r.peerCall(v, addr, node, handoffPath, fetchMsg{Tenants: tenants}, 1, timeout)
-	if err != nil {
-		return nil, fmt.Errorf("fetch from %s: %w", node, err)
-	}
-	if status != fasthttp.StatusOK {
-		return nil, fmt.Errorf("fetch from %s: status %d: %.200s", node, status, body)
-	}
-	replies, err := handoff.DecodeReplies(body)
-	if err != nil {
-		return nil, fmt.Errorf("fetch from %s: %w", node, err)
-	}
-	return replies, nil
-}
-
-// Others are the other members in this node's view, draining ones included
-// (handoff.Peers).
-func (r *Router) Others() []string {
-	v := r.view.Load()
-	if v == nil {
-		return nil
-	}
-	out := make([]string, 0, len(v.members))
-	for _, m := range v.members {
-		if m.Name != r.node {
-			out = append(out, m.Name)
-		}
-	}
-	return out
-}
-
-// Names are the configured tenants and their teams' and model limits'
-// entities (handoff.Tenants), sorted; shared, not to be changed.
-func (r *Router) Names() []string { return r.state.Load().Names }
-
-// Changed lists, once each, the tenants whose owner limiter changed since
-// it was made or last found empty (handoff.Tenants).
-func (r *Router) Changed() []string {
-	r.moving.changedMu.Lock()
-	defer r.moving.changedMu.Unlock()
-	out := r.moving.changed
-	r.moving.changed = nil
-	return out
-}
-
 // stateHooks are the router's ears on the tenants of a state.
 func (r *Router) stateHooks() tenant.Hooks {
-	return tenant.Hooks{Spills: &r.spillover.Spills, Changed: func(name string) {
-		r.moving.changedMu.Lock()
-		r.moving.changed = append(r.moving.changed, name)
-		r.moving.changedMu.Unlock()
-	}}
+	return tenant.Hooks{Spills: &r.spillover.Spills, Changed: func(name string) { r.moves.NoteChanged(name) }}
 }
-
-// Pins place every tenant's levels of limits on the ring by the top of its
-// hierarchy (its team, else itself): the ring the node builds must hold
-// them.
-func (r *Router) Pins() ring.Pins { return r.state.Load().Pins }
-
-// OwnedWithin reports whether this node owns the tenant or owned it within
-// the last d (handoff.Tenants).
-func (r *Router) OwnedWithin(name string, d time.Duration) bool {
-	t := r.state.Load().ByName[name]
-	if t == nil {
-		return false
-	}
-	until := t.OwnedUntil.Load()
-	return until == ownedNow || until > r.clock()-int64(d)
-}
-
-var _ handoff.Tenants = (*Router)(nil)
-var _ handoff.Peers = (*Router)(nil)
 
 // tookBack takes an entity back (moved: the tenant's limiter or one of
 // its levels' that answered Moved), at once, when the node this one froze
@@ -236,13 +118,13 @@ var _ handoff.Peers = (*Router)(nil)
 // it itself and answers busy, and the entity stays where it was.
 func (r *Router) tookBack(ctx *fasthttp.RequestCtx, c *call, moved *limiter.Tenant, hops int) bool {
 	to := moved.MovedTo()
-	f := r.moving.takeBack.Load()
+	f := r.moves.TakeBack()
 	if hops == 0 || f == nil || to == "" || to == r.node || to != hopsign.Sender(&ctx.Request.Header) {
 		return false
 	}
 	take := func(e *tenant.Tenant, lim *limiter.Tenant) {
-		if lim == e.Core().Lim && lim.MovedTo() == to && r.Owns(e.Name) {
-			(*f)(e.Name, to)
+		if lim == e.Core().Lim && lim.MovedTo() == to && r.moves.Owns(e.Name) {
+			f(e.Name, to)
 			e.AwaitHandoff()
 		}
 	}

@@ -15,7 +15,6 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/ringgate/ringgate/config"
-	"github.com/ringgate/ringgate/handoff"
 	"github.com/ringgate/ringgate/lease"
 	"github.com/ringgate/ringgate/limiter"
 	"github.com/ringgate/ringgate/reserve"
@@ -24,6 +23,7 @@ import (
 	"github.com/ringgate/ringgate/router/internal/hop"
 	"github.com/ringgate/ringgate/router/internal/hopsign"
 	"github.com/ringgate/ringgate/router/internal/metrics"
+	"github.com/ringgate/ringgate/router/internal/moves"
 	"github.com/ringgate/ringgate/router/internal/provider"
 	"github.com/ringgate/ringgate/router/internal/spill"
 	"github.com/ringgate/ringgate/router/internal/tenant"
@@ -79,6 +79,7 @@ type Router struct {
 	hopCalls  hopWatches
 	watches   hangups
 	moving    tenantMoves
+	moves     *moves.Node // this node's part in package handoff, and the deltas it delivers
 	spillover spill.Node
 	leaser    *lease.Leaser
 	lines     *provider.Lines
@@ -125,28 +126,17 @@ type reloading struct {
 }
 
 // tenantMoves is what moves tenants' state between nodes needs here
-// (handoff.go, peerstate.go).
+// beside package moves: the seed of a fallback share (forward.go), the
+// members gone (cluster.go).
 type tenantMoves struct {
 	// fallbackSeed loads a tenant's last snapshot (nil without Redis).
 	fallbackSeed atomic.Pointer[func(tenant string) (limiter.State, bool)]
-	held         away.Held // deltas for tenants not taken over yet
 	// departed are the members that left this node's view (and have not
 	// come back): a report from one frees its slots.
 	departed struct {
 		mu sync.Mutex
 		at map[string]bool
 	}
-	// changed are the tenants whose owner limiter changed since it was
-	// last found empty, for the periodic save (Changed).
-	changedMu sync.Mutex
-	changed   []string
-	// handOver answers a peer asking for tenants' state.
-	handOver atomic.Pointer[func(asker string, tenants []string) []handoff.Reply]
-	// takeBack takes a tenant back from a node it bounced with
-	// (handoff.Mover.TakeBack; tookBack).
-	takeBack atomic.Pointer[func(tenant, other string) bool]
-	// retries are the reports being sent again (sendDeltas).
-	retries away.Retries
 }
 
 // New builds a router from a validated configuration.
@@ -199,6 +189,7 @@ func New(o Options) (*Router, error) {
 		}})
 	r.initSpillover()
 	r.cores = tenant.NewCores(&r.state, r.stateHooks(), r.clock, o.Clock)
+	r.moves = r.newMoves()
 	st, err := tenant.Build(o.Config, nil, r.metrics, r.cores)
 	if err != nil {
 		return nil, err
@@ -438,10 +429,10 @@ func (r *Router) Handler(ctx *fasthttp.RequestCtx) {
 	case cancelPath:
 		r.serveCancel(ctx)
 		return
-	case deltaPath:
+	case moves.DeltaPath:
 		r.serveDelta(ctx)
 		return
-	case handoffPath:
+	case moves.HandoffPath:
 		r.serveHandoff(ctx)
 		return
 	case spill.Path:

@@ -141,7 +141,7 @@ func TestSpillCarriedAwaySlotFreed(t *testing.T) {
 	if got := sp.Budget.Stats(p.owner.clock()).SlotsUsed; got != 1 {
 		t.Fatalf("the budget carries %d slots, want the edge's 1", got)
 	}
-	p.owner.applyOnce(to, p.owner.clock(), "edge", []limiter.Delta{limiter.FinishDelta(&tk, 10)})
+	p.owner.moves.Apply(to, p.owner.clock(), "edge", []limiter.Delta{limiter.FinishDelta(&tk, 10)})
 	if got := sp.Budget.Stats(p.owner.clock()).SlotsUsed; got != 0 {
 		t.Errorf("the budget still carries %d slots after the call ended", got)
 	}
@@ -210,7 +210,7 @@ func TestSpillLateFallbackAdmissionCounted(t *testing.T) {
 	before := sp.Budget.Stats(p.owner.clock())
 	mirror := limiter.NewTenant(limiter.Limits{}, 4*time.Second, 10*time.Minute)
 	tk, _ := mirror.Admit(p.owner.clock(), 10)
-	p.owner.applyOnce(to, p.owner.clock(), "edge", []limiter.Delta{limiter.DeltaOf(&tk)})
+	p.owner.moves.Apply(to, p.owner.clock(), "edge", []limiter.Delta{limiter.DeltaOf(&tk)})
 	after := sp.Budget.Stats(p.owner.clock())
 	if after.SlotsUsed != before.SlotsUsed+1 {
 		t.Errorf("slots %d → %d, want one more for the reported call", before.SlotsUsed, after.SlotsUsed)
@@ -221,7 +221,7 @@ func TestSpillLateFallbackAdmissionCounted(t *testing.T) {
 	}) {
 		t.Error("the store's window never counted the late admission")
 	}
-	p.owner.applyOnce(to, p.owner.clock(), "edge", []limiter.Delta{limiter.FinishDelta(&tk, 10)})
+	p.owner.moves.Apply(to, p.owner.clock(), "edge", []limiter.Delta{limiter.FinishDelta(&tk, 10)})
 	if got := sp.Budget.Stats(p.owner.clock()).SlotsUsed; got != before.SlotsUsed {
 		t.Errorf("slots %d after the call ended, want %d", got, before.SlotsUsed)
 	}

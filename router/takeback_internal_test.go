@@ -28,7 +28,7 @@ func TestQueuedBounceTakenBack(t *testing.T) {
 	lim := r.state.Load().ByName["acme"].Core().Lim
 	var frozen atomic.Pointer[limiter.State]
 	var taken atomic.Int32
-	r.SetTakeBack(func(tenant, other string) bool {
+	r.moves.SetTakeBack(func(tenant, other string) bool {
 		if tenant != "acme" || other != "p" {
 			t.Errorf("take back %s from %s, want acme from p", tenant, other)
 			return false

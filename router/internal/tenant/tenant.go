@@ -102,7 +102,7 @@ type Core struct {
 	// limits on its owner (router/queue.go), FbQueue on this node's fallback
 	// share while the owner cannot be reached.
 	Queue, FbQueue *queue.Queue
-	// LostLog bounds the tenant's delta_lost lines (router/handoff.go).
+	// LostLog bounds the tenant's delta_lost lines (package moves).
 	LostLog logmeter.Meter
 }
 

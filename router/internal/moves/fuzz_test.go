@@ -1,4 +1,4 @@
-package router
+package moves
 
 import (
 	"encoding/json"
