@@ -27,5 +27,7 @@
 // the config in force, put in force by a reload; adminview builds what
 // the admin endpoints show of this node (the cluster, the upstreams, a
 // tenant's or a team's view) from the tenant model: the Source admin
-// reads.
+// reads; moves is this node's part in package handoff (holding, freezing,
+// fetching a tenant's state) and delivers the deltas of calls that end at
+// an edge to the node that counts their tenant.
 package router
