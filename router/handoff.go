@@ -69,6 +69,8 @@ func (r *Router) serveDelta(ctx *fasthttp.RequestCtx) {
 // movesCluster is the router as package moves reads its cluster view.
 type movesCluster Router
 
+// View is the view in force; a nil one answers as no view (view's
+// methods take a nil receiver).
 func (c *movesCluster) View() moves.View { return c.view.Load() }
 
 func (c *movesCluster) Await(wait time.Duration, ok func(moves.View) bool) moves.View {
