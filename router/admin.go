@@ -77,7 +77,7 @@ func (r *Router) adminView() adminview.Source {
 		Node:  r.node,
 		State: &r.state,
 		Clock: r.clock,
-		Spill: r.spillView,
+		Spill: r.spills.View,
 		Members: func() ([]Member, uint64, bool) {
 			v := r.view.Load()
 			if v == nil {

@@ -50,7 +50,7 @@ func (r *Router) SetView(v View) {
 		// A spilled tenant this ring gives another owner: its spill ends
 		// while this node still counts it, so the members' last reports
 		// are in the state it hands over.
-		r.endSpillsMovedBy(nv)
+		r.spills.EndMovedBy(nv.owner)
 	}
 	r.reloads.mu.Lock()
 	old := r.view.Swap(nv)

@@ -35,7 +35,7 @@ func (r *Router) newMoves() *moves.Node {
 			return r.clustered && (v == nil || v.ring.Len() == 0)
 		},
 		Deciding: r.Deciding,
-		Applied:  r.spillCarriedEnded,
+		Applied:  r.spills.CarriedEnded,
 	})
 }
 

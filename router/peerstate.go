@@ -31,7 +31,7 @@ func (r *Router) serveHandoff(ctx *fasthttp.RequestCtx) {
 		return
 	}
 	// The members stop before the state leaves.
-	body, err := r.moves.HandOver(info.From, tenants, r.endOwnedSpills)
+	body, err := r.moves.HandOver(info.From, tenants, r.spills.EndOwned)
 	if err != nil {
 		fail(ctx, fasthttp.StatusServiceUnavailable, "server_error", "not_ready", "This node does not hand state over yet.")
 		return

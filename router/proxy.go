@@ -147,7 +147,7 @@ func (r *Router) serveAPI(ctx *fasthttp.RequestCtx, ep upstream.Endpoint) bool {
 	if owner == "" || owner == r.node {
 		return r.serveLocal(ctx, ep, st, t, t.Core().Lim, 0)
 	}
-	if sp := r.edgeSpill(t, owner); sp != nil {
+	if sp := r.spills.Edge(t, owner); sp != nil {
 		// A hot tenant: served here on its leased budget (spill.go).
 		return r.serveLocal(ctx, ep, st, t, sp.Mirror, 0)
 	}
@@ -155,7 +155,7 @@ func (r *Router) serveAPI(ctx *fasthttp.RequestCtx, ep upstream.Endpoint) bool {
 	if handled {
 		return streaming
 	}
-	r.abandonSpill(t, owner)
+	r.spills.Abandon(t, owner)
 	lim, open := r.fallbackLimiter(t, v, owner)
 	if !open {
 		return r.refuseZeroShare(ctx)
@@ -283,9 +283,9 @@ func (r *Router) chooseSpill(st *tenant.State, c *call) {
 	t := c.t
 	owned := c.lim == t.Core().Lim
 	if owned && c.again == firstTry && st.Cfg.Limits.SpilloverRPS > 0 {
-		t.Arrivals.Add(1) // the rate that decides a spillover (spill.go)
+		t.Arrivals.Add(1) // the rate that decides a spillover (package spillover)
 		if !t.Listed.Load() && t.Listed.CompareAndSwap(false, true) {
-			r.noteArrival(t)
+			r.spills.Note(t)
 		}
 	}
 	s := t.Spilled()

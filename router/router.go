@@ -26,6 +26,7 @@ import (
 	"github.com/ringgate/ringgate/router/internal/moves"
 	"github.com/ringgate/ringgate/router/internal/provider"
 	"github.com/ringgate/ringgate/router/internal/spill"
+	"github.com/ringgate/ringgate/router/internal/spillover"
 	"github.com/ringgate/ringgate/router/internal/tenant"
 	"github.com/ringgate/ringgate/upstream"
 )
@@ -83,9 +84,8 @@ type Router struct {
 	spillover spill.Node
 	leaser    *lease.Leaser
 	lines     *provider.Lines
-	// arrived are the tenants that had a request since the spillover
-	// loop's last tick (tenant.Tenant.Listed).
-	arrived spill.Arrivals[*tenant.Tenant]
+	// spills run spillover on the tenants (package spillover).
+	spills spillover.Loop
 	// unreach: the owners this node admits fallback shares for, which
 	// its gossip metadata names (package away).
 	unreach away.Unreachables
@@ -282,7 +282,7 @@ func (r *Router) Reload(cfg *config.Config) error {
 			// to every request.
 			if sp := t.Spilled(); sp != nil {
 				if sp.Owner == r.node {
-					go r.endSpill(t, name, sp, "removed")
+					go r.spills.End(t, name, sp, "removed")
 				} else {
 					t.Peek().Spill.CompareAndSwap(sp, nil)
 				}
@@ -290,7 +290,7 @@ func (r *Router) Reload(cfg *config.Config) error {
 		}
 	}
 	r.trackOwnership(r.view.Load())
-	r.reloadSpills(st)
+	r.spills.Reload(st)
 	// New limits, budgets: the heads of every line try again now, on the
 	// config in force (a request that waited is decided on it), those of
 	// an entity gone too (a model limit removed: nothing else wakes its

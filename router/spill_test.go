@@ -70,9 +70,9 @@ func newSpillPair(t *testing.T) *spillPair {
 // serves it.
 func (p *spillPair) start(t *testing.T) *spill.Spill {
 	t.Helper()
-	go p.owner.spillOn(t.Context(), "acme", 2000)
+	go p.owner.spills.On(t.Context(), "acme", 2000)
 	te := p.edge.state.Load().ByName["acme"]
-	if !poll(2*time.Second, func() bool { return p.edge.edgeSpill(te, "owner") != nil }) {
+	if !poll(2*time.Second, func() bool { return p.edge.spills.Edge(te, "owner") != nil }) {
 		t.Fatal("the edge never took the spill")
 	}
 	return p.owner.state.Load().ByName["acme"].Core().Spill.Load()
@@ -98,7 +98,7 @@ func TestSpillSurvivesReload(t *testing.T) {
 	if got := sp.Budget.Stats(p.owner.clock()).Limits.Requests; got != 10 {
 		t.Errorf("the spill's budget enforces %d requests after a reload to 10", got)
 	}
-	p.owner.spillOff("acme", sp, "test")
+	p.owner.spills.Off("acme", sp, "test")
 	if old.Spilled() != nil || old.OwnerSpill("owner") != nil {
 		t.Error("the old struct still finds the ended spill")
 	}
@@ -113,16 +113,16 @@ func TestSpillSurvivesReload(t *testing.T) {
 func TestSpillLateOnRefused(t *testing.T) {
 	p := newSpillPair(t)
 	sp := p.start(t)
-	p.owner.spillOff("acme", sp, "test")
+	p.owner.spills.Off("acme", sp, "test")
 	te := p.edge.state.Load().ByName["acme"]
-	if p.edge.edgeSpill(te, "owner") != nil {
+	if p.edge.spills.Edge(te, "owner") != nil {
 		t.Fatal("the edge serves the spill after its off")
 	}
 	// As if an "on" had been in flight.
 	v := p.owner.view.Load()
 	_, _, _ = p.owner.peerCall(v, v.addrs["edge"], "edge", spill.Path, spill.Msg{Tenant: "acme", Owner: "owner", Epoch: sp.Epoch, On: true,
 		Limits: p.owner.state.Load().ByName["acme"].Limits, Window: sp.Window}, 1, spill.CallTimeout)
-	if p.edge.edgeSpill(te, "owner") != nil {
+	if p.edge.spills.Edge(te, "owner") != nil {
 		t.Error("a late on restarted an ended spill on the edge")
 	}
 }
@@ -169,7 +169,7 @@ func TestSpillEndWithSilentMember(t *testing.T) {
 		t.Fatal("the owner never tried the silent member")
 	}
 	start := time.Now()
-	p.owner.spillOff("acme", sp, "cooled")
+	p.owner.spills.Off("acme", sp, "cooled")
 	took := time.Since(start)
 	u := to.Core().Lim.Usage(p.owner.clock())
 	t.Logf("ended in %v; the limiter holds %+v", took, u)
@@ -265,8 +265,8 @@ func TestSpillAbandoned(t *testing.T) {
 				t.Fatal("the edge never tried to report its admission")
 			}
 			abandoned := te.Spilled()
-			p.edge.abandonSpill(te, "owner")
-			if p.edge.edgeSpill(te, "owner") != nil {
+			p.edge.spills.Abandon(te, "owner")
+			if p.edge.spills.Edge(te, "owner") != nil {
 				t.Fatal("the edge serves the spill it abandoned")
 			}
 			if !abandoned.WaitDone(2 * time.Second) {
@@ -276,7 +276,7 @@ func TestSpillAbandoned(t *testing.T) {
 				t.Fatal("the edge's admission reached an owner it cannot reach")
 			}
 			if ends {
-				p.owner.spillOff("acme", sp, "cooled")
+				p.owner.spills.Off("acme", sp, "cooled")
 				if !sp.Budget.Fenced() {
 					t.Error("the owner ended the spill as confirmed by an edge whose admissions it does not have")
 				}
@@ -291,7 +291,7 @@ func TestSpillAbandoned(t *testing.T) {
 				t.Fatalf("the edge took the spill again before the owner had its admission (delivered %v)", te.Core().Fb.Delivered())
 			}
 			p.edge.reportFallback(te)
-			if !poll(2*time.Second, func() bool { return p.edge.edgeSpill(te, "owner") != nil }) {
+			if !poll(2*time.Second, func() bool { return p.edge.spills.Edge(te, "owner") != nil }) {
 				t.Error("the edge never took the spill again once the owner had its admission")
 			}
 		})

@@ -29,9 +29,10 @@
 // owner's limiter, its announcements and their answers, its end on the
 // owner and on a member, and the switch's decision by rate. It knows
 // nothing of calls, of the router's tenants, state and view, or of how an
-// announcement travels: the router gives it a tenant's limiter, line and
-// ledger (Tenant), the members to tell and a signed call to each (Peers),
-// and serves the announcements it receives itself.
+// announcement travels: package spillover, which runs it on the router's
+// tenants, gives it a tenant's limiter, line and ledger (Tenant), the
+// router the members to tell and a signed call to each (Peers), and the
+// router serves the announcements it receives.
 package spill
 
 import (
