@@ -13,21 +13,17 @@
 // (firstTry) and a queued request's every try (waiter.try) call it.
 //
 // What is one protocol of its own lives under router/internal, importing
-// nothing of router: hop carries requests between nodes over an injected
-// network (Inmem in tests); hangup watches a waiting call's client
-// connection; hopsign signs and checks what nodes send each other;
-// deltaid names the deltas a node sends and skips one applied before;
-// metrics holds the node's Prometheus series; status the admin
-// endpoints' JSON shapes; admin answers those endpoints (their paths, the
-// access rule, asking an owner or every member), reading the node through
-// a Source the router implements; away keeps what a node admits for
-// tenants it does not count (fallback ledgers, the owners it cannot
-// reach) and the deltas it holds or sends again; tenant holds the
-// configured entities with limits, their cores made at first use, and
-// the config in force, put in force by a reload; adminview builds what
-// the admin endpoints show of this node (the cluster, the upstreams, a
-// tenant's or a team's view) from the tenant model: the Source admin
-// reads; moves is this node's part in package handoff (holding, freezing,
-// fetching a tenant's state) and delivers the deltas of calls that end at
-// an edge to the node that counts their tenant.
+// nothing of router (docs/design.md's "The code, in one page" says what
+// each owns):
+//
+//   - tenant: the configured entities with limits, their cores, the config
+//     in force;
+//   - provider: the provider's budgets and their lines;
+//   - away, moves: what an edge admits for a tenant it does not count, the
+//     deltas it reports, and this node's part in package handoff;
+//   - spill, spillover: a hot tenant's spillover and the loop that runs it;
+//   - hop, hopsign, deltaid, hangup: carrying, signing and naming what nodes
+//     send each other, and watching a waiting client;
+//   - admin, adminview, status, metrics: the admin endpoints, what they show,
+//     their JSON shapes and the Prometheus series.
 package router
