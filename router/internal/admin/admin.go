@@ -130,9 +130,9 @@ func (h *Handler) Serve(ctx *fasthttp.RequestCtx) {
 	case path == "/upstreams":
 		h.serveUpstreams(ctx, local)
 	case strings.HasPrefix(path, "/teams/"):
-		h.serveTeam(ctx, strings.TrimPrefix(path, "/teams/"), local, fromPeer)
+		serveEntity(h, ctx, "team", strings.TrimPrefix(path, "/teams/"), local, fromPeer, h.cfg.Source.Team)
 	default:
-		h.serveTenant(ctx, strings.TrimPrefix(path, "/tenants/"), local, fromPeer)
+		serveEntity(h, ctx, "tenant", strings.TrimPrefix(path, "/tenants/"), local, fromPeer, h.cfg.Source.Tenant)
 	}
 }
 

@@ -10,23 +10,13 @@ import (
 	"github.com/ringgate/ringgate/router/internal/status"
 )
 
-func (h *Handler) serveTeam(ctx *fasthttp.RequestCtx, name string, local, fromPeer bool) {
-	entity, view, ok := h.cfg.Source.Team(name)
+// serveEntity answers /tenants/{name} or /teams/{name} (kind: "tenant",
+// "team"), found by find: the owner's view, or this node's.
+func serveEntity[V any](h *Handler, ctx *fasthttp.RequestCtx, kind, name string, local, fromPeer bool,
+	find func(name string) (string, func(owner, ownerError string) V, bool)) {
+	entity, view, ok := find(name)
 	if !ok {
-		fail(ctx, fasthttp.StatusNotFound, "invalid_request_error", "unknown_team", "No team named "+name+".")
-		return
-	}
-	owner, ownerError, answered := h.ownerView(ctx, entity, name, local, fromPeer)
-	if answered {
-		return
-	}
-	WriteJSON(ctx, fasthttp.StatusOK, view(owner, ownerError))
-}
-
-func (h *Handler) serveTenant(ctx *fasthttp.RequestCtx, name string, local, fromPeer bool) {
-	entity, view, ok := h.cfg.Source.Tenant(name)
-	if !ok {
-		fail(ctx, fasthttp.StatusNotFound, "invalid_request_error", "unknown_tenant", "No tenant named "+name+".")
+		fail(ctx, fasthttp.StatusNotFound, "invalid_request_error", "unknown_"+kind, "No "+kind+" named "+name+".")
 		return
 	}
 	owner, ownerError, answered := h.ownerView(ctx, entity, name, local, fromPeer)
