@@ -16,7 +16,7 @@ import (
 // pins), then switches: a ring of the same members with the new pins,
 // handed over like any ring change, on every node within a gossip round.
 // Until then a level of limits whose owner is not the tenant's is decided
-// on this node's strict share of it (router/levels.go).
+// on this node's strict share of it (router/internal/levels).
 //
 // A node that starts while the others still run an older config uses its
 // own pins from the start: the tenants whose team differs between the two

@@ -33,7 +33,7 @@ const (
 	inUpstreamLine       // provider.InUpstreamLine
 	inModelLine          // provider.InModelLine
 	inTenantLine         // after the provider's lines
-	inLevelLine          // a level of the tenant's limits: its model's, its team's (levels.go)
+	inLevelLine          // a level of the tenant's limits: its model's, its team's (package levels)
 )
 
 // budgetAt is where the call waits among its provider's lines.

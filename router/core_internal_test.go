@@ -236,27 +236,3 @@ func TestClusterStartMakesNoCores(t *testing.T) {
 		t.Errorf("%d cores made on a cluster start with no request", ca+cb)
 	}
 }
-
-// A call of one member of a big team makes its own core and its team's,
-// not every member's (the members' lines are told only if they exist).
-func TestTeamCallMakesNoMemberCores(t *testing.T) {
-	r, cfg := testRouter(t, Options{})
-	cfg.Teams = []config.Team{{Name: "big", RPM: 100000}}
-	for i := range 1000 {
-		cfg.Tenants = append(cfg.Tenants, config.Tenant{Name: fmt.Sprintf("t%04d", i), Keys: []string{fmt.Sprintf("k%04d", i)}, RPM: 10, Concurrency: 2, Team: "big"})
-	}
-	if err := r.Reload(cfg); err != nil {
-		t.Fatal(err)
-	}
-	c := &call{t: r.state.Load().ByName["t0007"]}
-	c.lim = c.t.Core().Lim
-	r.setLevels(c)
-	now := r.clock()
-	for i := range c.nLevels {
-		c.levels[i].tk, _ = c.levels[i].lim.Admit(now, 1)
-	}
-	r.finishLevels(c, 1)
-	if n, _ := made(r); n > 2 {
-		t.Errorf("one call of t0007 made %d cores", n)
-	}
-}

@@ -5,6 +5,7 @@ import (
 
 	"github.com/ringgate/ringgate/limiter"
 	"github.com/ringgate/ringgate/router/internal/away"
+	"github.com/ringgate/ringgate/router/internal/levels"
 	"github.com/ringgate/ringgate/router/internal/tenant"
 )
 
@@ -81,8 +82,8 @@ func (r *Router) reportFallbacksTo(v *view) {
 func (r *Router) noteOwnerUsage(t *tenant.Tenant, h *fasthttp.ResponseHeader) {
 	if t.Team != nil || t.Models != nil {
 		// The x-ratelimit headers report the tightest level, not the
-		// tenant's: the owner says what each level used (levels.go).
-		r.noteLevelsUsed(t, h.Peek(levelsUsedHeader))
+		// tenant's: the owner says what each level used (package levels).
+		levels.NoteUsed(t, h.Peek(levels.UsedHeader), r.clock())
 		return
 	}
 	t.Core().Seen.NoteHeaders(r.clock(), h)

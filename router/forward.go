@@ -14,6 +14,7 @@ import (
 	"github.com/ringgate/ringgate/router/internal/away"
 	"github.com/ringgate/ringgate/router/internal/hop"
 	"github.com/ringgate/ringgate/router/internal/hopsign"
+	"github.com/ringgate/ringgate/router/internal/levels"
 	"github.com/ringgate/ringgate/router/internal/metrics"
 	"github.com/ringgate/ringgate/router/internal/tenant"
 )
@@ -151,7 +152,7 @@ func isConnHeader(k []byte) bool {
 var connHeaders = [][]byte{
 	[]byte("Connection"), []byte("Keep-Alive"), []byte("Transfer-Encoding"), []byte("Content-Length"),
 	[]byte("Te"), []byte("Trailer"), []byte("Upgrade"), []byte("Date"), []byte("Server"),
-	[]byte(levelsUsedHeader), // between nodes only (levels.go)
+	[]byte(levels.UsedHeader), // between nodes only (package levels)
 }
 
 // fallbackLimiter returns the tenant's strict local limiter, set to its share
@@ -261,7 +262,7 @@ func (r *Router) SetFallbackSeed(seed func(tenant string) (limiter.State, bool))
 }
 
 // endFallback logs the end of a tenant's fallback episode, once, and
-// ends its levels' (levels.go): the owner that answers for the tenant owns
+// ends its levels' (package levels): the owner that answers for the tenant owns
 // them too, and a level's episode left open would not be seeded afresh
 // when the owner next goes silent.
 func (r *Router) endFallback(t *tenant.Tenant, owner string) {

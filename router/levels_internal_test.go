@@ -40,8 +40,8 @@ func BenchmarkDecisionLevels(b *testing.B) {
 			if !r.setLevels(c) {
 				b.Fatal("no levels")
 			}
-			if want := map[string]int{"plain": 0, "leveled": 2}[name]; c.nLevels != want {
-				b.Fatalf("%d levels, want %d", c.nLevels, want)
+			if want := map[string]int{"plain": 0, "leveled": 2}[name]; c.levels.Len() != want {
+				b.Fatalf("%d levels, want %d", c.levels.Len(), want)
 			}
 			b.ReportAllocs()
 			for b.Loop() {
@@ -117,10 +117,19 @@ func TestEdgeSeesEachLevelsUsage(t *testing.T) {
 		t.Fatal(err)
 	}
 	tn := r.state.Load().ByName["a"]
-	c := &call{t: tn, lim: tn.Core().Lim, req: upstream.Request{Model: "gpt-4o"}}
+	c := &call{r: r, t: tn, lim: tn.Core().Lim, req: upstream.Request{Model: "gpt-4o"}}
 	r.setLevels(c)
-	c.levels[0].used = [2]int64{5, 0}    // the model's
-	c.levels[1].used = [2]int64{1500, 0} // the team's
+	// The call admitted as the model's 5th request and the team's 1500th.
+	now := r.clock()
+	for range 4 {
+		tn.Models["gpt-4o"].Core().Lim.Admit(now, 0)
+	}
+	for range 1499 {
+		tn.Team.Core().Lim.Admit(now, 0)
+	}
+	if o := r.decide(c); o.Verdict != admit.Taken {
+		t.Fatalf("refused: %+v", o)
+	}
 	var h fasthttp.ResponseHeader
 	setRateHeaders(&h, &limiter.Decision{LimitRequests: 5, RemainingRequests: 0}) // the tightest: the model's
 	setLevelsUsed(&h, c, [2]int64{990, 0})

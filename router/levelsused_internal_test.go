@@ -9,10 +9,11 @@ import (
 
 	"github.com/ringgate/ringgate/config"
 	"github.com/ringgate/ringgate/fakeupstream"
+	"github.com/ringgate/ringgate/router/internal/levels"
 )
 
 // A hop that waited in its tenant's line, once admitted, tells the edge
-// what the tenant and its levels used (levelsUsedHeader), as a hop admitted
+// what the tenant and its levels used (levels.UsedHeader), as a hop admitted
 // at once does: the edge seeds its fallback shares from it. The queued
 // path used to leave it out.
 func TestQueuedHopSendsLevelsUsed(t *testing.T) {
@@ -29,9 +30,9 @@ func TestQueuedHopSendsLevelsUsed(t *testing.T) {
 	if resp.StatusCode() != fasthttp.StatusOK || len(resp.Header.Peek("x-ringgate-queued-ms")) == 0 {
 		t.Fatalf("the hop: %d (queued %q) %s, want 200 after a wait", resp.StatusCode(), resp.Header.Peek("x-ringgate-queued-ms"), resp.Body())
 	}
-	used := string(resp.Header.Peek(levelsUsedHeader))
+	used := string(resp.Header.Peek(levels.UsedHeader))
 	if !strings.HasPrefix(used, "acme=2,") || !strings.Contains(used, ";team/research=2,") {
-		t.Errorf("%s: %q, want the tenant's and the team's two requests", levelsUsedHeader, used)
+		t.Errorf("%s: %q, want the tenant's and the team's two requests", levels.UsedHeader, used)
 	}
 	if s := <-first; s != 200 {
 		t.Errorf("the first call: %d, want 200", s)

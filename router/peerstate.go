@@ -130,11 +130,7 @@ func (r *Router) tookBack(ctx *fasthttp.RequestCtx, c *call, moved *limiter.Tena
 		}
 	}
 	take(c.t, c.lim)
-	for i := range c.nLevels {
-		if l := &c.levels[i]; !l.away {
-			take(l.e, l.lim)
-		}
-	}
+	c.levels.Here(take)
 	return moved.MovedTo() == ""
 }
 

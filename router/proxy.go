@@ -22,6 +22,7 @@ import (
 	"github.com/ringgate/ringgate/reserve"
 	"github.com/ringgate/ringgate/router/internal/away"
 	"github.com/ringgate/ringgate/router/internal/hangup"
+	"github.com/ringgate/ringgate/router/internal/levels"
 	"github.com/ringgate/ringgate/router/internal/provider"
 	"github.com/ringgate/ringgate/router/internal/spill"
 	"github.com/ringgate/ringgate/router/internal/tenant"
@@ -57,11 +58,10 @@ type call struct {
 	again retry
 	bud   provHold
 	// levels: what the call holds of its tenant's other levels of
-	// limits, its model's and its team's (levels.go); refusedBy names
-	// the level that refused it, refusedLevel is 1 + its index in levels
-	// (0: none; in admitQueued, the level whose line it joins).
-	levels       [2]level
-	nLevels      int
+	// limits, its model's and its team's (package levels); refusedBy
+	// names the level that refused it, refusedLevel is 1 + its index in
+	// levels (0: none; in admitQueued, the level whose line it joins).
+	levels       levels.Set
 	refusedBy    string
 	refusedLevel int
 	// prompt: how its prompt was estimated (promptTokens).
@@ -237,7 +237,7 @@ func (r *Router) serveLocalOnce(ctx *fasthttp.RequestCtx, ep upstream.Endpoint, 
 	if c.sp == nil && !r.setLevels(c) {
 		return r.refuseZeroShare(ctx)
 	}
-	if c.lim == t.Core().Lim && (!t.AwaitHandoff() || !c.awaitLevels()) {
+	if c.lim == t.Core().Lim && (!t.AwaitHandoff() || !c.levels.AwaitHandoff()) {
 		return r.refuseMoving(ctx)
 	}
 	return r.firstTry(ctx, ep, st, c)
@@ -417,7 +417,7 @@ func (r *Router) decideMoved(ctx *fasthttp.RequestCtx, ep upstream.Endpoint, st 
 	if at == atLevels {
 		// A level frozen for the node that bounced the request back
 		// here is taken back like a tenant (tookBack).
-		moved = c.levels[c.refusedLevel-1].lim
+		moved = c.levels.Limiter(c.refusedLevel - 1)
 	} else if sp := t.Spilled(); lim == t.Core().Lim && lim.MovedTo() == "" && sp != nil && sp.Owner == r.node {
 		switch c.again {
 		case firstTry:
@@ -443,7 +443,7 @@ func (r *Router) decideMoved(ctx *fasthttp.RequestCtx, ep upstream.Endpoint, st 
 // else its tenant's (or its spill's).
 func (c *call) refusal() limiter.Decision {
 	if i := c.refusedLevel - 1; i >= 0 {
-		return c.levels[i].d
+		return c.levels.Decision(i)
 	}
 	return c.d
 }
@@ -467,7 +467,7 @@ func (r *Router) serveAdmitted(ctx *fasthttp.RequestCtx, c *call, shadowed bool)
 	}
 	r.levelsShadowed(ctx, c)
 	r.levelsAdmitted(c)
-	if c.hops > 0 && c.nLevels > 0 && c.lim == t.Core().Lim {
+	if c.hops > 0 && c.levels.Len() > 0 && c.lim == t.Core().Lim {
 		setLevelsUsed(&ctx.Response.Header, c, own)
 	}
 	streaming := r.forward(ctx, c)

@@ -337,7 +337,7 @@ func (w *waiter) moved(at int) outcome {
 	case c.sp != nil:
 		return spillEnded
 	case at == atLevels:
-		w.movedLim = c.levels[c.refusedLevel-1].lim
+		w.movedLim = c.levels.Limiter(c.refusedLevel - 1)
 		return movedAway
 	case c.lim.MovedTo() == "":
 		return spilled
@@ -424,8 +424,7 @@ func (w *waiter) gaveUp(ctx *fasthttp.RequestCtx, err error) bool {
 	if !w.tried {
 		lim := c.lim
 		if w.at == inLevelLine {
-			l := &c.levels[w.lvl]
-			lim, c.refusedBy = l.lim, l.e.Label
+			lim, c.refusedBy = c.levels.Limiter(w.lvl), c.levels.Label(w.lvl)
 		}
 		w.last = refusalNow(lim.Peek(r.clock()), int64(c.res.Total))
 	}

@@ -3,6 +3,7 @@ package router
 import (
 	"github.com/ringgate/ringgate/admit"
 	"github.com/ringgate/ringgate/limiter"
+	"github.com/ringgate/ringgate/router/internal/levels"
 	"github.com/ringgate/ringgate/router/internal/provider"
 	"github.com/ringgate/ringgate/router/internal/spill"
 )
@@ -16,7 +17,7 @@ type (
 	providerRoom call // the upstream's and the model's budgets (budgets.go)
 	tenantRoom   call // the tenant's limiter: its owner's, a fallback share or the catch-up share
 	spillRoom    call // a spilled tenant's budget, and its mirror and ledger (package spill)
-	levelsRoom   call // the tenant's model and team limits (levels.go)
+	levelsRoom   call // the tenant's model and team limits (package levels)
 )
 
 // Where each room sits in decide's list: an outcome's At names it.
@@ -82,7 +83,7 @@ func (tr *tenantRoom) Take() admit.Verdict {
 // waiting head of its lines was refused for.
 func (tr *tenantRoom) Cancel() {
 	c := (*call)(tr)
-	c.r.cancelOn(c.t, c.lim, &c.tk)
+	levels.CancelOn((*levelsNode)(c.r), c.t, c.lim, &c.tk)
 	c.t.Core().Queue.Kick()
 	c.t.Core().FbQueue.Kick()
 }
@@ -102,7 +103,7 @@ func (c *call) behind() bool {
 		if line := t.LineFor(c.lim, c.hops); line != nil && line.Waiting() > 0 {
 			return true
 		}
-		for i := range c.nLevels {
+		for i := range c.levels.Len() {
 			if line := c.levelLine(i); line != nil && line.Waiting() > 0 {
 				c.refusedLevel = i + 1
 				return true
