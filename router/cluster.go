@@ -26,7 +26,7 @@ type view struct {
 	live    int
 	// cutBy counts the members that cannot reach this node and admit
 	// fallback shares of its tenants meanwhile: it keeps its own
-	// admissions to what their shares leave of each limit (admitOn).
+	// admissions to what their shares leave of each limit (levelsNode.Admit).
 	cutBy int
 }
 
@@ -181,15 +181,17 @@ func (v *view) version() uint64 {
 	return v.ring.Version()
 }
 
-// admitOn admits on lim; owned: the limiter of an entity this node counts.
+// Admit admits on lim; owned: the limiter of an entity this node counts.
 // While members that cannot reach this node admit their fallback shares
 // of what it owns (limit / live each, rounded down), it keeps to what they
 // leave, so that together they stay within the limit (an asymmetric
 // partition: the owner alive in gossip and serving its own clients, its
-// HTTP out of the others' reach, their reports with it).
-func (r *Router) admitOn(lim *limiter.Tenant, owned bool, now, cost int64) (limiter.Ticket, limiter.Decision) {
+// HTTP out of the others' reach, their reports with it). A tenant's room
+// calls it as package levels does (levels.Node), directly: a wrapper
+// returning its two large results would copy them again on every request.
+func (n *levelsNode) Admit(lim *limiter.Tenant, owned bool, now, cost int64) (limiter.Ticket, limiter.Decision) {
 	if owned {
-		if v := r.view.Load(); v != nil && v.cutBy > 0 {
+		if v := n.view.Load(); v != nil && v.cutBy > 0 {
 			return lim.AdmitBeside(now, cost, int64(v.cutBy), int64(v.live))
 		}
 	}

@@ -18,7 +18,8 @@ import (
 
 // levelsNode is the node as package levels sees it (levels.Placer,
 // levels.Node, levels.Ledger): a conversion of the router's pointer, so
-// handing it over allocates nothing.
+// handing it over allocates nothing. Its Admit is in cluster.go, beside
+// the view it reads.
 type levelsNode Router
 
 func (n *levelsNode) Clock() int64 { return (*Router)(n).clock() }
@@ -31,10 +32,6 @@ func (n *levelsNode) Away(name string) bool {
 func (n *levelsNode) Share(e *tenant.Tenant) (*limiter.Tenant, bool) {
 	v := n.view.Load()
 	return (*Router)(n).fallbackLimiter(e, v, v.owner(e.Name))
-}
-
-func (n *levelsNode) Admit(lim *limiter.Tenant, owned bool, now, cost int64) (limiter.Ticket, limiter.Decision) {
-	return (*Router)(n).admitOn(lim, owned, now, cost)
 }
 
 func (n *levelsNode) Report(e *tenant.Tenant, d limiter.Delta) { (*Router)(n).reportDelta(e, d) }
