@@ -91,9 +91,8 @@ type Set struct {
 // matching the tenant's (lim): the level's owner limiter on the owner, its
 // fallback share on a node that serves the tenant on its share, or that
 // owns the tenant but not the level. A spilled tenant's levels are not
-// enforced on the spill (tenants with levels do not spill: router's
-// spill.go), and are not chosen. It reports false when a level's share is
-// zero.
+// enforced on the spill (tenants with levels do not spill), and are not
+// chosen. It reports false when a level's share is zero.
 func (s *Set) Choose(t *tenant.Tenant, model string, lim *limiter.Tenant, p Placer) bool {
 	s.n = 0
 	var buf [2]*tenant.Tenant
