@@ -46,7 +46,7 @@ func (r *Router) SetView(v View) {
 	if nv.live == 0 {
 		nv.live = 1
 	}
-	if r.spillover.Owned() > 0 {
+	if r.spills.Node.Owned() > 0 {
 		// A spilled tenant this ring gives another owner: its spill ends
 		// while this node still counts it, so the members' last reports
 		// are in the state it hands over.

@@ -23,12 +23,15 @@ import (
 // through the hop (the edge waits in its own Do): the edge watches its
 // client too and, when it is gone, tells the owner (hopcancel.go).
 
-// hangups are the watches of calls waiting for their upstream.
+// hangups are the watches of calls waiting for their upstream: their
+// clients' connections (list), and the hop calls among them by hop, for
+// an edge's cancel (hopcancel.go).
 type hangups struct {
 	list hangup.List
 	// callGone is r.callGone taking a *call as any: a watch made for
 	// every request allocates no closure.
 	callGone func(any)
+	hops     hopWatches
 }
 
 // runFunc runs a func() given as any (a watch's onGone).

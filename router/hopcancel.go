@@ -41,7 +41,7 @@ func (r *Router) serveCancel(ctx *fasthttp.RequestCtx) {
 		fail(ctx, fasthttp.StatusBadRequest, "invalid_request_error", "invalid_json", "Malformed cancel.")
 		return
 	}
-	if w, ok := r.hopCalls.m.Load(m.Hop); ok {
+	if w, ok := r.watches.hops.m.Load(m.Hop); ok {
 		w.(*hangup.Watch).Cancel()
 	}
 	ctx.SetStatusCode(fasthttp.StatusNoContent)

@@ -24,18 +24,18 @@ func TestSpillCountFollowsTenants(t *testing.T) {
 	if !b.Core().Spill.CompareAndSwap(nil, spB) || b.Core().Spill.CompareAndSwap(nil, spB) {
 		t.Fatal("CompareAndSwap")
 	}
-	if got := r.spillover.Spills.Load(); got != 2 {
+	if got := r.spills.Node.Spills.Load(); got != 2 {
 		t.Fatalf("spills %d, want 2", got)
 	}
 	a.Core().Spill.CompareAndSwap(spA, nil)
-	if got := r.spillover.Spills.Load(); got != 1 {
+	if got := r.spills.Node.Spills.Load(); got != 1 {
 		t.Fatalf("spills %d after one ended, want 1", got)
 	}
 	cfg.Tenants = cfg.Tenants[:1] // b goes, with its spill
 	if err := r.Reload(cfg); err != nil {
 		t.Fatal(err)
 	}
-	if got := r.spillover.Spills.Load(); got != 0 {
+	if got := r.spills.Node.Spills.Load(); got != 0 {
 		t.Fatalf("spills %d after the reload removed b, want 0", got)
 	}
 }

@@ -99,7 +99,7 @@ func (r *Router) peerDo(v *view, addr, to, method, path string, body []byte, hop
 // stateHooks are the router's ears on the tenants of a state.
 func (r *Router) stateHooks() tenant.Hooks {
 	// r.moves is read when a tenant changes: it is made after the cores.
-	return tenant.Hooks{Spills: &r.spillover.Spills, Changed: func(name string) { r.moves.NoteChanged(name) }}
+	return tenant.Hooks{Spills: &r.spills.Node.Spills, Changed: func(name string) { r.moves.NoteChanged(name) }}
 }
 
 // tookBack takes an entity back (moved: the tenant's limiter or one of

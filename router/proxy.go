@@ -664,12 +664,12 @@ func (r *Router) forward(ctx *fasthttp.RequestCtx, c *call) bool {
 	hop := ""
 	if c.hops > 0 {
 		hop = string(ctx.Request.Header.Peek(hopHeader))
-		r.hopCalls.add(hop, w)
+		r.watches.hops.add(hop, w)
 	}
 	err = c.prov.Do(upReq, resp, c.req.Stream)
 	fasthttp.ReleaseRequest(upReq)
 	if hop != "" {
-		r.hopCalls.remove(hop)
+		r.watches.hops.remove(hop)
 	}
 	if w.Stop() {
 		// The client hung up while the upstream was thinking: the call

@@ -237,11 +237,11 @@ func (w *waiter) wait(ctx *fasthttp.RequestCtx) error {
 	hop := ""
 	if c.hops > 0 {
 		hop = string(ctx.Request.Header.Peek(hopHeader))
-		r.hopCalls.add(hop, hw) // the edge's client hanging up ends the wait too
+		r.watches.hops.add(hop, hw) // the edge's client hanging up ends the wait too
 	}
 	defer func() {
 		if hop != "" {
-			r.hopCalls.remove(hop)
+			r.watches.hops.remove(hop)
 		}
 		hw.Stop()
 	}()
@@ -322,7 +322,7 @@ func (w *waiter) overtaken() outcome {
 		return movedAway // handed over: its new owner decides
 	case c.lim == t.Core().Fb.Made() && c.hops == 0 && r.fallbackOver(t):
 		return fallbackEnded // the owner answers again, or is another: it decides
-	case c.sp != nil && (r.spillover.Lapsed(c.sp) || c.sp.Budget.Fenced()):
+	case c.sp != nil && (r.spills.Node.Lapsed(c.sp) || c.sp.Budget.Fenced()):
 		return spillEnded
 	}
 	return stillWaiting

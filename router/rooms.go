@@ -130,10 +130,10 @@ func (sr *spillRoom) Take() admit.Verdict {
 	}
 	sp.RLock()
 	defer sp.RUnlock()
-	if r.spillover.Lapsed(sp) {
+	if r.spills.Node.Lapsed(sp) {
 		return admit.Moved
 	}
-	tk, bd := r.spillover.Take(sp, int64(c.res.Total), c.at != notQueued, provider.MaxRenewalWait)
+	tk, bd := r.spills.Node.Take(sp, int64(c.res.Total), c.at != notQueued, provider.MaxRenewalWait)
 	if bd.Allowed {
 		c.spill = budgetTake{b: sp.Budget, tk: tk}
 	}

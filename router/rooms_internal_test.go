@@ -29,7 +29,7 @@ func TestSpillRoomCancelGivesEverythingBack(t *testing.T) {
 		t.Fatal(err)
 	}
 	tn := r.state.Load().ByName["hot"]
-	sp, _ := r.spillover.Join(spill.Msg{Tenant: "hot", Owner: "owner", Epoch: 1, Limits: limiter.Limits{Requests: 100}},
+	sp, _ := r.spills.Node.Join(spill.Msg{Tenant: "hot", Owner: "owner", Epoch: 1, Limits: limiter.Limits{Requests: 100}},
 		tn.Core().Spill) // served a lease term from now: the clock stands still
 	take := func() (*call, admit.Verdict) {
 		c := &call{r: r, t: tn, lim: sp.Mirror, sp: sp, req: upstream.Request{Model: "gpt-4o"}}

@@ -74,16 +74,13 @@ type Router struct {
 	hops    *hopsign.Signer
 	peers   *hop.Pool
 	ids     *deltaid.IDs // names this node's deltas, skips ones applied twice
-	// hopCalls are hop calls waiting for their upstream, for an edge's
-	// cancel (hopcancel.go); watches the client connections of calls
-	// waiting for theirs (hangup.go).
-	hopCalls  hopWatches
-	watches   hangups
-	moving    tenantMoves
-	moves     *moves.Node // this node's part in package handoff, and the deltas it delivers
-	spillover spill.Node
-	leaser    *lease.Leaser
-	lines     *provider.Lines
+	// watches are the calls waiting for their upstream: their clients'
+	// connections, and the hops among them (hangup.go).
+	watches hangups
+	moving  tenantMoves
+	moves   *moves.Node // this node's part in package handoff, and the deltas it delivers
+	leaser  *lease.Leaser
+	lines   *provider.Lines
 	// spills run spillover on the tenants (package spillover).
 	spills spillover.Loop
 	// unreach: the owners this node admits fallback shares for, which

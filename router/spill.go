@@ -26,7 +26,7 @@ const spillEndWait = spill.CallTimeout + spill.FenceWait + deltaTimeout + 150*ti
 // initSpillover gives packages spill and spillover what they need of the
 // router.
 func (r *Router) initSpillover() {
-	n := &r.spillover
+	n := &spill.Node{}
 	n.Self, n.Clock, n.Leaser, n.Log = r.node, r.clk, r.leaser, r.log
 	n.Live = func() int { return r.view.Load().liveMembers() }
 	n.Limits = func() config.Limits { return r.state.Load().Cfg.Limits }
