@@ -129,3 +129,12 @@ func newSetClock(ns int64) *setClock {
 func (c *setClock) Now() time.Time                  { return time.Unix(0, c.Load()) }
 func (c *setClock) Since(t time.Time) time.Duration { return c.Now().Sub(t) }
 func (c *setClock) Until(t time.Time) time.Duration { return t.Sub(c.Now()) }
+
+// stoppedClock reads always the same time, at the cost of the wall clock's
+// read or less: a benchmark's clock.
+type stoppedClock struct {
+	clockwork.Clock
+	at time.Time
+}
+
+func (c stoppedClock) Now() time.Time { return c.at }

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jonboulle/clockwork"
 	"github.com/valyala/fasthttp"
 
 	"github.com/ringgate/ringgate/admit"
@@ -22,7 +23,7 @@ import (
 // play (three limiters, all charged or none), in the same run.
 func BenchmarkDecisionLevels(b *testing.B) {
 	now := time.Now().UnixNano()
-	r, cfg := testRouter(b, Options{Clock: newSetClock(now)})
+	r, cfg := testRouter(b, Options{Clock: stoppedClock{clockwork.NewRealClock(), time.Unix(0, now)}})
 	cfg.Teams = []config.Team{{Name: "research", RPM: 1 << 40, TPM: 1 << 50, Concurrency: 1 << 30}}
 	plain := config.Tenant{Name: "plain", Keys: []string{"k1"}, RPM: 1 << 40, TPM: 1 << 50, Concurrency: 1 << 30}
 	leveled := config.Tenant{Name: "leveled", Keys: []string{"k2"}, RPM: 1 << 40, TPM: 1 << 50, Concurrency: 1 << 30,

@@ -45,6 +45,9 @@ func (r *Router) decide(c *call) admit.Outcome {
 // a refusal is kept in c.bud.refusal.
 func (p *providerRoom) Take() admit.Verdict {
 	c := (*call)(p)
+	if !c.bud.Limited() {
+		return admit.Taken // the request is built only for a budget to read
+	}
 	req := c.budgetRequest()
 	br, ok := c.bud.Take(&req)
 	if ok {

@@ -105,6 +105,10 @@ func (h *Hold) Held() bool { return h.n > 0 }
 // what it said; nil: none.
 func (h *Hold) Shadowed() (*Line, lease.Decision) { return h.shadow, h.shadowD }
 
+// Limited reports whether the call's provider has a budget to take from:
+// with none, there is nothing to ask (Take would take nothing).
+func (h *Hold) Limited() bool { return h.pb.limited() }
+
 // Take takes the request from its upstream's and model's budgets, unless
 // others wait for one it has not passed yet (req.At is where the request
 // waits: the head of that line goes first). On a refusal it gives back
