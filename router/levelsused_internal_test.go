@@ -14,8 +14,7 @@ import (
 
 // A hop that waited in its tenant's line, once admitted, tells the edge
 // what the tenant and its levels used (levels.UsedHeader), as a hop admitted
-// at once does: the edge seeds its fallback shares from it. The queued
-// path used to leave it out.
+// at once does: the edge seeds its fallback shares from it.
 func TestQueuedHopSendsLevelsUsed(t *testing.T) {
 	fake, upAddr := startFake(t, fakeupstream.Options{Latency: time.Second, CompletionMin: 5, CompletionMax: 5})
 	r, rg := queuedHopRouter(t, upAddr, func(cfg *config.Config) {
