@@ -83,7 +83,7 @@ func (r *Router) adminView() adminview.Source {
 			if v == nil {
 				return nil, 0, false
 			}
-			return v.members, v.version(), true
+			return v.Members(), v.Version(), true
 		},
 		Draining:   r.life.draining.Load,
 		LastReload: r.reloads.last.Load,
@@ -94,7 +94,7 @@ func (r *Router) adminView() adminview.Source {
 // (admin.Peers).
 type adminPeers struct{ r *Router }
 
-func (p adminPeers) Owner(entity string) string { return p.r.view.Load().owner(entity) }
+func (p adminPeers) Owner(entity string) string { return p.r.view.Load().Owner(entity) }
 
 func (p adminPeers) Verify(req *fasthttp.Request) error {
 	if _, err := p.r.hops.Verify(req, p.r.node); err != nil {
@@ -110,11 +110,11 @@ func (p adminPeers) View() admin.View {
 	if v == nil {
 		return admin.View{Signed: r.hops.Enabled()}
 	}
-	names := make([]string, len(v.members))
-	for i, m := range v.members {
+	names := make([]string, len(v.Members()))
+	for i, m := range v.Members() {
 		names[i] = m.Name
 	}
-	return admin.View{Members: names, Addrs: v.addrs, Signed: r.hops.Enabled(),
+	return admin.View{Members: names, Addrs: v.Addrs(), Signed: r.hops.Enabled(),
 		Ask: func(addr, node, uri string, timeout time.Duration) (int, []byte, error) {
 			return r.peerDo(v, addr, node, fasthttp.MethodGet, uri, nil, 1, timeout)
 		}}

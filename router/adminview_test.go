@@ -70,7 +70,7 @@ func TestTenantViewFromOwner(t *testing.T) {
 	// The owner at an address nothing listens on: the edge's own view,
 	// and why.
 	v := *p.a.view.Load()
-	bad := View{Ring: v.ring, Members: []Member{{Name: "a", Addr: p.addrA, State: "active"}, {Name: "b", Addr: "127.0.0.1:1", State: "active"}}}
+	bad := View{Ring: v.Ring(), Members: []Member{{Name: "a", Addr: p.addrA, State: "active"}, {Name: "b", Addr: "127.0.0.1:1", State: "active"}}}
 	p.a.SetView(bad)
 	status, got := get(p.addrA, path, nil)
 	if status != http.StatusOK || got.Owner != "b" || got.Node != "a" || got.OwnerError == "" {

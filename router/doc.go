@@ -25,6 +25,8 @@
 //   - spill, spillover: a hot tenant's spillover and the loop that runs it;
 //   - hop, hopsign, deltaid, hangup: carrying, signing and naming what nodes
 //     send each other, and watching a waiting client;
+//   - cluster: the cluster view in force, the wait for it to change, the
+//     members that left it;
 //   - admin, adminview, status, metrics: the admin endpoints, what they show,
 //     their JSON shapes and the Prometheus series.
 package router

@@ -5,6 +5,7 @@ import (
 
 	"github.com/ringgate/ringgate/limiter"
 	"github.com/ringgate/ringgate/router/internal/away"
+	"github.com/ringgate/ringgate/router/internal/cluster"
 	"github.com/ringgate/ringgate/router/internal/levels"
 	"github.com/ringgate/ringgate/router/internal/tenant"
 )
@@ -18,7 +19,7 @@ import (
 //
 // epoch names the spillover the call was admitted on (0: a fallback share).
 func (r *Router) fallbackAdmitted(t *tenant.Tenant, tk *limiter.Ticket, epoch int64) *away.Entry {
-	e := t.Core().Fb.Admitted(r.view.Load().owner(t.Name), tk, epoch, r.ids)
+	e := t.Core().Fb.Admitted(r.view.Load().Owner(t.Name), tk, epoch, r.ids)
 	r.reportFallbackSoon(t)
 	return e
 }
@@ -53,13 +54,13 @@ func (r *Router) reportFallback(t *tenant.Tenant) {
 // reportFallbacksTo reports the ledgers of tenants whose owner the view v
 // changed (from the one they could not reach): after a crash the new owner
 // counts what the edges admitted meanwhile.
-func (r *Router) reportFallbacksTo(v *view) {
+func (r *Router) reportFallbacksTo(v *cluster.Lookup) {
 	for name, t := range r.state.Load().ByName {
 		c := t.Peek()
 		if c == nil {
 			continue // never served here: nothing admitted, no episode
 		}
-		owner := v.owner(name)
+		owner := v.Owner(name)
 		if c.Fb.WaitsFor(owner) {
 			go r.reportFallback(t)
 		}

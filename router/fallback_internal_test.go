@@ -10,6 +10,7 @@ import (
 
 	"github.com/ringgate/ringgate/config"
 	"github.com/ringgate/ringgate/limiter"
+	"github.com/ringgate/ringgate/router/internal/cluster"
 )
 
 // TestFallbackFlappingSeedsOnce: an owner that answers now and then while
@@ -30,7 +31,7 @@ func TestFallbackFlappingSeedsOnce(t *testing.T) {
 	}
 	tn := r.state.Load().ByName["a"]
 	const members = 3
-	v := &view{live: members}
+	v := cluster.Build(View{Members: make([]Member, members)}, r.node)
 
 	// The owner's last snapshot, 10 s old: 300 of 600 in the window, 10
 	// a second. 1/3 of it is this node's seed, plus the 10 s since at the

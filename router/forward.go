@@ -12,6 +12,7 @@ import (
 
 	"github.com/ringgate/ringgate/limiter"
 	"github.com/ringgate/ringgate/router/internal/away"
+	"github.com/ringgate/ringgate/router/internal/cluster"
 	"github.com/ringgate/ringgate/router/internal/hop"
 	"github.com/ringgate/ringgate/router/internal/hopsign"
 	"github.com/ringgate/ringgate/router/internal/levels"
@@ -23,8 +24,8 @@ import (
 // answer. handled is false when the owner could not be reached before any of
 // the request left this node; the caller then enforces the strict local share.
 // streaming is true when a relayed stream finishes later (and calls done).
-func (r *Router) toOwner(ctx *fasthttp.RequestCtx, v *view, owner string, t *tenant.Tenant, hops int) (handled, streaming bool) {
-	addr := v.addrs[owner]
+func (r *Router) toOwner(ctx *fasthttp.RequestCtx, v *cluster.Lookup, owner string, t *tenant.Tenant, hops int) (handled, streaming bool) {
+	addr := v.Addrs()[owner]
 	if addr == "" || !r.hops.Enabled() {
 		return false, false
 	}
@@ -36,7 +37,7 @@ func (r *Router) toOwner(ctx *fasthttp.RequestCtx, v *view, owner string, t *ten
 	copyHopHeaders(req, &ctx.Request.Header)
 	req.Header.SetHost(addr)
 	req.SetBodyRaw(ctx.PostBody())
-	r.hops.Sign(req, r.node, owner, v.version(), hops)
+	r.hops.Sign(req, r.node, owner, v.Version(), hops)
 	resp := fasthttp.AcquireResponse()
 	w := r.watchHop(ctx, v, owner, string(req.Header.Peek(hopHeader)))
 	sent := time.Now()
@@ -159,10 +160,10 @@ var connHeaders = [][]byte{
 // of each limit (limit / live members, rounded down), and whether anything
 // fits at all: a limit smaller than the member count leaves this node a share
 // of zero, and admitting even one would risk the promise.
-func (r *Router) fallbackLimiter(t *tenant.Tenant, v *view, owner string) (*limiter.Tenant, bool) {
+func (r *Router) fallbackLimiter(t *tenant.Tenant, v *cluster.Lookup, owner string) (*limiter.Tenant, bool) {
 	n := int64(1)
 	if v != nil {
-		n = int64(v.live)
+		n = int64(v.LiveMembers())
 	}
 	l, open := away.ShareOf(t.Limits, n)
 	fl := t.Core().Fb.Share()

@@ -7,6 +7,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/ringgate/ringgate/limiter"
+	"github.com/ringgate/ringgate/router/internal/cluster"
 	"github.com/ringgate/ringgate/router/internal/moves"
 	"github.com/ringgate/ringgate/router/internal/tenant"
 )
@@ -32,7 +33,7 @@ func (r *Router) newMoves() *moves.Node {
 		MaxHops: maxHops, CatchUp: hopCatchUp,
 		Ringless: func() bool {
 			v := r.view.Load()
-			return r.clustered && (v == nil || v.ring.Len() == 0)
+			return r.clustered && (v == nil || v.Ring().Len() == 0)
 		},
 		Deciding: r.Deciding,
 		Applied:  r.spills.CarriedEnded,
@@ -69,40 +70,22 @@ func (r *Router) serveDelta(ctx *fasthttp.RequestCtx) {
 // movesCluster is the router as package moves reads its cluster view.
 type movesCluster Router
 
-// View is the view in force; a nil one answers as no view (view's
+// View is the view in force; a nil one answers as no view (cluster.Lookup's
 // methods take a nil receiver).
 func (c *movesCluster) View() moves.View { return c.view.Load() }
 
 func (c *movesCluster) Await(wait time.Duration, ok func(moves.View) bool) moves.View {
-	v, _ := c.view.await(wait, func(v *view) bool { return ok(v) })
+	v, _ := c.view.Await(wait, func(v *cluster.Lookup) bool { return ok(v) })
 	return v
 }
 
-func (c *movesCluster) Departed(node string) bool { return (*Router)(c).hasDeparted(node) }
+func (c *movesCluster) Departed(node string) bool { return c.moving.departed.Has(node) }
 
 // movesPeers is the router as package moves calls peers: signed hops.
 type movesPeers Router
 
 func (p *movesPeers) Call(v moves.View, addr, to, path string, msg any, hops int, timeout time.Duration) (int, []byte, error) {
-	return (*Router)(p).peerCall(v.(*view), addr, to, path, msg, hops, timeout)
+	return (*Router)(p).peerCall(v.(*cluster.Lookup), addr, to, path, msg, hops, timeout)
 }
 
 func (p *movesPeers) Signed() bool { return p.hops.Enabled() }
-
-// Owner, Addr and Names are a view as package moves reads it (moves.View).
-func (v *view) Owner(name string) string { return v.owner(name) }
-
-func (v *view) Addr(node string) (string, bool) {
-	if v == nil {
-		return "", false
-	}
-	a, ok := v.addrs[node]
-	return a, ok
-}
-
-func (v *view) Names() []string {
-	if v == nil {
-		return nil
-	}
-	return v.names
-}

@@ -6,6 +6,7 @@ import (
 
 	"github.com/valyala/fasthttp"
 
+	"github.com/ringgate/ringgate/router/internal/cluster"
 	"github.com/ringgate/ringgate/router/internal/hangup"
 )
 
@@ -50,8 +51,8 @@ func (r *Router) serveCancel(ctx *fasthttp.RequestCtx) {
 // watchHop watches the edge's client while the hop named hop waits at the
 // owner; if the client hangs up, the owner is told. Its stop reports
 // whether that happened.
-func (r *Router) watchHop(ctx *fasthttp.RequestCtx, v *view, owner, hop string) *hangup.Watch {
-	addr := v.addrs[owner]
+func (r *Router) watchHop(ctx *fasthttp.RequestCtx, v *cluster.Lookup, owner, hop string) *hangup.Watch {
+	addr := v.Addrs()[owner]
 	return r.watch(ctx, func() {
 		r.metrics.ClientGone.Inc()
 		go func() {

@@ -25,13 +25,13 @@ type levelsNode Router
 func (n *levelsNode) Clock() int64 { return (*Router)(n).clock() }
 
 func (n *levelsNode) Away(name string) bool {
-	o := n.view.Load().owner(name)
+	o := n.view.Load().Owner(name)
 	return o != "" && o != n.node
 }
 
 func (n *levelsNode) Share(e *tenant.Tenant) (*limiter.Tenant, bool) {
 	v := n.view.Load()
-	return (*Router)(n).fallbackLimiter(e, v, v.owner(e.Name))
+	return (*Router)(n).fallbackLimiter(e, v, v.Owner(e.Name))
 }
 
 func (n *levelsNode) Report(e *tenant.Tenant, d limiter.Delta) { (*Router)(n).reportDelta(e, d) }

@@ -9,6 +9,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/ringgate/ringgate/limiter"
+	"github.com/ringgate/ringgate/router/internal/cluster"
 	"github.com/ringgate/ringgate/router/internal/hopsign"
 	"github.com/ringgate/ringgate/router/internal/moves"
 	"github.com/ringgate/ringgate/router/internal/tenant"
@@ -60,7 +61,7 @@ func (r *Router) peerPost(ctx *fasthttp.RequestCtx) (hopsign.Info, bool) {
 
 // peerCall POSTs msg as JSON to path on the peer to (at addr), signed as
 // its hops-th hop, and returns the answer's status and body.
-func (r *Router) peerCall(v *view, addr, to, path string, msg any, hops int, timeout time.Duration) (int, []byte, error) {
+func (r *Router) peerCall(v *cluster.Lookup, addr, to, path string, msg any, hops int, timeout time.Duration) (int, []byte, error) {
 	body, err := json.Marshal(msg)
 	if err != nil {
 		return 0, nil, err
@@ -70,7 +71,7 @@ func (r *Router) peerCall(v *view, addr, to, path string, msg any, hops int, tim
 
 // peerDo sends a signed request to path on the peer to (at addr): a POST
 // of the JSON body, or a GET when body is nil.
-func (r *Router) peerDo(v *view, addr, to, method, path string, body []byte, hops int, timeout time.Duration) (int, []byte, error) {
+func (r *Router) peerDo(v *cluster.Lookup, addr, to, method, path string, body []byte, hops int, timeout time.Duration) (int, []byte, error) {
 	req := fasthttp.AcquireRequest()
 	resp := fasthttp.AcquireResponse()
 	defer fasthttp.ReleaseRequest(req)
@@ -82,7 +83,7 @@ func (r *Router) peerDo(v *view, addr, to, method, path string, body []byte, hop
 		req.Header.SetContentType("application/json")
 		req.SetBody(body)
 	}
-	r.hops.Sign(req, r.node, to, v.version(), hops)
+	r.hops.Sign(req, r.node, to, v.Version(), hops)
 	if err := r.peers.Call(addr, req, resp, timeout); err != nil {
 		return 0, nil, err
 	}
@@ -145,7 +146,7 @@ func (r *Router) tookBack(ctx *fasthttp.RequestCtx, c *call, moved *limiter.Tena
 func (r *Router) movedOn(ctx *fasthttp.RequestCtx, t *tenant.Tenant, lim *limiter.Tenant, hops int) bool {
 	to := lim.MovedTo()
 	if to != "" && to != r.node && hops < maxHops {
-		v, _ := r.view.await(hopCatchUp, func(v *view) bool { return v != nil && v.addrs[to] != "" })
+		v, _ := r.view.Await(hopCatchUp, func(v *cluster.Lookup) bool { return v != nil && v.Addrs()[to] != "" })
 		if handled, streaming := r.toOwner(ctx, v, to, t, hops+1); handled {
 			return streaming
 		}

@@ -21,6 +21,7 @@ import (
 	"github.com/ringgate/ringgate/queue"
 	"github.com/ringgate/ringgate/reserve"
 	"github.com/ringgate/ringgate/router/internal/away"
+	"github.com/ringgate/ringgate/router/internal/cluster"
 	"github.com/ringgate/ringgate/router/internal/hangup"
 	"github.com/ringgate/ringgate/router/internal/levels"
 	"github.com/ringgate/ringgate/router/internal/provider"
@@ -131,7 +132,7 @@ func (r *Router) serveAPI(ctx *fasthttp.RequestCtx, ep upstream.Endpoint) bool {
 		return r.refuseCatchingUp(ctx, hop)
 	}
 	v := r.view.Load()
-	owner := v.owner(t.Name)
+	owner := v.Owner(t.Name)
 	if hop {
 		// A hop is enforced here whatever this node's ring says (hop limit
 		// 1), but on state that counts: see hopLimiter.
@@ -141,7 +142,7 @@ func (r *Router) serveAPI(ctx *fasthttp.RequestCtx, ep upstream.Endpoint) bool {
 		}
 		return r.serveLocal(ctx, ep, st, t, lim, hops)
 	}
-	if r.clustered && (v == nil || v.ring.Len() == 0) {
+	if r.clustered && (v == nil || v.Ring().Len() == 0) {
 		return r.refuseNotJoined(ctx)
 	}
 	if owner == "" || owner == r.node {
@@ -197,14 +198,14 @@ const hopCatchUp = 1500 * time.Millisecond
 // nothing of the tenant.
 func (r *Router) hopLimiter(t *tenant.Tenant) (*limiter.Tenant, bool) {
 	// A tenant's owner changes with the view (trackOwnership).
-	v, owned := r.view.await(hopCatchUp, func(*view) bool {
+	v, owned := r.view.Await(hopCatchUp, func(*cluster.Lookup) bool {
 		until := t.OwnedUntil.Load()
 		return until == ownedNow || until > r.clock()-int64(t.Core().Lim.Window())
 	})
 	if owned {
 		return t.Core().Lim, true
 	}
-	return r.fallbackLimiter(t, v, v.owner(t.Name))
+	return r.fallbackLimiter(t, v, v.Owner(t.Name))
 }
 
 // serveLocal enforces the tenant's limits on lim and serves the request; hops

@@ -69,7 +69,7 @@ func (r *Router) fallbackOver(t *tenant.Tenant) bool {
 	if !t.Falling() {
 		return true
 	}
-	return r.view.Load().owner(t.Name) != t.Core().Fb.Owner()
+	return r.view.Load().Owner(t.Name) != t.Core().Fb.Owner()
 }
 
 // spillTooLarge reports whether c is larger than its spilled tenant's

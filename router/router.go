@@ -19,6 +19,7 @@ import (
 	"github.com/ringgate/ringgate/limiter"
 	"github.com/ringgate/ringgate/reserve"
 	"github.com/ringgate/ringgate/router/internal/away"
+	"github.com/ringgate/ringgate/router/internal/cluster"
 	"github.com/ringgate/ringgate/router/internal/deltaid"
 	"github.com/ringgate/ringgate/router/internal/hop"
 	"github.com/ringgate/ringgate/router/internal/hopsign"
@@ -70,7 +71,7 @@ type Router struct {
 	state   atomic.Pointer[tenant.State]
 	cores   *tenant.Cores // makes the tenants' cores on the config in force
 	reloads reloading
-	view    views
+	view    cluster.Views
 	hops    *hopsign.Signer
 	peers   *hop.Pool
 	ids     *deltaid.IDs // names this node's deltas, skips ones applied twice
@@ -130,10 +131,7 @@ type tenantMoves struct {
 	fallbackSeed atomic.Pointer[func(tenant string) (limiter.State, bool)]
 	// departed are the members that left this node's view (and have not
 	// come back): a report from one frees its slots.
-	departed struct {
-		mu sync.Mutex
-		at map[string]bool
-	}
+	departed cluster.Departed
 }
 
 // New builds a router from a validated configuration.
@@ -173,12 +171,12 @@ func New(o Options) (*Router, error) {
 	}
 	r.watches.callGone = func(c any) { r.callGone(c.(*call)) }
 	r.watches.list.Clock = o.Clock
-	r.view.clk = o.Clock
+	r.view.Clock = o.Clock
 	if r.leaser == nil {
 		r.leaser = lease.NewLeaser(lease.LeaserConfig{Node: r.node, Clock: r.clock, Logger: o.Logger})
 	}
 	r.lines = provider.New(provider.Config{Leaser: r.leaser, Clock: o.Clock, Log: o.Logger,
-		Members: func() int { return r.view.Load().liveMembers() },
+		Members: func() int { return r.view.Load().LiveMembers() },
 		Keep: func(keep map[string]bool) {
 			if st := r.state.Load(); st != nil {
 				st.SpillKeys(keep)

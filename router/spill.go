@@ -28,7 +28,7 @@ const spillEndWait = spill.CallTimeout + spill.FenceWait + deltaTimeout + 150*ti
 func (r *Router) initSpillover() {
 	n := &spill.Node{}
 	n.Self, n.Clock, n.Leaser, n.Log = r.node, r.clk, r.leaser, r.log
-	n.Live = func() int { return r.view.Load().liveMembers() }
+	n.Live = func() int { return r.view.Load().LiveMembers() }
 	n.Limits = func() config.Limits { return r.state.Load().Cfg.Limits }
 	n.Peers = r.spillPeers
 	n.Phase = func(phase string) { r.metrics.Spillover.WithLabelValues(phase).Inc() }
@@ -45,12 +45,12 @@ func (r *Router) spillPeers() *spill.View {
 		return nil
 	}
 	others := make(map[string]string)
-	for _, m := range v.members {
+	for _, m := range v.Members() {
 		if m.Name != r.node && m.Addr != "" {
 			others[m.Name] = m.Addr
 		}
 	}
-	return &spill.View{Others: others, Addrs: v.addrs,
+	return &spill.View{Others: others, Addrs: v.Addrs(),
 		Call: func(node, addr string, msg spill.Msg, timeout time.Duration) (int, []byte, error) {
 			return r.peerCall(v, addr, node, spill.Path, msg, 1, timeout)
 		}}
@@ -60,12 +60,12 @@ func (r *Router) spillPeers() *spill.View {
 // them.
 type spillCluster struct{ r *Router }
 
-func (c spillCluster) Owners() func(tenant string) string { return c.r.view.Load().owner }
+func (c spillCluster) Owners() func(tenant string) string { return c.r.view.Load().Owner }
 
 // Clustered: the announcements need signatures and a second node.
 func (c spillCluster) Clustered() bool {
 	v := c.r.view.Load()
-	return c.r.hops.Enabled() && c.r.clustered && v != nil && len(v.members) > 1
+	return c.r.hops.Enabled() && c.r.clustered && v != nil && len(v.Members()) > 1
 }
 
 func (c spillCluster) Draining() bool { return c.r.life.draining.Load() }

@@ -120,7 +120,7 @@ func TestSpillLateOnRefused(t *testing.T) {
 	}
 	// As if an "on" had been in flight.
 	v := p.owner.view.Load()
-	_, _, _ = p.owner.peerCall(v, v.addrs["edge"], "edge", spill.Path, spill.Msg{Tenant: "acme", Owner: "owner", Epoch: sp.Epoch, On: true,
+	_, _, _ = p.owner.peerCall(v, v.Addrs()["edge"], "edge", spill.Path, spill.Msg{Tenant: "acme", Owner: "owner", Epoch: sp.Epoch, On: true,
 		Limits: p.owner.state.Load().ByName["acme"].Limits, Window: sp.Window}, 1, spill.CallTimeout)
 	if p.edge.spills.Edge(te, "owner") != nil {
 		t.Error("a late on restarted an ended spill on the edge")
@@ -158,9 +158,9 @@ func TestSpillEndWithSilentMember(t *testing.T) {
 	}
 	p := newSpillPair(t)
 	ghost := View{Ring: ring.New(1, []string{"owner"}), Members: []Member{
-		{Name: "edge", Addr: p.owner.view.Load().addrs["edge"], State: "active"},
+		{Name: "edge", Addr: p.owner.view.Load().Addrs()["edge"], State: "active"},
 		{Name: "ghost", Addr: deadAddr(t), State: "active"},
-		{Name: "owner", Addr: p.owner.view.Load().addrs["owner"], State: "active"},
+		{Name: "owner", Addr: p.owner.view.Load().Addrs()["owner"], State: "active"},
 	}}
 	p.owner.SetView(ghost)
 	sp := p.start(t)
@@ -254,7 +254,7 @@ func TestSpillAbandoned(t *testing.T) {
 				}
 			}()
 			cut := View{Ring: ring.New(1, []string{"owner"}), Members: []Member{
-				{Name: "edge", Addr: good.addrs["edge"], State: "active"},
+				{Name: "edge", Addr: good.Addrs()["edge"], State: "active"},
 				{Name: "owner", Addr: deadAddr(t), State: "active"},
 			}}
 			p.edge.SetView(cut) // the edge cannot reach the owner; the owner reaches the edge
@@ -283,8 +283,8 @@ func TestSpillAbandoned(t *testing.T) {
 				return
 			}
 			p.edge.SetView(View{Ring: ring.New(1, []string{"owner"}), Members: []Member{
-				{Name: "edge", Addr: good.addrs["edge"], State: "active"},
-				{Name: "owner", Addr: good.addrs["owner"], State: "active"},
+				{Name: "edge", Addr: good.Addrs()["edge"], State: "active"},
+				{Name: "owner", Addr: good.Addrs()["owner"], State: "active"},
 			}})
 			time.Sleep(2 * spill.Tick) // pacing: an "on" or two while the admission is not delivered
 			if te.Spilled() != nil {
@@ -314,7 +314,7 @@ func TestSpillEndingSlowlyNo503(t *testing.T) {
 		finish()
 	})
 	defer ended.Stop()
-	req, _ := http.NewRequest(http.MethodPost, "http://"+p.owner.view.Load().addrs["owner"]+"/v1/chat/completions",
+	req, _ := http.NewRequest(http.MethodPost, "http://"+p.owner.view.Load().Addrs()["owner"]+"/v1/chat/completions",
 		strings.NewReader(`{"model":"m","messages":[{"role":"user","content":"hi"}]}`))
 	req.Header.Set("Authorization", "Bearer key-acme")
 	resp, err := http.DefaultClient.Do(req)

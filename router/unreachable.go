@@ -28,5 +28,5 @@ func (n *awayNode) Window() time.Duration { return (*Router)(n).state.Load().Cfg
 // Left reports whether owner has left the view.
 func (n *awayNode) Left(owner string) bool {
 	v := (*Router)(n).view.Load()
-	return v != nil && v.addrs[owner] == ""
+	return v != nil && v.Addrs()[owner] == ""
 }

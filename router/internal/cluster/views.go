@@ -1,4 +1,4 @@
-package router
+package cluster
 
 import (
 	"sync"
@@ -8,36 +8,37 @@ import (
 	"github.com/jonboulle/clockwork"
 )
 
-// views holds this node's cluster view, and wakes the requests waiting for
+// Views holds this node's cluster view, and wakes the requests waiting for
 // it to change: a hop for a tenant this node does not own yet, a request
 // for a node its gossip does not list yet. Each waits on the next change,
 // not on a timer that polls.
-type views struct {
-	cur  atomic.Pointer[view]
+type Views struct {
+	cur  atomic.Pointer[Lookup]
 	mu   sync.Mutex
-	next chan struct{}   // closed at the next change; nil: nobody waits
-	clk  clockwork.Clock // the node's: the waits' budgets; nil is the wall clock
+	next chan struct{} // closed at the next change; nil: nobody waits
+	// Clock is the node's: the waits' budgets; nil is the wall clock.
+	Clock clockwork.Clock
 }
 
 var wallClock = clockwork.NewRealClock()
 
-func (vs *views) clock() clockwork.Clock {
-	if vs.clk != nil {
-		return vs.clk
+func (vs *Views) clock() clockwork.Clock {
+	if vs.Clock != nil {
+		return vs.Clock
 	}
 	return wallClock
 }
 
 // Load is the view in force.
-func (vs *views) Load() *view { return vs.cur.Load() }
+func (vs *Views) Load() *Lookup { return vs.cur.Load() }
 
 // Swap puts v in force and returns the one it replaces. Those waiting are
-// woken by changed, once what follows from v (each tenant's owner) is
+// woken by Changed, once what follows from v (each tenant's owner) is
 // recorded too.
-func (vs *views) Swap(v *view) *view { return vs.cur.Swap(v) }
+func (vs *Views) Swap(v *Lookup) *Lookup { return vs.cur.Swap(v) }
 
-// changed wakes everyone waiting for a change.
-func (vs *views) changed() {
+// Changed wakes everyone waiting for a change.
+func (vs *Views) Changed() {
 	vs.mu.Lock()
 	if vs.next != nil {
 		close(vs.next)
@@ -46,10 +47,10 @@ func (vs *views) changed() {
 	vs.mu.Unlock()
 }
 
-// await waits until ok holds of the view in force, looking again at each
+// Await waits until ok holds of the view in force, looking again at each
 // change, for at most wait. It returns the view it looked at last and
 // whether ok held of it.
-func (vs *views) await(wait time.Duration, ok func(*view) bool) (*view, bool) {
+func (vs *Views) Await(wait time.Duration, ok func(*Lookup) bool) (*Lookup, bool) {
 	var timeout <-chan time.Time
 	for {
 		vs.mu.Lock()
