@@ -53,7 +53,7 @@ func (r *Router) callGone(c *call) {
 	// until the handler hears the answer (clientGone). A
 	// hop's cancel runs this too, while its handler waits in Do.
 	c.providerHeld = c.bud.Held() || c.spill.b != nil
-	r.finish(c, upstream.Usage{Prompt: r.exactPrompt(c), Completion: c.res.Total - c.res.Prompt, Reported: true}, false, 0)
+	r.finish(c, upstream.Usage{Prompt: r.tokens.ExactPrompt(c.counts()), Completion: c.res.Total - c.res.Prompt, Reported: true}, false, 0)
 }
 
 // watch watches ctx's connection and runs onGone once if the client hangs
@@ -115,10 +115,10 @@ func (r *Router) lateUsage(c *call, status int, resp *fasthttp.Response) (u upst
 		body = resp.Body() // (with a body stream, Body would read it)
 	}
 	if status == fasthttp.StatusOK && (sse || upstream.LooksLikeSSE(body)) {
-		u, ok, completion = r.filterWhole(c, body, func([]byte) error { return nil })
+		u, ok, completion = r.tokens.FilterWhole(c.counts(), c.prov.Kind, body, func([]byte) error { return nil })
 		return u, ok, completion, true
 	}
-	u, ok, completion = r.answerUsage(c, status, body)
+	u, ok, completion = r.tokens.AnswerUsage(c.counts(), c.prov.Kind, status, body)
 	return u, ok, completion, true
 }
 

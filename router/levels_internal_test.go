@@ -2,9 +2,7 @@ package router
 
 import (
 	"fmt"
-	"math"
 	"runtime"
-	"strings"
 	"testing"
 	"time"
 
@@ -152,44 +150,6 @@ func TestEdgeSeesEachLevelsUsage(t *testing.T) {
 	r.noteOwnerUsage(tn, &bare)
 	if _, got, _ := tn.Core().Seen.Last(); got != 990 {
 		t.Errorf("a bare answer changed the tenant's seen usage to %d", got)
-	}
-}
-
-// A large prompt is estimated from its size with the ratio the provider's
-// reports teach at settlement; a small one is counted exactly.
-func TestPromptEstimateLearnsFromSettlement(t *testing.T) {
-	r, cfg := testRouter(t, Options{})
-	cfg.Tenants = []config.Tenant{{Name: "a", Keys: []string{"k"}}}
-	if err := r.Reload(cfg); err != nil {
-		t.Fatal(err)
-	}
-	tn := r.state.Load().ByName["a"]
-	big := strings.Repeat("The quick brown fox jumps over the lazy dog. ", 1000) // 45 000 bytes
-	newCall := func(text string) *call {
-		c := &call{t: tn, lim: tn.Core().Lim, req: upstream.Request{Model: "gpt-4o", Texts: []string{text}, Messages: 1}}
-		return c
-	}
-	small := newCall("hello there")
-	if got, want := r.promptTokens(small), r.tokens.tok.Count("gpt-4o", "hello there")+6; got != want || small.prompt.bytes != 0 {
-		t.Fatalf("small prompt: %d (bytes %d), want %d counted exactly", got, small.prompt.bytes, want)
-	}
-	c := newCall(big)
-	first := r.promptTokens(c) // the sample's ratio
-	if c.prompt.bytes != len(big) {
-		t.Fatalf("a large prompt was not estimated from its size: %+v", c.prompt)
-	}
-	// The provider reports twice the sample's count (say, another
-	// tokenizer): settlement teaches the ratio.
-	reported := 2 * (first - c.prompt.fixed)
-	for range 5 {
-		c := newCall(big)
-		r.promptTokens(c)
-		c.tk, _ = c.lim.Admit(r.clock(), 100)
-		r.finish(c, upstream.Usage{Reported: true, Prompt: reported + c.prompt.fixed, Completion: 10}, true, 0)
-	}
-	got := r.promptTokens(newCall(big)) - c.prompt.fixed
-	if math.Abs(float64(got-reported)) > 0.1*float64(reported) {
-		t.Errorf("after 5 settlements the estimate is %d, want about the reported %d (the sample said %d)", got, reported, first-c.prompt.fixed)
 	}
 }
 

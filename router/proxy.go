@@ -27,6 +27,7 @@ import (
 	"github.com/ringgate/ringgate/router/internal/provider"
 	"github.com/ringgate/ringgate/router/internal/spill"
 	"github.com/ringgate/ringgate/router/internal/tenant"
+	"github.com/ringgate/ringgate/router/internal/usage"
 	"github.com/ringgate/ringgate/upstream"
 )
 
@@ -65,8 +66,8 @@ type call struct {
 	levels       levels.Set
 	refusedBy    string
 	refusedLevel int
-	// prompt: how its prompt was estimated (promptTokens).
-	prompt promptEstimate
+	// prompt: how its prompt was estimated (package usage).
+	prompt usage.Prompt
 	// spill: what the call took of its tenant's spillover budget
 	// (spill.go); sp the spill it was admitted on.
 	spill budgetTake
@@ -234,7 +235,7 @@ func (r *Router) serveLocalOnce(ctx *fasthttp.RequestCtx, ep upstream.Endpoint, 
 	}
 	c.hops, c.again = hops, again
 	r.chooseSpill(st, c)
-	r.estimate(ctx, c)
+	r.estimate(c)
 	if c.sp == nil && !r.setLevels(c) {
 		return r.refuseZeroShare(ctx)
 	}
@@ -304,55 +305,25 @@ func (r *Router) chooseSpill(st *tenant.State, c *call) {
 }
 
 // estimate reserves c's tokens: its prompt, estimated or counted, and its
-// completion's guess.
-func (r *Router) estimate(ctx *fasthttp.RequestCtx, c *call) {
-	t, req, lim := c.t, &c.req, c.lim
-	key := reserve.Key{Tenant: t.Name, Model: req.Model}
-	c.res = r.tokens.est.Estimate(key, r.promptTokens(c), req.MaxTokens, req.Generates)
-	if c.prompt.bytes > 0 {
-		if l := lim.Limits(); l.Tokens > 0 && (int64(c.res.Prompt) > l.Tokens/2 || int64(c.res.Total) > l.Tokens ||
-			int64(c.prompt.bytes+c.prompt.fixed) > l.Tokens) {
-			// Near the limit on an estimate alone: counted, so that
-			// neither a 429 "too large" nor an admission rests on it;
-			// so is a prompt that could be over the limit alone (a text
-			// makes at most a token a byte), so that one the probe
-			// misjudged is never admitted whole. Not only a prompt
-			// estimated over half the limit: a ratio learned from
-			// denser text would make an English prompt "too large" with
-			// its completion in every window, and a prompt half dense,
-			// probed where it was sparse, would be admitted at more
-			// than the limit on its own.
-			// Not for a request its rpm refuses and that will not wait:
-			// a refusal charges nothing, and counting a large prompt
-			// costs up to a second of CPU (a tenant over its rpm could
-			// spend it again and again). Only the rpm: its room comes
-			// back with a bucket, not between this look and the
-			// decision, as a freed slot can (the request would then be
-			// admitted on the estimate this count is here to check).
-			if d := lim.Check(r.clock(), 0); d.Allowed || d.Limited != limiter.Requests || c.mayQueue(&d) {
-				c.res = r.tokens.est.Estimate(key, r.exactPrompt(c), req.MaxTokens, req.Generates)
-				c.prompt.bytes = 0
-			}
-		}
-	}
-	if req.Choices > 1 {
-		// n completions are generated and billed; history stays per completion.
-		c.res.Completion *= req.Choices
-		c.res.Total = c.res.Prompt + c.res.Completion
-	}
-	if l := t.Limits.Tokens; req.Choices <= 1 && l > 0 && int64(c.res.Total) > l && int64(c.res.Prompt) < l {
-		// The completion's reservation is a guess from the tenant's
-		// recent answers (max_tokens only caps it), and a guess past the
-		// limit would refuse the request as too large for ever: a
-		// refusal teaches no shorter average, with max_tokens above the
-		// guess too. It reserves the whole limit instead and settles on
-		// what the provider reports. Not with n completions asked for:
-		// n of them are generated whatever each one's length. The
-		// tenant's configured limit is read without the limiter's
-		// lock: this runs per request.
-		c.res.Completion = int(l) - c.res.Prompt
-		c.res.Total = int(l)
-	}
+// completion's guess (package usage).
+func (r *Router) estimate(c *call) {
+	c.res = r.tokens.Estimate(c.counts(), c.t.Limits.Tokens, c)
+}
+
+// counts is what package usage reads and writes of c.
+func (c *call) counts() usage.Call {
+	return usage.Call{Tenant: c.t.Name, Req: &c.req, Res: &c.res, Prompt: &c.prompt}
+}
+
+// LimitTokens is the tokens per window of the limiter c is decided on
+// (usage.Room).
+func (c *call) LimitTokens() int64 { return c.lim.Limits().Tokens }
+
+// MayCount reports whether c's large prompt is worth counting
+// (usage.Room): not for a request its rpm refuses and that will not wait.
+func (c *call) MayCount() bool {
+	d := c.lim.Check(c.r.clock(), 0)
+	return d.Allowed || d.Limited != limiter.Requests || c.mayQueue(&d)
 }
 
 // firstTry decides c on arrival (decide) and acts on the outcome: served,
@@ -532,77 +503,6 @@ func (r *Router) admitted(c *call) {
 	}
 }
 
-// promptTokens estimates c's prompt: its text counted with the local
-// tokenizer when small, else its bytes times the ratio learned for its
-// tenant, model and script (reserve.Ratios), plus the few tokens of
-// framing every chat message costs.
-func (r *Router) promptTokens(c *call) int {
-	req := &c.req
-	fixed := req.TokenInputs + req.Media*reserve.MediaTokens
-	if req.Messages > 0 {
-		fixed += 3*req.Messages + 3
-	}
-	if over := req.Uncounted - uncountedAllowance - uncountedPerMessage*req.Messages; over > 0 {
-		// More of the body than JSON's syntax and parameters take is
-		// neither counted text nor media: text in a field the parse
-		// does not read (a new API field, a nested key given twice).
-		// Reserved as text, so that it counts before the provider's
-		// usage says what it cost: 54 KB so hidden would be admitted on
-		// a reservation of a few tokens, 120 times the tenant's tpm over
-		// a few windows.
-		fixed += over / uncountedBytesPerToken
-	}
-	size, largest := 0, ""
-	for _, text := range req.Texts {
-		size += len(text)
-		if len(text) > len(largest) {
-			largest = text
-		}
-	}
-	if size <= reserve.ExactBytes {
-		n := fixed
-		for _, text := range req.Texts {
-			n += r.tokens.tok.Count(req.Model, text)
-		}
-		return n
-	}
-	k := reserve.RatioKey{Tenant: c.t.Name, Model: req.Model, Script: reserve.ScriptOf(largest)}
-	c.prompt = promptEstimate{key: k, bytes: size, fixed: fixed}
-	return fixed + r.tokens.ratios.Estimate(r.tokens.tok, k, req.Texts, size, largest)
-}
-
-// The bytes of a body that are neither counted text nor media that JSON's
-// syntax and a request's parameters are allowed (the bench's chat body has
-// 58; four messages with tools and an image 442), and how many of the
-// rest make a token of the reservation (English text's usual 4).
-const (
-	uncountedAllowance     = 512
-	uncountedPerMessage    = 64
-	uncountedBytesPerToken = 4
-)
-
-// exactPrompt is c's prompt as the tokenizer counts it: its estimate when
-// it was counted, else counted now (off the decision's path), for a call
-// that settles without the provider's count (a cut stream, a client gone):
-// an estimate from the size must not become the charge.
-func (r *Router) exactPrompt(c *call) int {
-	if c.prompt.bytes == 0 {
-		return c.res.Prompt
-	}
-	n := c.prompt.fixed
-	for _, text := range c.req.Texts {
-		n += r.tokens.tok.Count(c.req.Model, text)
-	}
-	return n
-}
-
-// promptEstimate is how a call's prompt was estimated from its size, for
-// the ratio to learn from what the provider reports (bytes 0: counted).
-type promptEstimate struct {
-	key          reserve.RatioKey
-	bytes, fixed int
-}
-
 // authenticate finds the tenant by the hash of the presented key: no
 // plaintext comparison, so no timing leak of how much of a key matched.
 func authenticate(st *tenant.State, h *fasthttp.RequestHeader) *tenant.Tenant {
@@ -680,7 +580,7 @@ func (r *Router) forward(ctx *fasthttp.RequestCtx, c *call) bool {
 	}
 	if err != nil {
 		fasthttp.ReleaseResponse(resp)
-		r.finish(c, failedUsage(c, err), false, 0)
+		r.finish(c, usage.Failed(c.counts(), err), false, 0)
 		r.upstreamFailed(ctx, c.prov, err)
 		return false
 	}
@@ -715,7 +615,7 @@ func (r *Router) forward(ctx *fasthttp.RequestCtx, c *call) bool {
 	fasthttp.ReleaseResponse(resp)
 	if err != nil {
 		ctx.Response.ResetBody()
-		r.finish(c, failedUsage(c, err), false, 0)
+		r.finish(c, usage.Failed(c.counts(), err), false, 0)
 		r.upstreamFailed(ctx, c.prov, err)
 		return false
 	}
@@ -725,7 +625,7 @@ func (r *Router) forward(ctx *fasthttp.RequestCtx, c *call) bool {
 		// through the filter as a stream is. Read as JSON, it was
 		// charged its prompt alone.
 		var out []byte
-		u, ok, completion := r.filterWhole(c, ctx.Response.Body(), func(ev []byte) error {
+		u, ok, completion := r.tokens.FilterWhole(c.counts(), c.prov.Kind, ctx.Response.Body(), func(ev []byte) error {
 			out = append(out, ev...)
 			return nil
 		})
@@ -734,7 +634,7 @@ func (r *Router) forward(ctx *fasthttp.RequestCtx, c *call) bool {
 		r.answerWriteDeadline(ctx)
 		return false
 	}
-	u, ok, completion := r.answerUsage(c, status, ctx.Response.Body())
+	u, ok, completion := r.tokens.AnswerUsage(c.counts(), c.prov.Kind, status, ctx.Response.Body())
 	r.finish(c, u, ok, completion)
 	r.answerWriteDeadline(ctx)
 	return false
@@ -778,51 +678,6 @@ func (p *progressBody) Read(b []byte) (int, error) {
 // socket's send buffer (Linux starts it at 16 KiB and grows it to 4 MiB).
 const answerBuffered = 256 << 10
 
-// newFilter is the filter c's stream goes through. It hides the usage
-// only from a client the gateway asked for it on behalf of: a JSON
-// request answered with a stream gets the stream as the provider sent it.
-func newFilter(c *call) *upstream.StreamFilter {
-	if c.req.Endpoint == upstream.Responses {
-		return upstream.NewResponsesFilter()
-	}
-	return upstream.NewStreamFilter(c.prov.Kind, !c.req.UsageAdded())
-}
-
-// filterWhole passes an SSE answer read whole through c's filter, emit
-// given each event it lets through, and gives what the call is charged.
-// emit never fails here, nor does the filter.
-func (r *Router) filterWhole(c *call, body []byte, emit func(ev []byte) error) (u upstream.Usage, ok bool, completion int) {
-	f := newFilter(c)
-	_ = f.Write(body, emit)
-	_ = f.Close(emit)
-	return r.streamUsage(c, f, !f.Partial())
-}
-
-// answerUsage reads a JSON answer's usage; without one, a successful
-// answer's completion is counted.
-func (r *Router) answerUsage(c *call, status int, answer []byte) (u upstream.Usage, ok bool, completion int) {
-	ok = status >= 200 && status < 300
-	u = upstream.UsageFromJSON(c.prov.Kind, answer)
-	if ok && !u.Reported {
-		completion = r.countCompletion(c, answer)
-	}
-	return u, ok, completion
-}
-
-// failedUsage is what a call that failed with err is charged: nothing when
-// the provider did not answer; its reservation, or max_tokens on every
-// choice if more, when it answered past maxAnswerBytes (it generated the
-// answer and bills it: charged nothing, an answer of 60 500 tokens would be
-// free, repeated at the rpm).
-func failedUsage(c *call, err error) upstream.Usage {
-	if !errors.Is(err, upstream.ErrAnswerTooLarge) {
-		return upstream.Usage{}
-	}
-	// So large, it likely ran to max_tokens on every choice.
-	completion := max(c.res.Total-c.res.Prompt, c.req.MaxTokens*max(1, c.req.Choices))
-	return upstream.Usage{Prompt: c.res.Prompt, Completion: completion, Reported: true}
-}
-
 // readAnswer moves an answer into the client's response, failing past
 // maxAnswerBytes: read whole already, its bytes change hands without a copy.
 func readAnswer(dst, resp *fasthttp.Response) error {
@@ -857,7 +712,7 @@ func (r *Router) stream(ctx *fasthttp.RequestCtx, c *call, resp *fasthttp.Respon
 	setStream(ctx, func(w *bufio.Writer) {
 		defer r.done()
 		defer wd.done()
-		f := newFilter(c)
+		f := usage.NewFilter(c.counts(), c.prov.Kind)
 		bp := streamBufs.Get().(*[]byte)
 		defer streamBufs.Put(bp)
 		// The events of one read from the upstream go out in one flush:
@@ -901,39 +756,12 @@ func (r *Router) stream(ctx *fasthttp.RequestCtx, c *call, resp *fasthttp.Respon
 		}
 		fasthttp.ReleaseResponse(resp) // closes the upstream connection if unread
 		complete := clientGone == nil && upstreamErr == nil && !f.Partial()
-		u, ok, completion := r.streamUsage(c, f, complete)
+		u, ok, completion := r.tokens.StreamUsage(c.counts(), f, complete)
 		r.finish(c, u, ok, completion)
 		if !complete {
 			r.log.Info("stream_cut", "tenant", c.t.Name, "client_gone", clientGone != nil, "upstream_error", errString(upstreamErr))
 		}
 	})
-}
-
-// streamUsage is what a stream that ended, its events through f, is
-// charged: complete, its reported usage, or its counted text without one;
-// cut, what was generated (its text counted), and it teaches nothing (ok
-// false: it would bias the completion-length history low).
-func (r *Router) streamUsage(c *call, f *upstream.StreamFilter, complete bool) (u upstream.Usage, ok bool, completion int) {
-	u = f.Usage()
-	if !u.Reported || !complete {
-		completion = r.tokens.tok.CountBytes(c.req.Model, f.Text())
-		if kept := len(f.Text()); kept > 0 && f.TextBytes() > kept {
-			// Past MaxStreamText only the length was kept: the rest
-			// is counted at the kept text's tokens per byte.
-			completion = int(float64(completion) * float64(f.TextBytes()) / float64(kept))
-		}
-		if u.Reported && u.Completion > completion {
-			completion = u.Completion
-		}
-	}
-	if !complete {
-		prompt := u.Prompt
-		if !u.Reported || u.Prompt <= 0 {
-			prompt = r.exactPrompt(c)
-		}
-		return upstream.Usage{Prompt: prompt, Completion: completion, Reported: true}, false, 0
-	}
-	return u, true, completion
 }
 
 // finish settles a call's tokens and frees its slot. With usage reported, that
@@ -949,7 +777,7 @@ func (r *Router) finish(c *call, u upstream.Usage, ok bool, countedCompletion in
 	// The provider's budgets settle on what it reported or what a
 	// successful call counted; a call that failed on the way may still
 	// have been billed (its prompt read): its charge stands.
-	r.settle(c, r.actualUsage(c, u, ok, countedCompletion), u.Reported || ok, false)
+	r.settle(c, r.tokens.Actual(c.counts(), u, ok, countedCompletion), u.Reported || ok, false)
 }
 
 // settleLate settles again, on the usage of the answer that came after, a
@@ -964,7 +792,7 @@ func (r *Router) finish(c *call, u upstream.Usage, ok bool, countedCompletion in
 // (WaitFired), or releaseHeld when the answer says nothing.
 func (r *Router) settleLate(c *call, u upstream.Usage, ok bool, countedCompletion int) {
 	c.providerHeld = false
-	r.settle(c, r.actualUsage(c, u, ok, countedCompletion), u.Reported || ok, true)
+	r.settle(c, r.tokens.Actual(c.counts(), u, ok, countedCompletion), u.Reported || ok, true)
 }
 
 // releaseHeld finishes the provider budgets of a call finished when its
@@ -976,31 +804,6 @@ func (r *Router) releaseHeld(c *call) {
 		c.providerHeld = false
 		r.finishBudgets(c, 0, false)
 	}
-}
-
-// actualUsage is what a call is charged for the answer it got (see
-// finish); a successful one teaches the estimator.
-func (r *Router) actualUsage(c *call, u upstream.Usage, ok bool, countedCompletion int) int {
-	var actual int
-	switch {
-	case u.Reported:
-		actual = u.Prompt + u.Completion
-		if c.prompt.bytes > 0 && ok {
-			// Only a complete call's report: a cut one's prompt may be
-			// this node's own estimate (exactPrompt).
-			r.tokens.ratios.Learn(c.prompt.key, c.prompt.bytes, u.Prompt-c.prompt.fixed)
-		}
-		if ok {
-			r.learn(c, u.Prompt, u.Completion)
-		}
-	case ok:
-		// No usage reported: the prompt counted, not estimated (a large
-		// one's estimate rests on a learned ratio).
-		prompt := r.exactPrompt(c)
-		actual = prompt + countedCompletion
-		r.learn(c, prompt, countedCompletion)
-	}
-	return actual
 }
 
 // settle charges a call actual tokens wherever it was admitted (its
@@ -1056,38 +859,6 @@ func (r *Router) settle(c *call, actual int, known, late bool) {
 	// from, and would be counted twice).
 	c.t.Counters().Settled.Add(float64(max(int64(actual)-c.settled, 0)))
 	c.settled = max(c.settled, int64(actual))
-}
-
-// learn feeds a finished call's completion length to the estimator, per
-// completion when the call asked for several.
-func (r *Router) learn(c *call, prompt, completion int) {
-	res := c.res
-	if n := c.req.Choices; n > 1 {
-		res.Completion /= n
-		completion /= n
-	}
-	if m := c.req.MaxTokens; m > 0 && completion >= m &&
-		completion < r.tokens.est.Estimate(res.Key, 0, 0, true).Completion {
-		// Cut short by its max_tokens, below what a call without one
-		// is reserved: a bound, not a length, it must not lower that.
-		// Learned, calls with max_tokens 1 would teach an average of 1,
-		// and calls without one would be reserved 2 tokens each (8 at
-		// once, 20 times the tpm in a window). One cut above it still
-		// teaches: ignored, calls that run to a max_tokens of 8 000
-		// would be reserved 256 each (10 at once for a tpm of 10 000).
-		return
-	}
-	r.tokens.est.Settle(res, reserve.Usage{Prompt: prompt, Completion: completion})
-}
-
-// countCompletion counts the completion text of a JSON answer that reported
-// no usage.
-func (r *Router) countCompletion(c *call, answer []byte) int {
-	n := 0
-	upstream.CompletionText(c.req.Endpoint, answer, func(text []byte) {
-		n += r.tokens.tok.CountBytes(c.req.Model, text)
-	})
-	return n
 }
 
 func (r *Router) upstreamFailed(ctx *fasthttp.RequestCtx, p *upstream.Provider, err error) {

@@ -44,13 +44,13 @@ func TestRefusedRequestNotCounted(t *testing.T) {
 		t.Fatalf("the one request of the window: %d", s)
 	}
 	big := strings.Repeat("a b c d ", 64<<10) // 512 KiB, over the tpm in bytes
-	before := r.tokens.tok.CountedBytes()
+	before := r.tokens.Tokenizer().CountedBytes()
 	for range 3 {
 		if s := post(big); s != http.StatusTooManyRequests {
 			t.Fatalf("over rpm: %d", s)
 		}
 	}
-	if n := r.tokens.tok.CountedBytes() - before; n > 4<<10 {
+	if n := r.tokens.Tokenizer().CountedBytes() - before; n > 4<<10 {
 		t.Errorf("the tokenizer ran over %d bytes for 3 requests refused for rpm (the probes need %d)", n, 3*2*32)
 	}
 }

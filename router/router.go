@@ -29,6 +29,7 @@ import (
 	"github.com/ringgate/ringgate/router/internal/spill"
 	"github.com/ringgate/ringgate/router/internal/spillover"
 	"github.com/ringgate/ringgate/router/internal/tenant"
+	"github.com/ringgate/ringgate/router/internal/usage"
 	"github.com/ringgate/ringgate/upstream"
 )
 
@@ -63,7 +64,7 @@ type Router struct {
 	// clientWriteIdle: clientWriteIdle, shorter in tests.
 	clientWriteIdle time.Duration
 	log             *slog.Logger
-	tokens          tokenEstimates
+	tokens          *usage.Tokens
 	metrics         *metrics.Metrics
 	adminServe      adminServe
 	onAdmit         func(tenant string, at int64)
@@ -105,13 +106,6 @@ type lifecycle struct {
 	// idle hears, while draining, that active came to 0 (WaitIdle).
 	idle    chan struct{}
 	started time.Time
-}
-
-// tokenEstimates are what a call's tokens are reserved with.
-type tokenEstimates struct {
-	tok    *reserve.Tokenizer
-	est    *reserve.Estimator
-	ratios *reserve.Ratios // prompt tokens per byte (promptTokens)
 }
 
 // reloading applies the config again: mu orders reloads; reloader reads
@@ -159,12 +153,11 @@ func New(o Options) (*Router, error) {
 		nodeName:        []byte(o.Config.Node.Name),
 		clk:             o.Clock,
 		log:             o.Logger,
-		tokens: tokenEstimates{tok: o.Tokenizer, est: reserve.NewEstimator(o.Config.Limits.DefaultCompletion),
-			ratios: reserve.NewRatios()},
-		metrics: metrics.New(),
-		ids:     deltaid.New(),
-		leaser:  o.Leaser,
-		onAdmit: o.OnAdmit,
+		tokens:          usage.New(o.Tokenizer, o.Config.Limits.DefaultCompletion),
+		metrics:         metrics.New(),
+		ids:             deltaid.New(),
+		leaser:          o.Leaser,
+		onAdmit:         o.OnAdmit,
 		// A cluster node owns nothing until it has joined and holds a
 		// ring; a standalone one owns everything.
 		clustered: o.Config.Node.Gossip != "",
