@@ -20,6 +20,7 @@
 //     in force;
 //   - provider: the provider's budgets and their lines;
 //   - levels: what a call holds of its tenant's model limit and team;
+//   - usage: a call's tokens, reserved and settled, and what they teach;
 //   - away, moves: what an edge admits for a tenant it does not count, the
 //     deltas it reports, and this node's part in package handoff;
 //   - spill, spillover: a hot tenant's spillover and the loop that runs it;
