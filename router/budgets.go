@@ -17,7 +17,7 @@ import (
 // each node, which package provider keeps (Router.lines). Here is what a
 // call is to them, and the answer of their refusal.
 
-// budgetTake is what a call took of its spill's budget (spill.go).
+// budgetTake is what a call took of its spill's budget (package spill).
 type budgetTake struct {
 	b  *lease.Budget
 	tk lease.Ticket

@@ -213,7 +213,7 @@ func (r *Router) fallbackLimiter(t *tenant.Tenant, v *cluster.Lookup, owner stri
 // adding n-1 fresh shares to whatever the owner had admitted before it
 // went silent. It says which account it used.
 //
-// A node that abandoned a spill within the window (abandonSpill) uses
+// A node that abandoned a spill within the window (spillover.Loop.Abandon) uses
 // neither: other nodes may have gone on admitting on the spill's budget,
 // which does not count this node's share, and no snapshot holds what they
 // admit. Its share starts spent.

@@ -69,7 +69,7 @@ type call struct {
 	// prompt: how its prompt was estimated (package usage).
 	prompt usage.Prompt
 	// spill: what the call took of its tenant's spillover budget
-	// (spill.go); sp the spill it was admitted on.
+	// (package spill); sp the spill it was admitted on.
 	spill budgetTake
 	sp    *spill.Spill
 	// finished: the call was settled and its slot freed. Set once, by
@@ -150,7 +150,7 @@ func (r *Router) serveAPI(ctx *fasthttp.RequestCtx, ep upstream.Endpoint) bool {
 		return r.serveLocal(ctx, ep, st, t, t.Core().Lim, 0)
 	}
 	if sp := r.spills.Edge(t, owner); sp != nil {
-		// A hot tenant: served here on its leased budget (spill.go).
+		// A hot tenant: served here on its leased budget (package spill).
 		return r.serveLocal(ctx, ep, st, t, sp.Mirror, 0)
 	}
 	handled, streaming := r.toOwner(ctx, v, owner, t, 1)
@@ -482,8 +482,9 @@ func (c *call) mayQueue(d *limiter.Decision) bool {
 
 // redecideSpill decides a request whose tenant's spill ended meanwhile, or
 // is ending (fenced), the usual way, once the owner decides alone
-// (ownerSpill and edgeSpill skip a closed or fenced spill, so this does
-// not come back; an edge hands the request to the owner).
+// (tenant.Tenant.OwnerSpill and spillover.Loop.Edge skip a closed or
+// fenced spill, so this does not come back; an edge hands the request to
+// the owner).
 func (r *Router) redecideSpill(ctx *fasthttp.RequestCtx, ep upstream.Endpoint, st *tenant.State, c *call) bool {
 	r.cancelBudgets(c)
 	if c.sp.Owner == r.node {

@@ -103,17 +103,37 @@ func (v *Lookup) Names() []string {
 }
 
 // Ring is the ring the view was built from (nil: none yet).
-func (v *Lookup) Ring() *ring.Ring { return v.ring }
+func (v *Lookup) Ring() *ring.Ring {
+	if v == nil {
+		return nil
+	}
+	return v.ring
+}
 
 // Members are the live members, sorted by name; callers do not change them.
-func (v *Lookup) Members() []Member { return v.members }
+func (v *Lookup) Members() []Member {
+	if v == nil {
+		return nil
+	}
+	return v.members
+}
 
 // Addrs are the members' HTTP addresses by name; callers do not change them.
-func (v *Lookup) Addrs() map[string]string { return v.addrs }
+func (v *Lookup) Addrs() map[string]string {
+	if v == nil {
+		return nil
+	}
+	return v.addrs
+}
 
 // CutBy counts the members that cannot reach this node and admit fallback
 // shares of its tenants meanwhile.
-func (v *Lookup) CutBy() int { return v.cutBy }
+func (v *Lookup) CutBy() int {
+	if v == nil {
+		return 0
+	}
+	return v.cutBy
+}
 
 // MembersLeft reports whether a member of old is not in nv.
 func MembersLeft(old, nv *Lookup) bool {

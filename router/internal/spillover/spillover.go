@@ -7,8 +7,8 @@
 //
 // It knows nothing of calls, of HTTP, of the router or of its view: the
 // router gives it the state in force, the lock its reloads hold, the view's
-// owners and the node's life (Cluster), and its fallback ledger (Ledger);
-// it reads and answers the announcements' HTTP itself.
+// owners and the node's life (Cluster), and its fallback ledger (Ledger).
+// It decides what an announcement does; the router answers it.
 package spillover
 
 import (

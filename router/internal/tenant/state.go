@@ -144,7 +144,7 @@ type Hooks struct {
 	// spillover loop.
 	Spills *atomic.Int64
 	// Changed hears of each tenant's first change after it was last found
-	// empty (limiter.Tenant.OnChange), for the periodic save (Changed).
+	// empty (limiter.Tenant.OnChange), for the periodic save (moves.Node.Changed).
 	Changed func(name string)
 }
 

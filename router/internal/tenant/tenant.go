@@ -96,7 +96,7 @@ type Core struct {
 	// Seen is the owner's usage as its last relayed answer reported it,
 	// to seed a fallback share with (package away).
 	Seen away.Seen
-	// Spill is the tenant's spillover as this node serves it (router/spill.go).
+	// Spill is the tenant's spillover as this node serves it (package spill).
 	Spill *spill.Holder
 	// Queue is the line of requests waiting for room in the tenant's
 	// limits on its owner (router/queue.go), FbQueue on this node's fallback

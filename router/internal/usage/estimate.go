@@ -10,7 +10,7 @@ import (
 func (k *Tokens) Estimate(c Call, limit int64, room Room) reserve.Reservation {
 	req := c.Req
 	key := reserve.Key{Tenant: c.Tenant, Model: req.Model}
-	res := k.est.Estimate(key, k.PromptTokens(c), req.MaxTokens, req.Generates)
+	res := k.est.Estimate(key, k.promptTokens(c), req.MaxTokens, req.Generates)
 	if c.Prompt.bytes > 0 {
 		if l := room.LimitTokens(); l > 0 && (int64(res.Prompt) > l/2 || int64(res.Total) > l ||
 			int64(c.Prompt.bytes+c.Prompt.fixed) > l) {
@@ -58,11 +58,11 @@ func (k *Tokens) Estimate(c Call, limit int64, room Room) reserve.Reservation {
 	return res
 }
 
-// PromptTokens estimates c's prompt: its text counted with the local
+// promptTokens estimates c's prompt: its text counted with the local
 // tokenizer when small, else its bytes times the ratio learned for its
 // tenant, model and script (reserve.Ratios), plus the few tokens of
 // framing every chat message costs.
-func (k *Tokens) PromptTokens(c Call) int {
+func (k *Tokens) promptTokens(c Call) int {
 	req := c.Req
 	fixed := req.TokenInputs + req.Media*reserve.MediaTokens
 	if req.Messages > 0 {

@@ -34,7 +34,7 @@ func (k *Tokens) AnswerUsage(c Call, kind upstream.Kind, status int, answer []by
 	ok = status >= 200 && status < 300
 	u = upstream.UsageFromJSON(kind, answer)
 	if ok && !u.Reported {
-		completion = k.CountCompletion(c, answer)
+		completion = k.countCompletion(c, answer)
 	}
 	return u, ok, completion
 }
@@ -131,9 +131,9 @@ func (k *Tokens) learn(c Call, prompt, completion int) {
 	k.est.Settle(res, reserve.Usage{Prompt: prompt, Completion: completion})
 }
 
-// CountCompletion counts the completion text of a JSON answer that
+// countCompletion counts the completion text of a JSON answer that
 // reported no usage.
-func (k *Tokens) CountCompletion(c Call, answer []byte) int {
+func (k *Tokens) countCompletion(c Call, answer []byte) int {
 	n := 0
 	upstream.CompletionText(c.Req.Endpoint, answer, func(text []byte) {
 		n += k.tok.CountBytes(c.Req.Model, text)

@@ -20,7 +20,7 @@ import (
 type Tokens struct {
 	tok    *reserve.Tokenizer
 	est    *reserve.Estimator
-	ratios *reserve.Ratios // prompt tokens per byte (PromptTokens)
+	ratios *reserve.Ratios // prompt tokens per byte (promptTokens)
 }
 
 // New makes the counting of calls with tok, a completion guessed at

@@ -28,11 +28,11 @@ func TestPromptEstimateLearnsFromSettlement(t *testing.T) {
 	}
 	counts := func(c *call) Call { return Call{Tenant: "a", Req: &c.req, Res: &c.res, Prompt: &c.prompt} }
 	small := newCall("hello there")
-	if got, want := k.PromptTokens(counts(small)), tok.Count("gpt-4o", "hello there")+6; got != want || small.prompt.bytes != 0 {
+	if got, want := k.promptTokens(counts(small)), tok.Count("gpt-4o", "hello there")+6; got != want || small.prompt.bytes != 0 {
 		t.Fatalf("small prompt: %d (bytes %d), want %d counted exactly", got, small.prompt.bytes, want)
 	}
 	c := newCall(big)
-	first := k.PromptTokens(counts(c)) // the sample's ratio
+	first := k.promptTokens(counts(c)) // the sample's ratio
 	if c.prompt.bytes != len(big) {
 		t.Fatalf("a large prompt was not estimated from its size: %+v", c.prompt)
 	}
@@ -41,10 +41,10 @@ func TestPromptEstimateLearnsFromSettlement(t *testing.T) {
 	reported := 2 * (first - c.prompt.fixed)
 	for range 5 {
 		c := newCall(big)
-		k.PromptTokens(counts(c))
+		k.promptTokens(counts(c))
 		k.Actual(counts(c), upstream.Usage{Reported: true, Prompt: reported + c.prompt.fixed, Completion: 10}, true, 0)
 	}
-	got := k.PromptTokens(counts(newCall(big))) - c.prompt.fixed
+	got := k.promptTokens(counts(newCall(big))) - c.prompt.fixed
 	if math.Abs(float64(got-reported)) > 0.1*float64(reported) {
 		t.Errorf("after 5 settlements the estimate is %d, want about the reported %d (the sample said %d)", got, reported, first-c.prompt.fixed)
 	}
