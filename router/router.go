@@ -133,6 +133,8 @@ func New(o Options) (*Router, error) {
 	if o.Config == nil {
 		return nil, errors.New("router: no config")
 	}
+	// A hang-up list left on the wall clock times a call with one read.
+	hangupClock := o.Clock
 	if o.Clock == nil {
 		o.Clock = clockwork.NewRealClock()
 	}
@@ -163,7 +165,7 @@ func New(o Options) (*Router, error) {
 		clustered: o.Config.Node.Gossip != "",
 	}
 	r.watches.callGone = func(c any) { r.callGone(c.(*call)) }
-	r.watches.list.Clock = o.Clock
+	r.watches.list.Clock = hangupClock
 	r.view.Clock = o.Clock
 	if r.leaser == nil {
 		r.leaser = lease.NewLeaser(lease.LeaserConfig{Node: r.node, Clock: r.clock, Logger: o.Logger})

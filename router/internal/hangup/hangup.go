@@ -215,8 +215,11 @@ type shard struct {
 // platform without a non-blocking peek, w watches nothing, but Cancel
 // still works. It returns w.
 func (l *List) Watch(conn net.Conn, w *Watch) *Watch {
-	w.clk = l.clock()
-	w.start = w.clk.Now()
+	if l.Clock != nil {
+		// New read the wall clock; a List on another clock times it anew
+		// (on the wall clock, one read a call is enough).
+		w.clk, w.start = l.Clock, l.Clock.Now()
+	}
 	sc, ok := conn.(syscall.Conn)
 	if !keepalive.CanPeek || !ok {
 		return w
