@@ -11,7 +11,7 @@ import (
 // The new owner's own slots window (t.slots) holds the calls it admits as
 // owner (released by ticket) and its own calls reported by delta (from "":
 // calls it admitted on its fallback share while A owned the tenant,
-// router/fallback.go reportDelta -> applyOnce from ""). After a takeover
+// router/internal/fallback Finished -> applyOnce from ""). After a takeover
 // from a stale snapshot (A killed; its final late or lost), a fallback call
 // of B that A had been told of after the snapshot is not in B's windows.
 // Found by a reviewer: its end, applied as a -1 slot delta, took the slot
@@ -696,7 +696,7 @@ func TestOwnSlotsRandomSequences(t *testing.T) {
 				if !c.ended && (c.how != lateDelta || c.counts || rng.IntN(2) == 0) {
 					if c.how == lateDelta && !c.counts {
 						// The fallback ledger sends a call's end behind
-						// its admission (router/fallback.go): both now.
+						// its admission (router/internal/fallback): both now.
 						b.Apply(now, DeltaOf(&c.tk))
 						c.counts = true
 					}

@@ -316,7 +316,7 @@ func (n *Node) join(o Options) error {
 	n.gossip = g
 	n.mu.Unlock()
 	// The owners this node falls back on are named in its metadata:
-	// each keeps its own admissions to its part (router/unreachable.go).
+	// each keeps its own admissions to its part (router/internal/away).
 	n.router.SetCannotReachHook(func(owners []string) { _ = g.SetCannotReach(owners) })
 	n.startWatchdog(o.Timing)
 	return nil

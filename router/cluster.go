@@ -32,7 +32,7 @@ func (r *Router) SetView(v View) {
 	r.reloads.mu.Unlock()
 	r.view.Changed()
 	if !sameRing {
-		r.reportFallbacksTo(nv)
+		r.fb.ReportTo(nv, r.state.Load().ByName)
 	}
 	r.moving.departed.Note(old, nv)
 	if old == nil || cluster.MembersLeft(old, nv) {

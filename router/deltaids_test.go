@@ -99,7 +99,7 @@ func TestFallbackReportSentTwiceCountsOnce(t *testing.T) {
 		if !d.Allowed {
 			t.Fatalf("fallback share refused: %+v", d)
 		}
-		return tk, p.edge.fallbackAdmitted(te, &tk, 0)
+		return tk, p.edge.fb.Admitted(te, &tk, 0)
 	}
 	const n = 3
 	var tks [n]limiter.Ticket
@@ -115,11 +115,11 @@ func TestFallbackReportSentTwiceCountsOnce(t *testing.T) {
 	// One call ends while its admission is unconfirmed.
 	fin := limiter.FinishDelta(&tks[0], 10)
 	te.Core().Fb.Share().Finish(p.edge.clock(), &tks[0], 10)
-	p.edge.fallbackFinished(te, es[0], fin)
+	p.edge.fb.Finished(te, es[0], fin)
 
 	// The episode ends: the ledger is reported again.
 	if !poll(5*time.Second, func() bool {
-		p.edge.reportFallback(te)
+		p.edge.fb.Report(te)
 		return te.Core().Fb.Delivered()
 	}) {
 		t.Fatal("the ledger was never delivered")

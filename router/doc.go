@@ -21,8 +21,9 @@
 //   - provider: the provider's budgets and their lines;
 //   - levels: what a call holds of its tenant's model limit and team;
 //   - usage: a call's tokens, reserved and settled, and what they teach;
-//   - away, moves: what an edge admits for a tenant it does not count, the
-//     deltas it reports, and this node's part in package handoff;
+//   - away, fallback, moves: what an edge admits for a tenant it does not
+//     count, its fallback episodes, the deltas it reports, and this node's
+//     part in package handoff;
 //   - spill, spillover: a hot tenant's spillover and the loop that runs it;
 //   - hop, hopsign, deltaid, hangup: carrying, signing and naming what nodes
 //     send each other, and watching a waiting client;

@@ -31,17 +31,17 @@ func (n *levelsNode) Away(name string) bool {
 
 func (n *levelsNode) Share(e *tenant.Tenant) (*limiter.Tenant, bool) {
 	v := n.view.Load()
-	return (*Router)(n).fallbackLimiter(e, v, v.Owner(e.Name))
+	return n.fb.Limiter(e, v, v.Owner(e.Name))
 }
 
 func (n *levelsNode) Report(e *tenant.Tenant, d limiter.Delta) { (*Router)(n).reportDelta(e, d) }
 
 func (n *levelsNode) Admitted(e *tenant.Tenant, tk *limiter.Ticket) *away.Entry {
-	return (*Router)(n).fallbackAdmitted(e, tk, 0)
+	return n.fb.Admitted(e, tk, 0)
 }
 
 func (n *levelsNode) Finished(e *tenant.Tenant, fb *away.Entry, d limiter.Delta) {
-	(*Router)(n).fallbackFinished(e, fb, d)
+	n.fb.Finished(e, fb, d)
 }
 
 // setLevels picks the limiters of c's levels (levels.Set.Choose); false
@@ -104,7 +104,7 @@ func (r *Router) levelsShadowed(ctx *fasthttp.RequestCtx, c *call) {
 }
 
 // levelsAdmitted records the fallback-share admissions of c's levels in
-// their ledgers, like the tenant's (fallbackAdmitted).
+// their ledgers, like the tenant's (fallback.Edge.Admitted).
 func (r *Router) levelsAdmitted(c *call) { c.levels.Admitted((*levelsNode)(r)) }
 
 // finishLevels settles and frees what c holds of its levels, as finish

@@ -137,7 +137,7 @@ func TestEdgeSeesEachLevelsUsage(t *testing.T) {
 	if n := testing.AllocsPerRun(100, func() { setLevelsUsed(&again, c, [2]int64{990, 0}) }); n != 0 {
 		t.Errorf("setLevelsUsed allocates %v times per answer", n)
 	}
-	r.noteOwnerUsage(tn, &h)
+	r.fb.NoteUsage(tn, &h)
 	for e, want := range map[*tenant.Tenant]int64{tn: 990, tn.Models["gpt-4o"]: 5, tn.Team: 1500} {
 		if at, got, _ := e.Core().Seen.Last(); got != want || at == 0 {
 			t.Errorf("%s seen using %d, want %d", e.Name, got, want)
@@ -147,7 +147,7 @@ func TestEdgeSeesEachLevelsUsage(t *testing.T) {
 	// the tightest level's figures are not the tenant's.
 	var bare fasthttp.ResponseHeader
 	setRateHeaders(&bare, &limiter.Decision{LimitRequests: 5, RemainingRequests: 0})
-	r.noteOwnerUsage(tn, &bare)
+	r.fb.NoteUsage(tn, &bare)
 	if _, got, _ := tn.Core().Seen.Last(); got != 990 {
 		t.Errorf("a bare answer changed the tenant's seen usage to %d", got)
 	}

@@ -158,7 +158,7 @@ func (r *Router) serveAPI(ctx *fasthttp.RequestCtx, ep upstream.Endpoint) bool {
 		return streaming
 	}
 	r.spills.Abandon(t, owner)
-	lim, open := r.fallbackLimiter(t, v, owner)
+	lim, open := r.fb.Limiter(t, v, owner)
 	if !open {
 		return r.refuseZeroShare(ctx)
 	}
@@ -206,7 +206,7 @@ func (r *Router) hopLimiter(t *tenant.Tenant) (*limiter.Tenant, bool) {
 	if owned {
 		return t.Core().Lim, true
 	}
-	return r.fallbackLimiter(t, v, v.Owner(t.Name))
+	return r.fb.Limiter(t, v, v.Owner(t.Name))
 }
 
 // serveLocal enforces the tenant's limits on lim and serves the request; hops
@@ -435,7 +435,7 @@ func (r *Router) serveAdmitted(ctx *fasthttp.RequestCtx, c *call, shadowed bool)
 	setRateHeaders(&ctx.Response.Header, &d)
 	r.admitted(c)
 	if c.lim == t.Core().Fb.Made() {
-		c.fb = r.fallbackAdmitted(t, &c.tk, 0)
+		c.fb = r.fb.Admitted(t, &c.tk, 0)
 	}
 	r.levelsShadowed(ctx, c)
 	r.levelsAdmitted(c)
@@ -848,7 +848,7 @@ func (r *Router) settle(c *call, actual int, known, late bool) {
 		}
 		c.lim.Finish(r.clock(), &c.tk, int64(actual))
 		if c.fb != nil {
-			r.fallbackFinished(c.t, c.fb, d)
+			r.fb.Finished(c.t, c.fb, d)
 		}
 		if c.lim == c.t.Core().Fb.Made() {
 			c.t.Core().FbQueue.Kick() // a slot of the share freed, tokens settled

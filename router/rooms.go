@@ -147,7 +147,7 @@ func (sr *spillRoom) Take() admit.Verdict {
 	switch {
 	case bd.Allowed:
 		c.tk, _ = c.lim.Admit(r.clock(), int64(c.res.Total)) // the mirror: no limits
-		c.fb = r.fallbackAdmitted(t, &c.tk, sp.Epoch)
+		c.fb = r.fb.Admitted(t, &c.tk, sp.Epoch)
 		return admit.Taken
 	case t.Shadow:
 		return admit.Shadowed
@@ -167,7 +167,7 @@ func (sr *spillRoom) Cancel() {
 	d := limiter.DeltaOf(&c.tk)
 	d.Requests, d.Tokens, d.Slots = -d.Requests, -d.Tokens, -d.Slots
 	c.lim.Cancel(now, &c.tk)
-	c.r.fallbackFinished(c.t, c.fb, d)
+	c.r.fb.Finished(c.t, c.fb, d)
 	c.fb = nil
 	if c.spill.b != nil {
 		c.spill.b.Cancel(now, &c.spill.tk)

@@ -16,11 +16,10 @@ import (
 
 	"github.com/ringgate/ringgate/config"
 	"github.com/ringgate/ringgate/lease"
-	"github.com/ringgate/ringgate/limiter"
 	"github.com/ringgate/ringgate/reserve"
-	"github.com/ringgate/ringgate/router/internal/away"
 	"github.com/ringgate/ringgate/router/internal/cluster"
 	"github.com/ringgate/ringgate/router/internal/deltaid"
+	"github.com/ringgate/ringgate/router/internal/fallback"
 	"github.com/ringgate/ringgate/router/internal/hop"
 	"github.com/ringgate/ringgate/router/internal/hopsign"
 	"github.com/ringgate/ringgate/router/internal/metrics"
@@ -85,9 +84,9 @@ type Router struct {
 	lines   *provider.Lines
 	// spills run spillover on the tenants (package spillover).
 	spills spillover.Loop
-	// unreach: the owners this node admits fallback shares for, which
-	// its gossip metadata names (package away).
-	unreach away.Unreachables
+	// fb: the tenants' fallback episodes, while their owner cannot be
+	// reached (package fallback).
+	fb *fallback.Edge
 	// clustered: the node gossips; until it holds a ring it owns nothing.
 	clustered bool
 }
@@ -118,11 +117,8 @@ type reloading struct {
 }
 
 // tenantMoves is what moves tenants' state between nodes needs here
-// beside package moves: the seed of a fallback share (forward.go), the
-// members gone (cluster.go).
+// beside package moves: the members gone (cluster.go).
 type tenantMoves struct {
-	// fallbackSeed loads a tenant's last snapshot (nil without Redis).
-	fallbackSeed atomic.Pointer[func(tenant string) (limiter.State, bool)]
 	// departed are the members that left this node's view (and have not
 	// come back): a report from one frees its slots.
 	departed cluster.Departed
@@ -180,6 +176,7 @@ func New(o Options) (*Router, error) {
 	r.initSpillover()
 	r.cores = tenant.NewCores(&r.state, r.stateHooks(), r.clock, o.Clock)
 	r.moves = r.newMoves()
+	r.fb = r.newFallback()
 	st, err := tenant.Build(o.Config, nil, r.metrics, r.cores)
 	if err != nil {
 		return nil, err

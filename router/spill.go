@@ -70,10 +70,10 @@ func (c spillCluster) Clustered() bool {
 
 func (c spillCluster) Draining() bool { return c.r.life.draining.Load() }
 
-// spillLedger is the fallback ledger (fallback.go) as a spill reports it.
+// spillLedger is the fallback ledger (package fallback) as a spill reports it.
 type spillLedger struct{ r *Router }
 
-func (l spillLedger) Report(t *tenant.Tenant) { l.r.reportFallback(t) }
+func (l spillLedger) Report(t *tenant.Tenant) { l.r.fb.Report(t) }
 
 func (l spillLedger) Send(t *tenant.Tenant, d limiter.Delta) {
 	l.r.sendDeltas(t, "", []limiter.Delta{l.r.ids.Name(d)}, 0)

@@ -260,7 +260,7 @@ func TestSpillAbandoned(t *testing.T) {
 			p.edge.SetView(cut) // the edge cannot reach the owner; the owner reaches the edge
 			mirror := limiter.NewTenant(limiter.Limits{}, 4*time.Second, 10*time.Minute)
 			tk, _ := mirror.Admit(p.edge.clock(), 10)
-			e := p.edge.fallbackAdmitted(te, &tk, sp.Epoch)
+			e := p.edge.fb.Admitted(te, &tk, sp.Epoch)
 			if !poll(2*time.Second, func() bool { return te.Core().Fb.Tried(e) }) { // its first report tried and failed
 				t.Fatal("the edge never tried to report its admission")
 			}
@@ -290,7 +290,7 @@ func TestSpillAbandoned(t *testing.T) {
 			if te.Spilled() != nil {
 				t.Fatalf("the edge took the spill again before the owner had its admission (delivered %v)", te.Core().Fb.Delivered())
 			}
-			p.edge.reportFallback(te)
+			p.edge.fb.Report(te)
 			if !poll(2*time.Second, func() bool { return p.edge.spills.Edge(te, "owner") != nil }) {
 				t.Error("the edge never took the spill again once the owner had its admission")
 			}

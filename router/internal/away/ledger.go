@@ -7,8 +7,10 @@
 //
 // The package owns that bookkeeping and when a report is due. It knows
 // nothing of tenants, rings or hops: a tenant is a name, the node counting
-// it is the router's to find, and how deltas travel is a function the
-// router gives (a hop, signed).
+// it is its caller's to find, and how deltas travel is a function its
+// caller gives (a hop, signed). The episode around a ledger (the share's
+// limits and seed, its start and end, where its reports go) is package
+// fallback's: it reads the tenant model, which imports this package.
 package away
 
 import (
