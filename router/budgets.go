@@ -1,13 +1,9 @@
 package router
 
 import (
-	"fmt"
-	"time"
-
 	"github.com/valyala/fasthttp"
 
 	"github.com/ringgate/ringgate/lease"
-	"github.com/ringgate/ringgate/limiter"
 	"github.com/ringgate/ringgate/queue"
 	"github.com/ringgate/ringgate/router/internal/provider"
 )
@@ -101,22 +97,6 @@ func (r *Router) finishBudgets(c *call, actual int64, settle bool) {
 	}
 	// The budgets stay listed: a call settled again (settleLate) moves
 	// its tokens on them (Finish frees a slot once; the last tokens win).
-}
-
-// refuseBudget answers a request the provider's limit has no room for.
-func refuseBudget(ctx *fasthttp.RequestCtx, d *lease.Decision, what string) {
-	setRetryAfter(&ctx.Response.Header, d.RetryAfter)
-	dim := d.Limited.String()
-	msg := fmt.Sprintf("The provider's limit on %s (%s) is reached for now. Please try again in %s.", dim, what, roundUp(max(d.RetryAfter, time.Millisecond)))
-	if d.Degraded {
-		msg = fmt.Sprintf("The provider's limit on %s (%s) is enforced on this node's strict share while the gateway's coordination store is unreachable. Please try again in %s.",
-			dim, what, roundUp(max(d.RetryAfter, time.Millisecond)))
-	}
-	typ := dim
-	if d.Limited == limiter.Concurrency {
-		typ = "requests"
-	}
-	fail(ctx, fasthttp.StatusTooManyRequests, typ, "rate_limit_exceeded", msg)
 }
 
 // learnProvider passes what the provider's answer says of its limits to

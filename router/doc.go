@@ -31,4 +31,6 @@
 //     members that left it;
 //   - admin, adminview, status, metrics: the admin endpoints, what they show,
 //     their JSON shapes and the Prometheus series.
+//   - reply: what the node writes back: the OpenAI error shape, the
+//     rate-limit headers, an answer copied through.
 package router

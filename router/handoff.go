@@ -9,6 +9,7 @@ import (
 	"github.com/ringgate/ringgate/limiter"
 	"github.com/ringgate/ringgate/router/internal/cluster"
 	"github.com/ringgate/ringgate/router/internal/moves"
+	"github.com/ringgate/ringgate/router/internal/reply"
 	"github.com/ringgate/ringgate/router/internal/tenant"
 )
 
@@ -59,9 +60,9 @@ func (r *Router) serveDelta(ctx *fasthttp.RequestCtx) {
 	name, err := r.moves.Receive(ctx.PostBody(), info.From, info.Hops)
 	switch {
 	case errors.Is(err, moves.ErrMalformed):
-		fail(ctx, fasthttp.StatusBadRequest, "invalid_request_error", "invalid_json", "Malformed delta.")
+		reply.Fail(ctx, fasthttp.StatusBadRequest, "invalid_request_error", "invalid_json", "Malformed delta.")
 	case errors.Is(err, moves.ErrUnknownTenant):
-		fail(ctx, fasthttp.StatusNotFound, "invalid_request_error", "unknown_tenant", "No tenant named "+name+".")
+		reply.Fail(ctx, fasthttp.StatusNotFound, "invalid_request_error", "unknown_tenant", "No tenant named "+name+".")
 	default:
 		ctx.SetStatusCode(fasthttp.StatusNoContent)
 	}

@@ -6,6 +6,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/ringgate/ringgate/router/internal/hangup"
+	"github.com/ringgate/ringgate/router/internal/reply"
 	"github.com/ringgate/ringgate/upstream"
 )
 
@@ -84,7 +85,7 @@ func (r *Router) clientGone(ctx *fasthttp.RequestCtx, c *call, w *hangup.Watch, 
 	// (docs/limits.md).
 	r.releaseHeld(c)
 	ctx.SetConnectionClose()
-	fail(ctx, statusClientClosed, "invalid_request_error", "client_closed_request",
+	reply.Fail(ctx, statusClientClosed, "invalid_request_error", "client_closed_request",
 		"The client closed the connection before the upstream answered; the call was dropped.")
 	gone, waited := w.Gone()
 	r.log.Info("client_gone", "tenant", c.t.Name, "upstream", c.prov.Name,
@@ -96,7 +97,7 @@ func (r *Router) clientGone(ctx *fasthttp.RequestCtx, c *call, w *hangup.Watch, 
 // as forward and stream would have: a JSON answer, or an SSE one (by its
 // Content-Type or its first line), read whole (a JSON request), or an
 // answer to a stream request that is not text/event-stream, read now
-// (bounded by maxAnswerBytes). whole is false for a stream left unread:
+// (bounded by reply.ReadAnswer). whole is false for a stream left unread:
 // dropping it closes the connection and cuts the generation, whose length
 // is unknown (the reservation stands).
 func (r *Router) lateUsage(c *call, status int, resp *fasthttp.Response) (u upstream.Usage, ok bool, completion int, whole bool) {
@@ -107,7 +108,7 @@ func (r *Router) lateUsage(c *call, status int, resp *fasthttp.Response) (u upst
 			return u, false, 0, false
 		}
 		var read fasthttp.Response
-		if err := readAnswer(&read, resp); err != nil {
+		if err := reply.ReadAnswer(&read, resp); err != nil {
 			return u, false, 0, false
 		}
 		body = read.Body()

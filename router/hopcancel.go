@@ -8,6 +8,7 @@ import (
 
 	"github.com/ringgate/ringgate/router/internal/cluster"
 	"github.com/ringgate/ringgate/router/internal/hangup"
+	"github.com/ringgate/ringgate/router/internal/reply"
 )
 
 // A client that hangs up while its request is on a hop (edge → owner) is
@@ -39,7 +40,7 @@ func (r *Router) serveCancel(ctx *fasthttp.RequestCtx) {
 	}
 	var m cancelMsg
 	if err := json.Unmarshal(ctx.PostBody(), &m); err != nil || m.Hop == "" {
-		fail(ctx, fasthttp.StatusBadRequest, "invalid_request_error", "invalid_json", "Malformed cancel.")
+		reply.Fail(ctx, fasthttp.StatusBadRequest, "invalid_request_error", "invalid_json", "Malformed cancel.")
 		return
 	}
 	if w, ok := r.watches.hops.m.Load(m.Hop); ok {
@@ -66,7 +67,7 @@ func (r *Router) watchHop(ctx *fasthttp.RequestCtx, v *cluster.Lookup, owner, ho
 func (r *Router) hopGone(ctx *fasthttp.RequestCtx, w *hangup.Watch, owner string, resp *fasthttp.Response) {
 	fasthttp.ReleaseResponse(resp)
 	ctx.SetConnectionClose()
-	fail(ctx, statusClientClosed, "invalid_request_error", "client_closed_request",
+	reply.Fail(ctx, statusClientClosed, "invalid_request_error", "client_closed_request",
 		"The client closed the connection before the upstream answered; the call was dropped.")
 	gone, waited := w.Gone()
 	r.log.Info("client_gone", "owner", owner, "gone_ms", gone.Milliseconds(), "waited_ms", waited.Milliseconds())

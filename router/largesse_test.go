@@ -12,7 +12,7 @@ import (
 )
 
 // A stream read whole (no text/event-stream Content-Type) whose filtered
-// events pass 256 KiB: answerWriteDeadline swaps the body out, but the
+// events pass 256 KiB: reply.AnswerWriteDeadline swaps the body out, but the
 // filtered body was set with SetBodyRaw, which SwapBody does not see.
 func TestLargeSSEUnderTextPlainRelayed(t *testing.T) {
 	const completion = 60_000

@@ -12,6 +12,7 @@ import (
 	"github.com/ringgate/ringgate/admit"
 	"github.com/ringgate/ringgate/config"
 	"github.com/ringgate/ringgate/limiter"
+	"github.com/ringgate/ringgate/router/internal/reply"
 	"github.com/ringgate/ringgate/router/internal/tenant"
 	"github.com/ringgate/ringgate/upstream"
 )
@@ -130,7 +131,7 @@ func TestEdgeSeesEachLevelsUsage(t *testing.T) {
 		t.Fatalf("refused: %+v", o)
 	}
 	var h fasthttp.ResponseHeader
-	setRateHeaders(&h, &limiter.Decision{LimitRequests: 5, RemainingRequests: 0}) // the tightest: the model's
+	reply.SetRateHeaders(&h, &limiter.Decision{LimitRequests: 5, RemainingRequests: 0}) // the tightest: the model's
 	setLevelsUsed(&h, c, [2]int64{990, 0})
 	var again fasthttp.ResponseHeader
 	setLevelsUsed(&again, c, [2]int64{990, 0}) // the header's own buffer grown once
@@ -146,7 +147,7 @@ func TestEdgeSeesEachLevelsUsage(t *testing.T) {
 	// Without the header (an owner that predates it), nothing is learnt:
 	// the tightest level's figures are not the tenant's.
 	var bare fasthttp.ResponseHeader
-	setRateHeaders(&bare, &limiter.Decision{LimitRequests: 5, RemainingRequests: 0})
+	reply.SetRateHeaders(&bare, &limiter.Decision{LimitRequests: 5, RemainingRequests: 0})
 	r.fb.NoteUsage(tn, &bare)
 	if _, got, _ := tn.Core().Seen.Last(); got != 990 {
 		t.Errorf("a bare answer changed the tenant's seen usage to %d", got)

@@ -5,6 +5,7 @@ import (
 
 	"github.com/valyala/fasthttp"
 
+	"github.com/ringgate/ringgate/router/internal/reply"
 	"github.com/ringgate/ringgate/router/internal/tenant"
 )
 
@@ -57,12 +58,12 @@ func (r *Router) serveModels(ctx *fasthttp.RequestCtx) {
 	r.setNodeHeader(&ctx.Response.Header)
 	if !ctx.IsGet() && !ctx.IsHead() {
 		ctx.Response.Header.Set("Allow", "GET")
-		fail(ctx, fasthttp.StatusMethodNotAllowed, "invalid_request_error", "method_not_allowed", "Use GET.")
+		reply.Fail(ctx, fasthttp.StatusMethodNotAllowed, "invalid_request_error", "method_not_allowed", "Use GET.")
 		return
 	}
 	st := r.state.Load()
 	if authenticate(st, &ctx.Request.Header) == nil {
-		fail(ctx, fasthttp.StatusUnauthorized, "invalid_request_error", "invalid_api_key",
+		reply.Fail(ctx, fasthttp.StatusUnauthorized, "invalid_request_error", "invalid_api_key",
 			"Missing or unknown API key. Send it as 'Authorization: Bearer <key>'.")
 		return
 	}
@@ -81,7 +82,7 @@ func (r *Router) serveModels(ctx *fasthttp.RequestCtx) {
 				return
 			}
 		}
-		fail(ctx, fasthttp.StatusNotFound, "invalid_request_error", "model_not_found",
+		reply.Fail(ctx, fasthttp.StatusNotFound, "invalid_request_error", "model_not_found",
 			"The model '"+id+"' is not served by this gateway.")
 		return
 	}

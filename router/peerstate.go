@@ -12,6 +12,7 @@ import (
 	"github.com/ringgate/ringgate/router/internal/cluster"
 	"github.com/ringgate/ringgate/router/internal/hopsign"
 	"github.com/ringgate/ringgate/router/internal/moves"
+	"github.com/ringgate/ringgate/router/internal/reply"
 	"github.com/ringgate/ringgate/router/internal/tenant"
 )
 
@@ -28,13 +29,13 @@ func (r *Router) serveHandoff(ctx *fasthttp.RequestCtx) {
 	}
 	tenants, err := moves.DecodeFetch(ctx.PostBody())
 	if err != nil {
-		fail(ctx, fasthttp.StatusBadRequest, "invalid_request_error", "invalid_json", "Malformed handoff request.")
+		reply.Fail(ctx, fasthttp.StatusBadRequest, "invalid_request_error", "invalid_json", "Malformed handoff request.")
 		return
 	}
 	// The members stop before the state leaves.
 	body, err := r.moves.HandOver(info.From, tenants, r.spills.EndOwned)
 	if err != nil {
-		fail(ctx, fasthttp.StatusServiceUnavailable, "server_error", "not_ready", "This node does not hand state over yet.")
+		reply.Fail(ctx, fasthttp.StatusServiceUnavailable, "server_error", "not_ready", "This node does not hand state over yet.")
 		return
 	}
 	r.KickQueues(tenants) // frozen: those waiting go to the asker
@@ -46,13 +47,13 @@ func (r *Router) serveHandoff(ctx *fasthttp.RequestCtx) {
 // the hop signature. It answers the refusal itself.
 func (r *Router) peerPost(ctx *fasthttp.RequestCtx) (hopsign.Info, bool) {
 	if !ctx.IsPost() {
-		fail(ctx, fasthttp.StatusMethodNotAllowed, "invalid_request_error", "method_not_allowed", "Use POST.")
+		reply.Fail(ctx, fasthttp.StatusMethodNotAllowed, "invalid_request_error", "method_not_allowed", "Use POST.")
 		return hopsign.Info{}, false
 	}
 	info, err := r.hops.Verify(&ctx.Request, r.node)
 	if err != nil {
 		r.metrics.HopsRefused.Inc()
-		fail(ctx, fasthttp.StatusUnauthorized, "invalid_request_error", "invalid_peer_signature",
+		reply.Fail(ctx, fasthttp.StatusUnauthorized, "invalid_request_error", "invalid_peer_signature",
 			"Peer request refused: "+err.Error()+".")
 		return hopsign.Info{}, false
 	}
@@ -159,7 +160,7 @@ func (r *Router) movedOn(ctx *fasthttp.RequestCtx, t *tenant.Tenant, lim *limite
 func (r *Router) refuseMoving(ctx *fasthttp.RequestCtx) bool {
 	r.setNodeHeader(&ctx.Response.Header)
 	ctx.Response.Header.Set("Retry-After", "1")
-	fail(ctx, fasthttp.StatusServiceUnavailable, "server_error", "tenant_moving",
+	reply.Fail(ctx, fasthttp.StatusServiceUnavailable, "server_error", "tenant_moving",
 		"This tenant's limits are moving between gateway nodes; retry in 1s.")
 	return false
 }

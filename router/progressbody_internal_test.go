@@ -8,6 +8,8 @@ import (
 	"strconv"
 	"testing"
 	"time"
+
+	"github.com/ringgate/ringgate/router/internal/reply"
 )
 
 func rawPost(method, proto string) string {
@@ -40,7 +42,7 @@ func TestProgressBodyProtocols(t *testing.T) {
 			n, err := io.Copy(io.Discard, resp.Body)
 			resp.Body.Close()
 			t.Logf("answer %d: %d, %d of %d bytes (%v)", i, resp.StatusCode, n, resp.ContentLength, err)
-			if resp.StatusCode != 200 || n != resp.ContentLength || n < answerBuffered {
+			if resp.StatusCode != 200 || n != resp.ContentLength || n < reply.AnswerBuffered {
 				t.Errorf("answer %d incomplete", i)
 			}
 			if i == 0 {
@@ -64,7 +66,7 @@ func TestProgressBodyProtocols(t *testing.T) {
 		}
 		n, _ := io.Copy(io.Discard, resp.Body)
 		t.Logf("HTTP/1.0: %d, %d of %d bytes, close %v", resp.StatusCode, n, resp.ContentLength, resp.Close)
-		if resp.StatusCode != 200 || n < answerBuffered || (resp.ContentLength >= 0 && n != resp.ContentLength) {
+		if resp.StatusCode != 200 || n < reply.AnswerBuffered || (resp.ContentLength >= 0 && n != resp.ContentLength) {
 			t.Errorf("HTTP/1.0 answer incomplete")
 		}
 	})

@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -25,15 +24,12 @@ import (
 	"github.com/ringgate/ringgate/router/internal/hangup"
 	"github.com/ringgate/ringgate/router/internal/levels"
 	"github.com/ringgate/ringgate/router/internal/provider"
+	"github.com/ringgate/ringgate/router/internal/reply"
 	"github.com/ringgate/ringgate/router/internal/spill"
 	"github.com/ringgate/ringgate/router/internal/tenant"
 	"github.com/ringgate/ringgate/router/internal/usage"
 	"github.com/ringgate/ringgate/upstream"
 )
-
-// maxAnswerBytes caps an upstream answer read whole (a JSON answer to a
-// streaming request: an error, say).
-const maxAnswerBytes = upstream.DefaultMaxAnswerBytes
 
 // call is one request on its way through its decision, the upstream and
 // back.
@@ -104,7 +100,7 @@ type provHold struct {
 func (r *Router) serveAPI(ctx *fasthttp.RequestCtx, ep upstream.Endpoint) bool {
 	st := r.state.Load()
 	var hv [2][]byte
-	firstHeaders(&ctx.Request.Header, hopHeaders[:], hv[:])
+	reply.FirstHeaders(&ctx.Request.Header, hopHeaders[:], hv[:])
 	hop := len(hv[0]) > 0 || len(hv[1]) > 0
 	hops := 0
 	if hop {
@@ -116,7 +112,7 @@ func (r *Router) serveAPI(ctx *fasthttp.RequestCtx, ep upstream.Endpoint) bool {
 			// Marked, so that the edge knows nothing was admitted and
 			// does not pass the 401 on to its client (wake.go).
 			ctx.Response.Header.Set(hopRefusedHeader, refusalReason(err))
-			fail(ctx, fasthttp.StatusUnauthorized, "invalid_request_error", "invalid_peer_signature",
+			reply.Fail(ctx, fasthttp.StatusUnauthorized, "invalid_request_error", "invalid_peer_signature",
 				"Peer request refused: "+err.Error()+".")
 			return false
 		}
@@ -124,7 +120,7 @@ func (r *Router) serveAPI(ctx *fasthttp.RequestCtx, ep upstream.Endpoint) bool {
 	t := authenticate(st, &ctx.Request.Header)
 	if t == nil {
 		r.setNodeHeader(&ctx.Response.Header)
-		fail(ctx, fasthttp.StatusUnauthorized, "invalid_request_error", "invalid_api_key",
+		reply.Fail(ctx, fasthttp.StatusUnauthorized, "invalid_request_error", "invalid_api_key",
 			"Missing or unknown API key. Send it as 'Authorization: Bearer <key>'.")
 		return false
 	}
@@ -171,7 +167,7 @@ func (r *Router) serveAPI(ctx *fasthttp.RequestCtx, ep upstream.Endpoint) bool {
 func (r *Router) refuseNotJoined(ctx *fasthttp.RequestCtx) bool {
 	r.setNodeHeader(&ctx.Response.Header)
 	ctx.Response.Header.Set("Retry-After", "1")
-	fail(ctx, fasthttp.StatusServiceUnavailable, "server_error", "not_ready",
+	reply.Fail(ctx, fasthttp.StatusServiceUnavailable, "server_error", "not_ready",
 		"This gateway node has not joined its cluster yet; retry in 1s.")
 	return false
 }
@@ -179,7 +175,7 @@ func (r *Router) refuseNotJoined(ctx *fasthttp.RequestCtx) bool {
 func (r *Router) refuseZeroShare(ctx *fasthttp.RequestCtx) bool {
 	r.setNodeHeader(&ctx.Response.Header)
 	ctx.Response.Header.Set("Retry-After", "1")
-	fail(ctx, fasthttp.StatusTooManyRequests, "requests", "rate_limit_exceeded",
+	reply.Fail(ctx, fasthttp.StatusTooManyRequests, "requests", "rate_limit_exceeded",
 		"The node enforcing this tenant's limits is unreachable and this node's share of them is zero. Please try again in 1s.")
 	return false
 }
@@ -251,24 +247,24 @@ func (r *Router) newCall(ctx *fasthttp.RequestCtx, ep upstream.Endpoint, st *ten
 	req, err := upstream.ParseRequest(ep, ctx.PostBody())
 	if err != nil {
 		d := lim.Peek(r.clock())
-		setRateHeaders(&ctx.Response.Header, &d)
+		reply.SetRateHeaders(&ctx.Response.Header, &d)
 		var ce *upstream.ClientError
 		if errors.As(err, &ce) {
-			failParam(ctx, ce)
+			reply.FailParam(ctx, ce)
 		} else {
-			fail(ctx, fasthttp.StatusBadRequest, "invalid_request_error", "invalid_request", err.Error())
+			reply.Fail(ctx, fasthttp.StatusBadRequest, "invalid_request_error", "invalid_request", err.Error())
 		}
 		return nil
 	}
 	prov := st.Provider(req.Model)
 	if prov == nil {
-		fail(ctx, fasthttp.StatusServiceUnavailable, "server_error", "no_upstream", "No upstream is configured.")
+		reply.Fail(ctx, fasthttp.StatusServiceUnavailable, "server_error", "no_upstream", "No upstream is configured.")
 		return nil
 	}
 	if (ep == upstream.Messages) != (prov.Kind == upstream.Anthropic) {
 		d := lim.Peek(r.clock())
-		setRateHeaders(&ctx.Response.Header, &d)
-		fail(ctx, fasthttp.StatusBadRequest, "invalid_request_error", "wrong_endpoint",
+		reply.SetRateHeaders(&ctx.Response.Header, &d)
+		reply.Fail(ctx, fasthttp.StatusBadRequest, "invalid_request_error", "wrong_endpoint",
 			fmt.Sprintf("Model %q is served by upstream %q, which does not take %s.", req.Model, prov.Name, ctx.Path()))
 		return nil
 	}
@@ -348,9 +344,9 @@ func (r *Router) firstTry(ctx *fasthttp.RequestCtx, ep upstream.Endpoint, st *te
 		// Room within the wait budget: the request waits for it.
 		return r.admitQueued(ctx, ep, st, c, &d, nil)
 	}
-	setRateHeaders(&ctx.Response.Header, &d)
+	reply.SetRateHeaders(&ctx.Response.Header, &d)
 	c.t.Counters().Refused(d.Limited)
-	refuseOn(ctx, &d, st.Cfg.Limits.Window, int64(c.res.Total), c.refusedBy)
+	reply.RefuseOn(ctx, &d, st.Cfg.Limits.Window, int64(c.res.Total), c.refusedBy)
 	return false
 }
 
@@ -370,9 +366,9 @@ func (r *Router) providerRefused(ctx *fasthttp.RequestCtx, ep upstream.Endpoint,
 // counter, and a 429 naming the budget.
 func (r *Router) refusedByBudget(ctx *fasthttp.RequestCtx, c *call, br *provider.Refusal, counter prometheus.Counter) bool {
 	d := c.lim.Peek(r.clock())
-	setRateHeaders(&ctx.Response.Header, &d)
+	reply.SetRateHeaders(&ctx.Response.Header, &d)
 	counter.Inc()
-	refuseBudget(ctx, &br.D, br.On.What())
+	reply.RefuseBudget(ctx, &br.D, br.On.What())
 	return false
 }
 
@@ -432,7 +428,7 @@ func (r *Router) serveAdmitted(ctx *fasthttp.RequestCtx, c *call, shadowed bool)
 		r.levelsAdmitted(c)
 		return r.forward(ctx, c)
 	}
-	setRateHeaders(&ctx.Response.Header, &d)
+	reply.SetRateHeaders(&ctx.Response.Header, &d)
 	r.admitted(c)
 	if c.lim == t.Core().Fb.Made() {
 		c.fb = r.fb.Admitted(t, &c.tk, 0)
@@ -508,7 +504,7 @@ func (r *Router) admitted(c *call) {
 // plaintext comparison, so no timing leak of how much of a key matched.
 func authenticate(st *tenant.State, h *fasthttp.RequestHeader) *tenant.Tenant {
 	var kv [2][]byte
-	firstHeaders(h, keyHeaders[:], kv[:])
+	reply.FirstHeaders(h, keyHeaders[:], kv[:])
 	key := kv[0]
 	if len(key) > 7 && bytes.EqualFold(key[:7], []byte("Bearer ")) {
 		key = bytes.TrimSpace(key[7:])
@@ -527,28 +523,6 @@ var keyHeaders = [2][]byte{[]byte("Authorization"), []byte("X-Api-Key")}
 // hopHeaders mark a request from a peer (hop.go).
 var hopHeaders = [2][]byte{[]byte(hopHeader), []byte(sigHeader)}
 
-// firstHeaders sets vals[i] to h's first value of names[i] (a name as
-// fasthttp writes the names it parses, matched in any case), as Peek
-// would in the header section, in one pass over it: every Peek copies and
-// normalizes its name, and these are read on every request. At most 32
-// names. Fields in a chunked request's trailer are not read (Peek reads
-// them): RFC 9110 §6.5.1 keeps authentication and routing out of
-// trailers, and a request is decided before its body is read.
-func firstHeaders(h *fasthttp.RequestHeader, names, vals [][]byte) {
-	var seen, all uint32 = 0, 1<<len(names) - 1
-	for k, v := range h.All() {
-		for i, name := range names {
-			if seen&(1<<i) == 0 && len(k) == len(name) && (string(k) == string(name) || bytes.EqualFold(k, name)) {
-				vals[i] = v
-				seen |= 1 << i
-			}
-		}
-		if seen == all {
-			return
-		}
-	}
-}
-
 // forward sends an admitted call upstream and answers the client. It reports
 // true when the answer is a stream that finishes later.
 func (r *Router) forward(ctx *fasthttp.RequestCtx, c *call) bool {
@@ -556,7 +530,7 @@ func (r *Router) forward(ctx *fasthttp.RequestCtx, c *call) bool {
 	body, err := upstream.PrepareBody(c.req, ctx.PostBody())
 	if err != nil {
 		r.finish(c, upstream.Usage{}, false, 0)
-		fail(ctx, fasthttp.StatusBadRequest, "invalid_request_error", "invalid_request", err.Error())
+		reply.Fail(ctx, fasthttp.StatusBadRequest, "invalid_request_error", "invalid_request", err.Error())
 		return false
 	}
 	upReq := fasthttp.AcquireRequest()
@@ -593,11 +567,11 @@ func (r *Router) forward(ctx *fasthttp.RequestCtx, c *call) bool {
 		fasthttp.ReleaseResponse(resp)
 		r.finish(c, upstream.Usage{}, false, 0)
 		r.log.Error("upstream", "upstream", c.prov.Name, "status", status, "detail", "upstream rejected the configured api_key")
-		fail(ctx, fasthttp.StatusBadGateway, "upstream_error", "upstream_auth",
+		reply.Fail(ctx, fasthttp.StatusBadGateway, "upstream_error", "upstream_auth",
 			fmt.Sprintf("Upstream %q rejected the gateway's credentials.", c.prov.Name))
 		return false
 	}
-	copyHeaders(&ctx.Response.Header, &resp.Header)
+	reply.CopyHeaders(&ctx.Response.Header, &resp.Header)
 	ctx.SetStatusCode(status)
 	if status == fasthttp.StatusTooManyRequests && len(ctx.Response.Header.Peek("Retry-After")) == 0 {
 		// The provider's own 429 passes to the client (ringgate does not
@@ -612,7 +586,7 @@ func (r *Router) forward(ctx *fasthttp.RequestCtx, c *call) bool {
 	}
 
 	ctx.Response.ResetBody()
-	err = readAnswer(&ctx.Response, resp)
+	err = reply.ReadAnswer(&ctx.Response, resp)
 	fasthttp.ReleaseResponse(resp)
 	if err != nil {
 		ctx.Response.ResetBody()
@@ -632,75 +606,14 @@ func (r *Router) forward(ctx *fasthttp.RequestCtx, c *call) bool {
 		})
 		ctx.Response.SetBodyRaw(out)
 		r.finish(c, u, ok, completion)
-		r.answerWriteDeadline(ctx)
+		reply.AnswerWriteDeadline(ctx, r.clientWriteIdle)
 		return false
 	}
 	u, ok, completion := r.tokens.AnswerUsage(c.counts(), c.prov.Kind, status, ctx.Response.Body())
 	r.finish(c, u, ok, completion)
-	r.answerWriteDeadline(ctx)
+	reply.AnswerWriteDeadline(ctx, r.clientWriteIdle)
 	return false
 }
-
-// answerWriteDeadline has a large answer read whole written as a stream's
-// is: each part of it may take clientWriteIdle, so a client that stops
-// reading it is cut, and a slow one that reads on is not: a stalled reader
-// would hold the connection's goroutine and the answer (up to 64 MiB) for
-// as long as it kept the connection open. An answer that fits the
-// socket's buffers is written without waiting: left as it is, no cost.
-func (r *Router) answerWriteDeadline(ctx *fasthttp.RequestCtx) {
-	if len(ctx.Response.Body()) < answerBuffered {
-		return
-	}
-	body := ctx.Response.Body() // a raw body too (SetBodyRaw: an SSE read whole), which SwapBody drops
-	ctx.Response.SwapBody(nil)  // the buffer is body's now, not the pool's
-	ctx.Response.SetBodyStream(&progressBody{ctx: ctx, b: body, idle: r.clientWriteIdle}, len(body))
-}
-
-// progressBody moves the connection's write deadline on at each read
-// fasthttp makes of it to write the next part; fasthttp clears it once
-// the answer is written.
-type progressBody struct {
-	ctx  *fasthttp.RequestCtx
-	b    []byte
-	idle time.Duration
-}
-
-func (p *progressBody) Read(b []byte) (int, error) {
-	if len(p.b) == 0 {
-		return 0, io.EOF
-	}
-	_ = p.ctx.SetWriteDeadline(time.Now().Add(p.idle))
-	n := copy(b, p.b)
-	p.b = p.b[n:]
-	return n, nil
-}
-
-// answerBuffered: an answer smaller than this fits a loopback or LAN
-// socket's send buffer (Linux starts it at 16 KiB and grows it to 4 MiB).
-const answerBuffered = 256 << 10
-
-// readAnswer moves an answer into the client's response, failing past
-// maxAnswerBytes: read whole already, its bytes change hands without a copy.
-func readAnswer(dst, resp *fasthttp.Response) error {
-	s := resp.BodyStream()
-	if s == nil {
-		resp.SwapBody(dst.SwapBody(resp.SwapBody(nil))[:0])
-		return nil
-	}
-	w := dst.BodyWriter()
-	bp := streamBufs.Get().(*[]byte)
-	n, err := io.CopyBuffer(w, io.LimitReader(s, maxAnswerBytes+1), *bp)
-	streamBufs.Put(bp)
-	if err != nil {
-		return upstream.ReadError(err)
-	}
-	if n > maxAnswerBytes {
-		return fmt.Errorf("%w: %w: over %d bytes", upstream.ErrUnreachable, upstream.ErrAnswerTooLarge, maxAnswerBytes)
-	}
-	return nil
-}
-
-var streamBufs = sync.Pool{New: func() any { b := make([]byte, 16<<10); return &b }}
 
 // stream relays an SSE answer event by event (the events of one upstream
 // read in one flush), and settles when it ends. A write error means the
@@ -709,13 +622,13 @@ var streamBufs = sync.Pool{New: func() any { b := make([]byte, 16<<10); return &
 func (r *Router) stream(ctx *fasthttp.RequestCtx, c *call, resp *fasthttp.Response) {
 	ctx.Response.Header.Set("Cache-Control", "no-cache")
 	ctx.Response.Header.Set("X-Accel-Buffering", "no")
-	wd := r.writeDeadline(ctx)
-	setStream(ctx, func(w *bufio.Writer) {
+	wd := reply.WriteDeadline(ctx, r.clientWriteIdle)
+	reply.SetStream(ctx, func(w *bufio.Writer) {
 		defer r.done()
-		defer wd.done()
+		defer wd.Done()
 		f := usage.NewFilter(c.counts(), c.prov.Kind)
-		bp := streamBufs.Get().(*[]byte)
-		defer streamBufs.Put(bp)
+		bp := reply.StreamBufs.Get().(*[]byte)
+		defer reply.StreamBufs.Put(bp)
 		// The events of one read from the upstream go out in one flush:
 		// they arrived together, so the client gets each as soon as it
 		// would with a flush per event, for one write instead of one per
@@ -728,7 +641,7 @@ func (r *Router) stream(ctx *fasthttp.RequestCtx, c *call, resp *fasthttp.Respon
 			if err != nil {
 				return err
 			}
-			wd.extend()
+			wd.Extend()
 			return w.Flush()
 		}
 		src := resp.BodyStream()
@@ -865,25 +778,14 @@ func (r *Router) settle(c *call, actual int, known, late bool) {
 func (r *Router) upstreamFailed(ctx *fasthttp.RequestCtx, p *upstream.Provider, err error) {
 	if errors.Is(err, upstream.ErrTimeout) {
 		r.metrics.TimedOut(p.Name)
-		fail(ctx, fasthttp.StatusGatewayTimeout, "upstream_error", "upstream_timeout",
+		reply.Fail(ctx, fasthttp.StatusGatewayTimeout, "upstream_error", "upstream_timeout",
 			fmt.Sprintf("Upstream %q did not answer in time.", p.Name))
 		return
 	}
 	r.metrics.Failed(p.Name)
 	r.log.Warn("upstream", "upstream", p.Name, "error", err.Error())
-	fail(ctx, fasthttp.StatusBadGateway, "upstream_error", "upstream_unreachable",
+	reply.Fail(ctx, fasthttp.StatusBadGateway, "upstream_error", "upstream_unreachable",
 		fmt.Sprintf("Upstream %q failed: %v", p.Name, err))
-}
-
-// copyHeaders copies an upstream answer's headers but for hop headers (and
-// the provider's own x-ratelimit-*). fasthttp gives them with their names
-// normalized already, as SetCanonical takes them.
-func copyHeaders(dst *fasthttp.ResponseHeader, src *fasthttp.ResponseHeader) {
-	for k, v := range src.All() {
-		if !upstream.IsHopHeader(k) {
-			dst.SetCanonical(k, v)
-		}
-	}
 }
 
 func errString(err error) string {
@@ -891,74 +793,4 @@ func errString(err error) string {
 		return ""
 	}
 	return err.Error()
-}
-
-// clientWriteIdle is how long a stream's writes to its client may make no
-// progress (the client stopped reading, its buffers full) before the client
-// is taken to be gone: the call is cut and its slot freed. Without it a
-// client that stops reading would hold its call, and the provider's
-// connection, for ever (and past slot_ttl, uncounted).
-const clientWriteIdle = 30 * time.Second
-
-// setStream makes fn's writes the answer's body. An HTTP/1.1 client gets
-// them chunked, as fn flushes them. An HTTP/1.0 client cannot read chunks
-// (RFC 9112 forbids sending it any), and fasthttp frames every body stream
-// in chunks, so it gets the whole stream once it has ended, with its
-// length: fn runs here, into a buffer (at most maxAnswerBytes; past that
-// its writes fail, as to a client gone, and the call is cut and settled).
-func setStream(ctx *fasthttp.RequestCtx, fn func(w *bufio.Writer)) {
-	if ctx.Request.Header.IsHTTP11() {
-		ctx.SetBodyStreamWriter(fn)
-		return
-	}
-	body := &cappedBuffer{max: maxAnswerBytes}
-	w := bufio.NewWriterSize(body, 4<<10)
-	fn(w)
-	_ = w.Flush()
-	ctx.Response.SetBodyRaw(body.b)
-}
-
-// cappedBuffer gathers at most max bytes; a write past them fails.
-type cappedBuffer struct {
-	b   []byte
-	max int
-}
-
-var errAnswerTooLarge = errors.New("answer over the buffer's size")
-
-func (c *cappedBuffer) Write(p []byte) (int, error) {
-	if len(c.b)+len(p) > c.max {
-		return 0, errAnswerTooLarge
-	}
-	c.b = append(c.b, p...)
-	return len(p), nil
-}
-
-// streamDeadline moves a connection's write deadline on as a stream makes
-// progress: each flush may take clientWriteIdle. fasthttp writes a stream
-// from its own goroutine through a pipe, so a client that does not read
-// blocks that write, then the pipe, then the flush: the deadline stops
-// moving and the blocked write fails.
-type streamDeadline struct {
-	conn net.Conn
-	idle time.Duration
-}
-
-// writeDeadline is ctx's connection's stream deadline (taken before the
-// stream writer runs: it must not touch ctx).
-func (r *Router) writeDeadline(ctx *fasthttp.RequestCtx) streamDeadline {
-	return streamDeadline{conn: ctx.Conn(), idle: r.clientWriteIdle}
-}
-
-func (d streamDeadline) extend() {
-	if d.conn != nil {
-		_ = d.conn.SetWriteDeadline(time.Now().Add(d.idle))
-	}
-}
-
-// done clears the deadline for the connection's next request.
-func (d streamDeadline) done() {
-	if d.conn != nil {
-		_ = d.conn.SetWriteDeadline(time.Time{})
-	}
 }

@@ -17,6 +17,7 @@ import (
 	"github.com/ringgate/ringgate/queue"
 	"github.com/ringgate/ringgate/router/internal/hopsign"
 	"github.com/ringgate/ringgate/router/internal/provider"
+	"github.com/ringgate/ringgate/router/internal/reply"
 	"github.com/ringgate/ringgate/router/internal/status"
 	"github.com/ringgate/ringgate/router/internal/tenant"
 	"github.com/ringgate/ringgate/upstream"
@@ -43,7 +44,7 @@ func classOf(t *tenant.Tenant, h *fasthttp.RequestHeader) queue.Class {
 		return queue.Batch
 	}
 	var v [1][]byte
-	firstHeaders(h, priorityHeaders[:], v[:])
+	reply.FirstHeaders(h, priorityHeaders[:], v[:])
 	if bytes.EqualFold(bytes.TrimSpace(v[0]), []byte("batch")) {
 		return queue.Batch
 	}
@@ -413,7 +414,7 @@ func (w *waiter) gaveUp(ctx *fasthttp.RequestCtx, err error) bool {
 	switch {
 	case errors.Is(err, queue.ErrCanceled):
 		ctx.SetConnectionClose()
-		fail(ctx, statusClientClosed, "invalid_request_error", "client_closed_request",
+		reply.Fail(ctx, statusClientClosed, "invalid_request_error", "client_closed_request",
 			"The client closed the connection while the request waited for capacity; it was not sent.")
 		return false
 	case w.at != inTenantLine && w.at != inLevelLine:
@@ -428,9 +429,9 @@ func (w *waiter) gaveUp(ctx *fasthttp.RequestCtx, err error) bool {
 		}
 		w.last = refusalNow(lim.Peek(r.clock()), int64(c.res.Total))
 	}
-	setRateHeaders(&ctx.Response.Header, &w.last)
+	reply.SetRateHeaders(&ctx.Response.Header, &w.last)
 	t.Counters().Queue.Inc()
-	refuseOn(ctx, &w.last, w.st.Cfg.Limits.Window, int64(c.res.Total), c.refusedBy)
+	reply.RefuseOn(ctx, &w.last, w.st.Cfg.Limits.Window, int64(c.res.Total), c.refusedBy)
 	return false
 }
 
@@ -459,9 +460,9 @@ func (w *waiter) serve(ctx *fasthttp.RequestCtx, ep upstream.Endpoint) bool {
 	case refusedByBudget:
 		return r.refusedByBudget(ctx, c, &w.budget, t.Counters().Upstream)
 	case refusedForGood:
-		setRateHeaders(&ctx.Response.Header, &w.last)
+		reply.SetRateHeaders(&ctx.Response.Header, &w.last)
 		t.Counters().Refused(w.last.Limited)
-		refuseOn(ctx, &w.last, st.Cfg.Limits.Window, int64(c.res.Total), c.refusedBy)
+		reply.RefuseOn(ctx, &w.last, st.Cfg.Limits.Window, int64(c.res.Total), c.refusedBy)
 		return false
 	}
 	return r.serveAdmitted(ctx, c, w.out == shadowed)
@@ -479,7 +480,7 @@ func (r *Router) redecideReloaded(ctx *fasthttp.RequestCtx, ep upstream.Endpoint
 		// rename): the request goes on as that one's, routed afresh,
 		// not refused 401 with a valid key.
 		if nt = authenticate(st, &ctx.Request.Header); nt == nil {
-			fail(ctx, fasthttp.StatusUnauthorized, "invalid_request_error", "invalid_api_key",
+			reply.Fail(ctx, fasthttp.StatusUnauthorized, "invalid_request_error", "invalid_api_key",
 				"The tenant of this API key was removed by a config reload while the request waited.")
 			return false
 		}

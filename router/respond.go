@@ -1,137 +1,15 @@
 package router
 
 import (
-	"fmt"
-	"strconv"
-	"time"
-
 	"github.com/valyala/fasthttp"
 
-	"github.com/ringgate/ringgate/limiter"
-	"github.com/ringgate/ringgate/upstream"
+	"github.com/ringgate/ringgate/router/internal/reply"
 )
 
-// fail answers with an error in OpenAI's shape.
-func fail(ctx *fasthttp.RequestCtx, status int, typ, code, message string) {
-	ctx.Response.Header.SetContentType("application/json")
-	ctx.SetStatusCode(status)
-	ctx.SetBody(upstream.ErrorBody(message, typ, code, ""))
-}
+// What the node writes back, the OpenAI error shape and the rate-limit
+// headers, is package reply's; the handler calls it.
 
-// failParam is fail for a client error about one parameter.
-func failParam(ctx *fasthttp.RequestCtx, ce *upstream.ClientError) {
-	ctx.Response.Header.SetContentType("application/json")
-	status := ce.Status
-	if status < 400 || status > 499 {
-		status = fasthttp.StatusBadRequest
-	}
-	ctx.SetStatusCode(status)
-	ctx.SetBody(upstream.ErrorBody(ce.Message, "invalid_request_error", ce.Code, ce.Param))
-}
-
-// setRateHeaders writes OpenAI's x-ratelimit-* headers from a decision. A
-// dimension with no limit gets no headers: there is no true value to give.
-func setRateHeaders(h *fasthttp.ResponseHeader, d *limiter.Decision) {
-	var buf [32]byte
-	if d.LimitRequests > 0 {
-		h.SetCanonical(hLimitRequests, strconv.AppendInt(buf[:0], d.LimitRequests, 10))
-		h.SetCanonical(hRemainingRequests, strconv.AppendInt(buf[:0], d.RemainingRequests, 10))
-		h.SetCanonical(hResetRequests, appendReset(buf[:0], d.ResetRequests))
-	}
-	if d.LimitTokens > 0 {
-		h.SetCanonical(hLimitTokens, strconv.AppendInt(buf[:0], d.LimitTokens, 10))
-		h.SetCanonical(hRemainingTokens, strconv.AppendInt(buf[:0], d.RemainingTokens, 10))
-		h.SetCanonical(hResetTokens, appendReset(buf[:0], d.ResetTokens))
-	}
-}
-
-// setNodeHeader names this node in an answer (x-ringgate-node), set as
-// fasthttp writes the name, which skips its normalizing on every answer.
+// setNodeHeader names this node in an answer (x-ringgate-node).
 func (r *Router) setNodeHeader(h *fasthttp.ResponseHeader) {
-	h.SetCanonical(hNode, r.nodeName)
-}
-
-var hNode = []byte("X-Ringgate-Node")
-
-// The x-ratelimit-* names as fasthttp writes them (it normalizes header
-// names): set as they are, they skip that pass on every answer. Names are
-// case-insensitive; clients read x-ratelimit-limit-requests.
-var (
-	hLimitRequests     = []byte("X-Ratelimit-Limit-Requests")
-	hRemainingRequests = []byte("X-Ratelimit-Remaining-Requests")
-	hResetRequests     = []byte("X-Ratelimit-Reset-Requests")
-	hLimitTokens       = []byte("X-Ratelimit-Limit-Tokens")
-	hRemainingTokens   = []byte("X-Ratelimit-Remaining-Tokens")
-	hResetTokens       = []byte("X-Ratelimit-Reset-Tokens")
-)
-
-// appendReset formats a reset time the way OpenAI does ("1s", "6m0s",
-// "120ms"), rounded up to the millisecond so it is never early.
-// It is time.Duration's String of that rounded duration, without its
-// allocation (on every answer).
-func appendReset(b []byte, d time.Duration) []byte {
-	if d <= 0 {
-		return append(b, "0s"...)
-	}
-	ms := int64((d + time.Millisecond - 1) / time.Millisecond)
-	if ms < 1000 {
-		return append(strconv.AppendInt(b, ms, 10), "ms"...)
-	}
-	h, m, s, frac := ms/3_600_000, ms/60_000%60, ms/1000%60, ms%1000
-	if h > 0 {
-		b = append(strconv.AppendInt(b, h, 10), 'h')
-	}
-	if h > 0 || m > 0 {
-		b = append(strconv.AppendInt(b, m, 10), 'm')
-	}
-	b = strconv.AppendInt(b, s, 10)
-	if frac > 0 {
-		digits := []byte{'.', byte('0' + frac/100), byte('0' + frac/10%10), byte('0' + frac%10)}
-		for digits[len(digits)-1] == '0' {
-			digits = digits[:len(digits)-1]
-		}
-		b = append(b, digits...)
-	}
-	return append(b, 's')
-}
-
-// refuseOn answers a limiter refusal: 429, Retry-After in whole seconds
-// (rounded up) and in milliseconds, and a message naming the dimension
-// and, for a level of the tenant's limits other than its own (by: "team
-// research", "model gpt-4o"), the level.
-func refuseOn(ctx *fasthttp.RequestCtx, d *limiter.Decision, window time.Duration, requested int64, by string) {
-	setRetryAfter(&ctx.Response.Header, d.RetryAfter)
-	of := ""
-	if by != "" {
-		of = " (" + by + ")"
-	}
-	var msg string
-	switch d.Limited {
-	case limiter.Requests:
-		msg = fmt.Sprintf("Rate limit reached for requests%s: limit %d per %s. Please try again in %s.",
-			of, d.LimitRequests, window, roundUp(d.RetryAfter))
-	case limiter.Tokens:
-		if d.TooLarge {
-			msg = fmt.Sprintf("Request too large: it needs about %d tokens, more than the limit%s of %d per %s. Lower max_tokens or the prompt.",
-				requested, of, d.LimitTokens, window)
-		} else {
-			msg = fmt.Sprintf("Rate limit reached for tokens%s: limit %d per %s, requested %d. Please try again in %s.",
-				of, d.LimitTokens, window, requested, roundUp(d.RetryAfter))
-		}
-	case limiter.Concurrency:
-		msg = fmt.Sprintf("Too many concurrent requests%s: limit %d in flight. Please try again in %s.",
-			of, d.LimitConcurrency, roundUp(d.RetryAfter))
-	}
-	fail(ctx, fasthttp.StatusTooManyRequests, d.Limited.String(), "rate_limit_exceeded", msg)
-}
-
-// setRetryAfter writes Retry-After in whole seconds (rounded up, at least
-// 1) and retry-after-ms.
-func setRetryAfter(h *fasthttp.ResponseHeader, d time.Duration) {
-	h.Set("Retry-After", strconv.FormatInt(max(1, int64((d+time.Second-1)/time.Second)), 10))
-	h.Set("retry-after-ms", strconv.FormatInt(int64((d+time.Millisecond-1)/time.Millisecond), 10))
-}
-
-func roundUp(d time.Duration) time.Duration {
-	return (d + time.Millisecond - 1).Truncate(time.Millisecond)
+	reply.SetNode(h, r.nodeName)
 }

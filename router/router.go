@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -25,6 +24,7 @@ import (
 	"github.com/ringgate/ringgate/router/internal/metrics"
 	"github.com/ringgate/ringgate/router/internal/moves"
 	"github.com/ringgate/ringgate/router/internal/provider"
+	"github.com/ringgate/ringgate/router/internal/reply"
 	"github.com/ringgate/ringgate/router/internal/spill"
 	"github.com/ringgate/ringgate/router/internal/spillover"
 	"github.com/ringgate/ringgate/router/internal/tenant"
@@ -60,7 +60,7 @@ type Router struct {
 	nodeName []byte
 	clk      clockwork.Clock // the node's one clock (clock reads it)
 	life     lifecycle
-	// clientWriteIdle: clientWriteIdle, shorter in tests.
+	// clientWriteIdle: reply.WriteIdle, shorter in tests.
 	clientWriteIdle time.Duration
 	log             *slog.Logger
 	tokens          *usage.Tokens
@@ -146,7 +146,7 @@ func New(o Options) (*Router, error) {
 	}
 	r := &Router{
 		life:            lifecycle{quit: make(chan struct{}), idle: make(chan struct{}, 1), started: time.Now()},
-		clientWriteIdle: clientWriteIdle,
+		clientWriteIdle: reply.WriteIdle,
 		node:            o.Config.Node.Name,
 		nodeName:        []byte(o.Config.Node.Name),
 		clk:             o.Clock,
@@ -331,9 +331,9 @@ func (r *Router) Server() *fasthttp.Server {
 		CloseOnShutdown:       true,
 		ErrorHandler:          r.serverError,
 		// fasthttp quotes the request's bytes in its errors, in places the
-		// logger cannot cut (fasthttpLogger): never, here.
+		// logger cannot cut (reply.HTTPLogger): never, here.
 		SecureErrorLogMessage: true,
-		Logger:                &fasthttpLogger{l: r.log},
+		Logger:                reply.NewHTTPLogger(r.log),
 	}
 }
 
@@ -345,51 +345,30 @@ func (r *Router) Server() *fasthttp.Server {
 func (r *Router) bodyDeadline(h *fasthttp.RequestHeader) fasthttp.RequestConfig {
 	cfg := r.state.Load().Cfg
 	return fasthttp.RequestConfig{
-		ReadTimeout: bodyBudget(int64(h.ContentLength()), cfg.Limits.MaxBodyBytes, cfg.Node.BodyMinRate, cfg.Node.BodyGrace),
+		ReadTimeout: reply.BodyBudget(int64(h.ContentLength()), cfg.Limits.MaxBodyBytes, cfg.Node.BodyMinRate, cfg.Node.BodyGrace),
 	}
-}
-
-// maxBodyBudget caps a body's budget whatever the configured sizes.
-const maxBodyBudget = 24 * time.Hour
-
-// bodyBudget is grace + size/rate, size being maxBody when unknown (< 0) or
-// larger (such a body is refused with 413 before it is read). 0 (keep the
-// header deadline) when the rate is unset.
-func bodyBudget(size, maxBody, rate int64, grace time.Duration) time.Duration {
-	if rate <= 0 {
-		return 0
-	}
-	if size < 0 || size > maxBody {
-		size = maxBody
-	}
-	secs := size / rate
-	if secs >= int64(maxBodyBudget/time.Second) {
-		return maxBodyBudget
-	}
-	d := time.Duration(secs)*time.Second + time.Duration(size%rate)*time.Second/time.Duration(rate)
-	return min(max(grace, 0)+d, maxBodyBudget)
 }
 
 // serverError answers errors met before the handler runs.
 func (r *Router) serverError(ctx *fasthttp.RequestCtx, err error) {
 	if errors.Is(err, fasthttp.ErrBodyTooLarge) {
-		fail(ctx, fasthttp.StatusRequestEntityTooLarge, "invalid_request_error", "request_too_large",
+		reply.Fail(ctx, fasthttp.StatusRequestEntityTooLarge, "invalid_request_error", "request_too_large",
 			fmt.Sprintf("Request body too large: the limit is %d bytes.", r.state.Load().Cfg.Limits.MaxBodyBytes))
 		return
 	}
 	var small *fasthttp.ErrSmallBuffer
 	if errors.As(err, &small) {
 		// The headers did not fit the server's read buffer (4 KiB).
-		fail(ctx, fasthttp.StatusRequestHeaderFieldsTooLarge, "invalid_request_error", "request_header_fields_too_large",
+		reply.Fail(ctx, fasthttp.StatusRequestHeaderFieldsTooLarge, "invalid_request_error", "request_header_fields_too_large",
 			"Request headers too large: the limit is 4 KiB in all.")
 		return
 	}
 	var netErr net.Error
 	if errors.As(err, &netErr) && netErr.Timeout() {
-		fail(ctx, fasthttp.StatusRequestTimeout, "invalid_request_error", "request_timeout", "Request read timed out.")
+		reply.Fail(ctx, fasthttp.StatusRequestTimeout, "invalid_request_error", "request_timeout", "Request read timed out.")
 		return
 	}
-	fail(ctx, fasthttp.StatusBadRequest, "invalid_request_error", "bad_request", "Malformed HTTP request.")
+	reply.Fail(ctx, fasthttp.StatusBadRequest, "invalid_request_error", "bad_request", "Malformed HTTP request.")
 }
 
 // Handler is the node's single HTTP entry point.
@@ -398,7 +377,7 @@ func (r *Router) Handler(ctx *fasthttp.RequestCtx) {
 	if ep, ok := upstream.EndpointFor(path); ok {
 		if !ctx.IsPost() {
 			ctx.Response.Header.Set("Allow", "POST")
-			fail(ctx, fasthttp.StatusMethodNotAllowed, "invalid_request_error", "method_not_allowed", "Use POST.")
+			reply.Fail(ctx, fasthttp.StatusMethodNotAllowed, "invalid_request_error", "method_not_allowed", "Use POST.")
 			return
 		}
 		r.life.active.Add(1)
@@ -488,41 +467,3 @@ wait:
 
 // InFlight reports the client requests and streams being served.
 func (r *Router) InFlight() int64 { return r.life.active.Load() }
-
-// fasthttpLogger routes fasthttp's own messages (a malformed request, a
-// connection error) into slog: one line a second at most, saying how many
-// it stands for (any client can send malformed requests), each cut short,
-// and never with the bytes of the request, which fasthttp quotes after
-// "contents:" (the tenant's key, the admin token, a hop's signature).
-type fasthttpLogger struct {
-	l     *slog.Logger
-	meter logMeter
-}
-
-// httpLogEvery and httpLogMax bound fasthttp's lines.
-const (
-	httpLogEvery = time.Second
-	httpLogMax   = 300
-)
-
-func (f *fasthttpLogger) Printf(format string, args ...any) {
-	ok, muted := f.meter.allow(time.Now().UnixNano(), httpLogEvery)
-	if !ok {
-		return
-	}
-	f.l.Warn("http", "detail", redactHTTPDetail(fmt.Sprintf(format, args...)), "not_logged", muted)
-}
-
-// redactHTTPDetail drops the request bytes fasthttp quotes in an error
-// and bounds what is left.
-func redactHTTPDetail(s string) string {
-	for _, cut := range []string{"error when reading request headers:", ", contents:"} {
-		if i := strings.Index(s, cut); i >= 0 {
-			s = s[:i+len(cut)] + " (request bytes not logged)"
-		}
-	}
-	if len(s) > httpLogMax {
-		s = strings.ToValidUTF8(s[:httpLogMax], "") + "…"
-	}
-	return s
-}

@@ -6,7 +6,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/ringgate/ringgate/limiter"
-	"github.com/ringgate/ringgate/router/internal/logmeter"
+	"github.com/ringgate/ringgate/router/internal/reply"
 	"github.com/ringgate/ringgate/router/internal/tenant"
 )
 
@@ -22,19 +22,7 @@ import (
 // shadowLogEvery bounds the shadow_refusal lines of one tenant.
 const shadowLogEvery = time.Second
 
-// logMeter rate-limits one kind of line about one thing (a limit's
-// shadow_refusal, a tenant's delta_lost): a burst writes one line, the
-// next says how many it stands for: a logmeter.Meter, the type of a
-// provider budget's meter too.
-type logMeter struct{ logmeter.Meter }
-
-// allow reports whether a line may be written at now (ns), at most one an
-// every, and how many were not written since the last one.
-func (m *logMeter) allow(now int64, every time.Duration) (bool, int64) {
-	return m.Allow(now, every)
-}
-
-// meter is a logMeter, or a provider budget's.
+// meter is a logmeter.Meter: a tenant's, or a provider budget's.
 type meter interface {
 	Allow(now int64, every time.Duration) (bool, int64)
 }
@@ -42,7 +30,7 @@ type meter interface {
 // shadowRefused marks, counts and logs a request t's limits refused (d)
 // and that is served anyway.
 func (r *Router) shadowRefused(ctx *fasthttp.RequestCtx, t *tenant.Tenant, d *limiter.Decision) {
-	setRateHeaders(&ctx.Response.Header, d)
+	reply.SetRateHeaders(&ctx.Response.Header, d)
 	t.Counters().Refused(d.Limited)
 	r.shadowRefusal(ctx, t.Name, &t.ShadowLog, d.Limited, d.RetryAfter)
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/ringgate/ringgate/limiter"
+	"github.com/ringgate/ringgate/router/internal/logmeter"
 )
 
 // A burst of shadow refusals writes one shadow_refusal line a second per
@@ -17,7 +18,7 @@ import (
 func TestShadowLogRateLimited(t *testing.T) {
 	var logs bytes.Buffer
 	r, _ := testRouter(t, Options{Logger: slog.New(slog.NewJSONHandler(&logs, nil))})
-	var m logMeter
+	var m logmeter.Meter
 	refuse := func() {
 		var ctx fasthttp.RequestCtx
 		r.shadowRefusal(&ctx, "team/x", &m, limiter.Requests, time.Second)

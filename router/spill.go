@@ -9,6 +9,7 @@ import (
 
 	"github.com/ringgate/ringgate/config"
 	"github.com/ringgate/ringgate/limiter"
+	"github.com/ringgate/ringgate/router/internal/reply"
 	"github.com/ringgate/ringgate/router/internal/spill"
 	"github.com/ringgate/ringgate/router/internal/tenant"
 )
@@ -91,12 +92,12 @@ func (r *Router) serveSpill(ctx *fasthttp.RequestCtx) {
 	}
 	var m spill.Msg
 	if err := json.Unmarshal(ctx.PostBody(), &m); err != nil || m.Tenant == "" || m.Owner != info.From {
-		fail(ctx, fasthttp.StatusBadRequest, "invalid_request_error", "invalid_json", "Malformed spillover announcement.")
+		reply.Fail(ctx, fasthttp.StatusBadRequest, "invalid_request_error", "invalid_json", "Malformed spillover announcement.")
 		return
 	}
 	t := r.state.Load().ByName[m.Tenant]
 	if t == nil {
-		fail(ctx, fasthttp.StatusNotFound, "invalid_request_error", "unknown_tenant", "No tenant named "+m.Tenant+".")
+		reply.Fail(ctx, fasthttp.StatusNotFound, "invalid_request_error", "unknown_tenant", "No tenant named "+m.Tenant+".")
 		return
 	}
 	if !m.On {
@@ -111,7 +112,7 @@ func (r *Router) serveSpill(ctx *fasthttp.RequestCtx) {
 func (r *Router) spillEnded(ctx *fasthttp.RequestCtx, t *tenant.Tenant, m *spill.Msg) {
 	arrivals, delivered := r.spills.Ended(t, m)
 	if !delivered {
-		fail(ctx, fasthttp.StatusServiceUnavailable, "server_error", "ledger_undelivered", "This node could not report what it admitted.")
+		reply.Fail(ctx, fasthttp.StatusServiceUnavailable, "server_error", "ledger_undelivered", "This node could not report what it admitted.")
 		return
 	}
 	writeJSON(ctx, fasthttp.StatusOK, spill.Reply{Arrivals: arrivals})
@@ -122,7 +123,7 @@ func (r *Router) spillEnded(ctx *fasthttp.RequestCtx, t *tenant.Tenant, m *spill
 func (r *Router) spillAnnounced(ctx *fasthttp.RequestCtx, t *tenant.Tenant, m *spill.Msg) {
 	arrivals, code, msg := r.spills.Announced(t, m)
 	if code != "" {
-		fail(ctx, fasthttp.StatusConflict, "invalid_request_error", code, msg)
+		reply.Fail(ctx, fasthttp.StatusConflict, "invalid_request_error", code, msg)
 		return
 	}
 	writeJSON(ctx, fasthttp.StatusOK, spill.Reply{Arrivals: arrivals})

@@ -9,6 +9,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/ringgate/ringgate/router/internal/hopsign"
+	"github.com/ringgate/ringgate/router/internal/reply"
 	"github.com/ringgate/ringgate/router/internal/tenant"
 )
 
@@ -80,7 +81,7 @@ func (r *Router) refuseCatchingUp(ctx *fasthttp.RequestCtx, hop bool) bool {
 	if hop {
 		ctx.Response.Header.Set(hopRefusedHeader, "not_ready")
 	}
-	fail(ctx, fasthttp.StatusServiceUnavailable, "server_error", "not_ready",
+	reply.Fail(ctx, fasthttp.StatusServiceUnavailable, "server_error", "not_ready",
 		"This gateway node was paused and is catching up with its cluster; retry in 1s.")
 	return false
 }
@@ -127,6 +128,6 @@ func (r *Router) ownerRefused(ctx *fasthttp.RequestCtx, t *tenant.Tenant, owner,
 	r.log.Warn("hop_refused_by_owner", "tenant", t.Name, "owner", owner, "reason", reason)
 	r.setNodeHeader(&ctx.Response.Header)
 	ctx.Response.Header.Set("Retry-After", "1")
-	fail(ctx, fasthttp.StatusServiceUnavailable, "server_error", "owner_unavailable",
+	reply.Fail(ctx, fasthttp.StatusServiceUnavailable, "server_error", "owner_unavailable",
 		fmt.Sprintf("The node enforcing this tenant's limits (%s) did not take the request (%s); nothing was admitted; retry in 1s.", owner, reason))
 }

@@ -1,4 +1,4 @@
-package router
+package reply
 
 import (
 	"math"
@@ -23,8 +23,8 @@ func TestBodyBudget(t *testing.T) {
 		{math.MaxInt64, math.MaxInt64, 1, time.Second, maxBodyBudget}, // no overflow
 		{100, 8 * mib, 0, 5 * time.Second, 0},                         // rate unset: keep the header deadline
 	} {
-		if got := bodyBudget(tc.size, tc.maxBody, tc.rate, tc.grace); got != tc.want {
-			t.Errorf("bodyBudget(%d, %d, %d, %s) = %s, want %s", tc.size, tc.maxBody, tc.rate, tc.grace, got, tc.want)
+		if got := BodyBudget(tc.size, tc.maxBody, tc.rate, tc.grace); got != tc.want {
+			t.Errorf("BodyBudget(%d, %d, %d, %s) = %s, want %s", tc.size, tc.maxBody, tc.rate, tc.grace, got, tc.want)
 		}
 	}
 }

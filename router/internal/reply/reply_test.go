@@ -1,4 +1,4 @@
-package router
+package reply
 
 import (
 	"testing"
@@ -41,9 +41,9 @@ func TestRateHeadersDoNotAllocate(t *testing.T) {
 	var h fasthttp.ResponseHeader
 	d := limiter.Decision{LimitRequests: 600, RemainingRequests: 12, ResetRequests: 6500 * time.Millisecond,
 		LimitTokens: 90000, RemainingTokens: 4000, ResetTokens: 61234 * time.Millisecond}
-	setRateHeaders(&h, &d)
-	if allocs := testing.AllocsPerRun(100, func() { setRateHeaders(&h, &d) }); allocs != 0 {
-		t.Errorf("setRateHeaders allocates %v times", allocs)
+	SetRateHeaders(&h, &d)
+	if allocs := testing.AllocsPerRun(100, func() { SetRateHeaders(&h, &d) }); allocs != 0 {
+		t.Errorf("SetRateHeaders allocates %v times", allocs)
 	}
 	if got := string(h.Peek("x-ratelimit-reset-tokens")); got != "1m1.234s" {
 		t.Errorf("reset-tokens %q", got)
