@@ -2,7 +2,8 @@
 // body, the x-ratelimit-* and Retry-After headers, the node's name, and the
 // byte mechanics of copying a provider's or a peer's answer through (its
 // headers, its body read whole or streamed, the write deadlines that cut a
-// client that stops reading).
+// client that stops reading), and the server's side of the exchange: the
+// read budget of a request's body and the log of fasthttp's own errors.
 //
 // It writes what it is given: it knows nothing of tenants, of how a limit
 // decides (a limiter's or a lease's decision is only read, for its
