@@ -19,47 +19,12 @@ type budgetTake struct {
 	tk lease.Ticket
 }
 
-// Where a queued request waits: a provider budget's line (provider.At
-// says how it goes from one to another, and from the others), its
-// tenant's line, where it waits for its own limits, or a level's.
-type stage uint8
-
-const (
-	notQueued      stage = iota
-	inUpstreamLine       // provider.InUpstreamLine
-	inModelLine          // provider.InModelLine
-	inTenantLine         // after the provider's lines
-	inLevelLine          // a level of the tenant's limits: its model's, its team's (package levels)
-)
-
-// budgetAt is where the call waits among its provider's lines.
-func (s stage) budgetAt() provider.At {
-	switch s {
-	case inUpstreamLine:
-		return provider.InUpstreamLine
-	case inModelLine:
-		return provider.InModelLine
-	}
-	return provider.NotInLine
-}
-
-// stageOf is the stage of a provider's line.
-func stageOf(a provider.At) stage {
-	switch a {
-	case provider.InUpstreamLine:
-		return inUpstreamLine
-	case provider.InModelLine:
-		return inModelLine
-	}
-	return notQueued
-}
-
 // budgetRequest is the call as its provider's budgets read it: its
 // tenant's configured limits read without the limiter's lock, per
 // request.
 func (c *call) budgetRequest() provider.Request {
 	return provider.Request{Model: c.req.Model, Tokens: provider.Tokens(c.res.Prompt, c.res.Completion, c.req.MaxTokens, c.req.Choices),
-		Tenant: c.t.Name, Limits: c.t.Limits, Band: c.class, At: c.at.budgetAt()}
+		Tenant: c.t.Name, Limits: c.t.Limits, Band: c.class, At: c.at.BudgetAt()}
 }
 
 // budgetFlow is the call's flow in the line of the budget that refused it

@@ -10,7 +10,8 @@
 //
 // A request's limits are decided in one place: decide (rooms.go) builds the
 // call's rooms and package admit composes them, all or none. The first try
-// (firstTry) and a queued request's every try (waiter.try) call it.
+// (firstTry) and a queued request's every try (package wait, through
+// waiter.Decide) call it.
 //
 // What is one protocol of its own lives under router/internal, importing
 // nothing of router (docs/design.md's "The code, in one page" says what

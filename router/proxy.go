@@ -28,6 +28,7 @@ import (
 	"github.com/ringgate/ringgate/router/internal/spill"
 	"github.com/ringgate/ringgate/router/internal/tenant"
 	"github.com/ringgate/ringgate/router/internal/usage"
+	"github.com/ringgate/ringgate/router/internal/wait"
 	"github.com/ringgate/ringgate/upstream"
 )
 
@@ -47,10 +48,10 @@ type call struct {
 	d    limiter.Decision
 	hops int // > 0: a hop from an edge, which may cancel it (hopcancel.go)
 	// class is its band: in its tenant's line, and in the budgets'
-	// division (leaseFlow). at is where it waits (notQueued: its first
+	// division (leaseFlow). at is where it waits (wait.NotQueued: its first
 	// try), which its rooms read.
 	class queue.Class
-	at    stage
+	at    wait.Stage
 	// again: the call is a request decided again (serveLocalOnce), which
 	// takes nothing back a second time (tookBack).
 	again retry
@@ -325,7 +326,7 @@ func (c *call) MayCount() bool {
 // firstTry decides c on arrival (decide) and acts on the outcome: served,
 // waiting in a line, refused, or decided elsewhere.
 func (r *Router) firstTry(ctx *fasthttp.RequestCtx, ep upstream.Endpoint, st *tenant.State, c *call) bool {
-	c.at = notQueued
+	c.at = wait.NotQueued
 	o := r.decide(c)
 	switch {
 	case o.Verdict == admit.Taken:
@@ -355,7 +356,7 @@ func (r *Router) firstTry(ctx *fasthttp.RequestCtx, ep upstream.Endpoint, st *te
 // others wait for it; else a 429 naming it.
 func (r *Router) providerRefused(ctx *fasthttp.RequestCtx, ep upstream.Endpoint, st *tenant.State, c *call) bool {
 	br := &c.bud.refusal
-	if w := c.t.QueueWait(c.class); w > 0 && br.Waitable(w, mayWait) {
+	if w := c.t.QueueWait(c.class); w > 0 && br.Waitable(w, wait.MayWait) {
 		return r.admitQueued(ctx, ep, st, c, nil, br)
 	}
 	return r.refusedByBudget(ctx, c, br, c.t.Counters().Upstream)
@@ -439,7 +440,7 @@ func (r *Router) serveAdmitted(ctx *fasthttp.RequestCtx, c *call, shadowed bool)
 		setLevelsUsed(&ctx.Response.Header, c, own)
 	}
 	streaming := r.forward(ctx, c)
-	if !streaming && c.at == notQueued && c.sp == nil {
+	if !streaming && c.at == wait.NotQueued && c.sp == nil {
 		recycle(c)
 	}
 	return streaming
@@ -473,7 +474,7 @@ func (c *call) mayQueue(d *limiter.Decision) bool {
 		return false
 	}
 	w := c.t.QueueWait(c.class)
-	return w > 0 && mayWait(d.Limited == limiter.Concurrency, d.RetryAfter, w)
+	return w > 0 && wait.MayWait(d.Limited == limiter.Concurrency, d.RetryAfter, w)
 }
 
 // redecideSpill decides a request whose tenant's spill ended meanwhile, or

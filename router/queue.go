@@ -6,7 +6,6 @@ import (
 	"net/textproto"
 	"strconv"
 	"sync"
-	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/valyala/fasthttp"
@@ -20,6 +19,7 @@ import (
 	"github.com/ringgate/ringgate/router/internal/reply"
 	"github.com/ringgate/ringgate/router/internal/status"
 	"github.com/ringgate/ringgate/router/internal/tenant"
+	"github.com/ringgate/ringgate/router/internal/wait"
 	"github.com/ringgate/ringgate/upstream"
 )
 
@@ -79,30 +79,6 @@ func spillTooLarge(t *tenant.Tenant, c *call) bool {
 	return t.Limits.Tokens > 0 && int64(c.res.Total) > t.Limits.Tokens
 }
 
-// refusalNow names what refuses a request of tokens that waited without its
-// turn coming, from the limiter's view now, and when room is due; with
-// room for it, the limit the others ahead of it take as they are let in
-// (concurrency first, then requests, then tokens: one that is set).
-func refusalNow(d limiter.Decision, tokens int64) limiter.Decision {
-	switch {
-	case d.LimitConcurrency > 0 && d.InFlight >= d.LimitConcurrency:
-		d.Limited, d.RetryAfter = limiter.Concurrency, time.Second
-	case d.LimitRequests > 0 && d.RemainingRequests <= 0:
-		d.Limited, d.RetryAfter = limiter.Requests, d.ResetRequests
-	case d.LimitTokens > 0 && d.RemainingTokens < tokens:
-		d.Limited, d.RetryAfter = limiter.Tokens, d.ResetTokens
-	case d.LimitConcurrency <= 0 && d.LimitRequests > 0:
-		// Behind others, where the limit is on requests: they take them.
-		d.Limited, d.RetryAfter = limiter.Requests, max(d.ResetRequests, time.Second)
-	case d.LimitConcurrency <= 0 && d.LimitTokens > 0:
-		d.Limited, d.RetryAfter = limiter.Tokens, max(d.ResetTokens, time.Second)
-	default:
-		d.Limited, d.RetryAfter = limiter.Concurrency, time.Second
-	}
-	d.RetryAfter = max(d.RetryAfter, time.Millisecond)
-	return d
-}
-
 // KickQueues tells the queues of the tenants named that their state
 // changed (handed over: those waiting are decided by the new owner).
 func (r *Router) KickQueues(names []string) {
@@ -114,32 +90,6 @@ func (r *Router) KickQueues(names []string) {
 	}
 }
 
-// outcome is how a queued request's last try ended.
-type outcome uint8
-
-const (
-	stillWaiting outcome = iota
-	admitted
-	refusedForGood // too large for the limit, or room not due within the wait
-	toTenantLine   // the provider's budgets have room, the tenant not: its line next
-	toBudgetLine   // a provider's budget has no room, or a line: that line next
-	toLevelLine    // a level of the tenant's limits has no room: its line next
-	refusedByBudget
-	spillEnded    // the tenant's spill ended, or is ending: decided the usual way
-	fallbackEnded // the owner answers again: routed to it
-	shadowed      // the tenant's limits, in shadow mode, refuse it: served uncharged
-	reloaded      // the config changed: decided again on the new one
-	movedAway     // handed over: decided by the new owner
-	spilled       // sealed for a spill: decided on it
-)
-
-// mayWait reports whether a request refused can wait for room with left
-// of its wait budget: a slot frees with a call's end; a window's room when
-// the refusal says (retryAfter), which must come before the wait is over.
-func mayWait(concurrency bool, retryAfter, left time.Duration) bool {
-	return concurrency || retryAfter < left
-}
-
 // admitQueued waits for room for c and serves it once admitted. A request
 // waits in one line at a time: its tenant's (on the tenant's owner, for
 // the tenant's own limits), a level's of the tenant's limits (its model's,
@@ -147,89 +97,49 @@ func mayWait(concurrency bool, retryAfter, left time.Duration) bool {
 // budget's (on any node, for the upstream's or model's limits, shared
 // fairly among tenants: budgetFlow). Its try is the whole decision (decide),
 // all or none; a try that finds another limit full moves the request to
-// that limit's line, under one wait budget. first is the refusal that sent
-// it to its tenant's line, or to the line of the level that refused it
-// (c.refusedLevel); on, the budget whose line it starts in; with neither
-// it joined the tenant's line behind others, or the line of level
-// c.refusedLevel.
+// that limit's line, under one wait budget (package wait). first is the
+// refusal that sent it to its tenant's line, or to the line of the level
+// that refused it (c.refusedLevel); on, the budget whose line it starts
+// in; with neither it joined the tenant's line behind others, or the line
+// of level c.refusedLevel.
 func (r *Router) admitQueued(ctx *fasthttp.RequestCtx, ep upstream.Endpoint, st *tenant.State, c *call, first *limiter.Decision, on *provider.Refusal) bool {
 	w := r.newWaiter(st, c, first, on)
 	r.cancelBudgets(c) // each try takes them afresh
 	err := w.wait(ctx)
-	r.metrics.QueueWaited.WithLabelValues(c.class.String()).Observe(w.waited.Seconds())
-	ctx.Response.Header.Set("x-ringgate-queued-ms", strconv.FormatInt(w.waited.Milliseconds(), 10))
+	r.metrics.QueueWaited.WithLabelValues(c.class.String()).Observe(w.Waited.Seconds())
+	ctx.Response.Header.Set("x-ringgate-queued-ms", strconv.FormatInt(w.Waited.Milliseconds(), 10))
 	if err != nil {
 		return w.gaveUp(ctx, err)
 	}
 	return w.serve(ctx, ep)
 }
 
-// waiter is a request waiting in lines for room: where it waits, and how
-// its last try ended.
+// waiter is a request waiting in lines for room (wait.Waiter), and the
+// call as its waiter sees it (wait.Call).
 type waiter struct {
-	r  *Router
-	st *tenant.State
-	c  *call
-	// tenantLine is where its tenant's refusals wait: its owner's, its
-	// fallback share's, or, spilled, its spill's. waits: its tenant's
-	// refusals are waited for (a spill's answer at once).
-	tenantLine *queue.Queue
-	waits      bool
-	deadline   time.Time
-	// guard is how long after a rate's room is due a refused head tries
-	// again (rateRetry); notBefore is when, refused on requests.
-	guard     time.Duration
-	notBefore time.Time
-	last      limiter.Decision // the tenant's (or a level's) last refusal, or its admission
-	tried     bool             // last was said by a try
-	out       outcome
-	budget    provider.Refusal // the last budget refusal
-	at        stage
-	line      *queue.Queue
-	flow      queue.Flow
-	lvl       int             // at inLevelLine: the level's index in c.levels
-	next      int             // toLevelLine: the level's index
-	movedLim  *limiter.Tenant // the limiter handed over, for movedAway
-	waited    time.Duration
+	*wait.Waiter
+	r        *Router
+	st       *tenant.State
+	c        *call
+	movedLim *limiter.Tenant // the limiter handed over, for wait.MovedAway
 }
 
 func (r *Router) newWaiter(st *tenant.State, c *call, first *limiter.Decision, on *provider.Refusal) *waiter {
 	t := c.t
-	w := &waiter{r: r, st: st, c: c, at: inTenantLine, movedLim: c.lim,
-		deadline: r.clk.Now().Add(t.QueueWait(c.class)),
-		// A head refused by a rate tries again one bucket after the
-		// room was due, not at its edge: requests let in the instant a
-		// charge leaves the window would reach the provider packed at
-		// its edge, and the provider counts them as they arrive, each
-		// delayed a little differently on the way.
-		guard: st.Cfg.Limits.Window / limiter.Buckets}
-	w.tenantLine = t.LineFor(c.lim, c.hops)
-	w.waits = w.tenantLine != nil
+	w := &waiter{r: r, st: st, c: c, movedLim: c.lim}
+	l := wait.Lines{Own: t.LineFor(c.lim, c.hops), Tenant: t.Core().Queue, Level: c.levelLine, Flow: c.budgetFlow}
 	if c.sp != nil {
-		// A spill's refusal is final (it answers at once, as on the
-		// spill's first try): a spilled call waits here only for the
-		// provider's budgets, in its spill's line behind the others.
-		w.tenantLine, w.waits = &c.sp.Line, false
+		l.Spill = &c.sp.Line
 	}
-	if w.tenantLine == nil {
-		w.tenantLine = t.Core().Queue // never waited in: its tenant's refusals are final
-	}
-	w.line = w.tenantLine
-	if first != nil {
-		w.last, w.tried = *first, true
-	}
-	switch {
-	case on != nil:
-		w.budget, w.at, w.line, w.flow = *on, stageOf(on.At), on.On.Queue(), c.budgetFlow(on)
-	case c.refusedLevel > 0 && c.levelLine(c.refusedLevel-1) != nil:
-		w.lvl = c.refusedLevel - 1
-		w.at, w.line = inLevelLine, c.levelLine(w.lvl)
-	}
+	w.Waiter = wait.New(w, wait.Config{Clock: r.clk, Class: c.class, Wait: t.QueueWait(c.class),
+		MaxDepth: st.Cfg.Queue.MaxDepth, Window: st.Cfg.Limits.Window, Shadow: t.Shadow, Lines: l},
+		first, on, c.refusedLevel)
 	return w
 }
 
-// wait waits in line after line until a try ends the wait, the wait
-// budget is spent, the line is full or the client hangs up.
+// wait waits in line after line (wait.Waiter.Wait) until a try ends the
+// wait, the wait budget is spent, the line is full or the client hangs up:
+// its watch closes the channel the waiter hears that on.
 func (w *waiter) wait(ctx *fasthttp.RequestCtx) error {
 	r, c := w.r, w.c
 	gone := make(chan struct{})
@@ -246,165 +156,79 @@ func (w *waiter) wait(ctx *fasthttp.RequestCtx) error {
 		}
 		hw.Stop()
 	}()
-	for {
-		w.out = stillWaiting
-		d, err := w.line.Wait(c.class, w.flow, w.st.Cfg.Queue.MaxDepth, w.deadline, gone, w.try)
-		w.waited += d
-		if err != nil || (w.out != toTenantLine && w.out != toBudgetLine && w.out != toLevelLine) {
-			return err
-		}
-		switch w.out {
-		case toTenantLine:
-			w.at, w.line, w.flow = inTenantLine, w.tenantLine, queue.Flow{}
-		case toLevelLine:
-			w.at, w.lvl, w.line, w.flow = inLevelLine, w.next, c.levelLine(w.next), queue.Flow{}
-		default:
-			w.at, w.line, w.flow = stageOf(w.budget.At), w.budget.On.Queue(), c.budgetFlow(&w.budget)
-		}
-		w.notBefore = time.Time{}
-	}
+	return w.Wait(gone)
 }
 
-// try is one try at the head of its line: whether the wait ends, and if
-// not, when to try again (and on a Kick).
-func (w *waiter) try() (bool, time.Duration) {
-	c := w.c
+// Overtaken is what ends the wait before a try: the config reloaded, the
+// tenant handed over, its fallback episode or its spill over. Asked first
+// in every try, it forgets the level that refused the last one.
+func (w *waiter) Overtaken() wait.Outcome {
+	r, c, t := w.r, w.c, w.c.t
 	c.refusedBy, c.refusedLevel = "", 0
-	if out := w.overtaken(); out != stillWaiting {
-		w.out = out
-		return true, -1
+	switch {
+	case r.state.Load() != w.st:
+		return wait.Reloaded // its budgets and limits may be others now
+	case c.lim == t.Core().Lim && c.lim.MovedTo() != "":
+		return wait.MovedAway // handed over: its new owner decides
+	case c.lim == t.Core().Fb.Made() && c.hops == 0 && r.fallbackOver(t):
+		return wait.FallbackEnded // the owner answers again, or is another: it decides
+	case c.sp != nil && (r.spills.Node.Lapsed(c.sp) || c.sp.Budget.Fenced()):
+		return wait.SpillEnded
 	}
-	if wait := w.r.clk.Until(w.notBefore); wait > 0 {
-		return false, wait
+	return wait.StillWaiting
+}
+
+// Check is the tenant's limits, then its levels' (checkLevels), asked
+// without charging.
+func (w *waiter) Check() (limiter.Decision, int) {
+	c := w.c
+	d := c.lim.Check(w.r.clock(), int64(c.res.Total))
+	if !d.Allowed && !d.Moved {
+		return d, 0
 	}
-	if (w.at == inTenantLine || w.at == inLevelLine) && w.waits && c.sp == nil && !c.t.Shadow {
-		// Its tenant and levels first: the head of their line waits
-		// here for their room, not in a provider's line it would only
-		// leave again when its turn came there.
-		d := c.lim.Check(w.r.clock(), int64(c.res.Total))
-		if !d.Allowed && !d.Moved {
-			return w.tenantRefused(d)
-		}
-		if d = w.r.checkLevels(c, d); !d.Allowed && !d.Moved {
-			return w.tenantRefused(d)
-		}
-	}
-	c.at = w.at
+	return w.r.checkLevels(c, d), c.refusedLevel
+}
+
+// Decide is the call's one decision (decide), made from at, as its waiter
+// reads it.
+func (w *waiter) Decide(at wait.Stage) wait.Try {
+	c := w.c
+	c.at = at
 	o := w.r.decide(c)
 	switch {
 	case o.Verdict == admit.Taken:
-		w.last, _ = c.headers()
-		w.out = shadowed // served uncharged, its budgets in hand
+		t := wait.Try{Out: wait.Shadowed} // served uncharged, its budgets in hand
+		t.D, _ = c.headers()
 		if !o.Shadowed {
-			w.tried, w.out = true, admitted
+			t.Out = wait.Admitted
 		}
-		return true, 0
+		return t
 	case o.At == atProvider:
-		return w.budgetRefused()
+		return wait.Try{Budget: &c.bud.refusal}
 	case o.Verdict == admit.Behind:
 		// Its tenant's own line has others waiting: behind them.
-		w.out = toTenantLine
-		return true, -1
+		return wait.Try{Out: wait.ToTenantLine}
 	case o.Verdict == admit.Moved:
-		w.out = w.moved(o.At)
-		return true, -1
+		return wait.Try{Out: w.moved(o.At)}
 	}
-	return w.tenantRefused(c.refusal())
-}
-
-// overtaken is what ends the wait before a try: the config reloaded, the
-// tenant handed over, its fallback episode or its spill over.
-func (w *waiter) overtaken() outcome {
-	r, c, t := w.r, w.c, w.c.t
-	switch {
-	case r.state.Load() != w.st:
-		return reloaded // its budgets and limits may be others now
-	case c.lim == t.Core().Lim && c.lim.MovedTo() != "":
-		return movedAway // handed over: its new owner decides
-	case c.lim == t.Core().Fb.Made() && c.hops == 0 && r.fallbackOver(t):
-		return fallbackEnded // the owner answers again, or is another: it decides
-	case c.sp != nil && (r.spills.Node.Lapsed(c.sp) || c.sp.Budget.Fenced()):
-		return spillEnded
-	}
-	return stillWaiting
+	return wait.Try{D: c.refusal(), Level: c.refusedLevel}
 }
 
 // moved is where a try whose room moved (at) goes: its spill ended, a
 // level or its tenant handed over, or its tenant's limiter sealed for a
 // spill.
-func (w *waiter) moved(at int) outcome {
+func (w *waiter) moved(at int) wait.Outcome {
 	c := w.c
 	switch {
 	case c.sp != nil:
-		return spillEnded
+		return wait.SpillEnded
 	case at == atLevels:
 		w.movedLim = c.levels.Limiter(c.refusedLevel - 1)
-		return movedAway
+		return wait.MovedAway
 	case c.lim.MovedTo() == "":
-		return spilled
+		return wait.Spilled
 	}
-	return movedAway
-}
-
-// rateRetry is when a head refused on dim, with room due after, tries
-// again: a bucket later. Refused on requests, no Kick brings it sooner (a
-// call's end frees no request); on tokens a Kick may (a call settled
-// below its reservation).
-func (w *waiter) rateRetry(dim limiter.Dimension, after time.Duration) time.Duration {
-	after += w.guard
-	if dim == limiter.Requests {
-		w.notBefore = w.r.clk.Now().Add(after)
-	}
-	return after
-}
-
-// tenantRefused is the try's answer when the tenant's limits, or a
-// level's, refuse it (d); it holds no budget.
-func (w *waiter) tenantRefused(d limiter.Decision) (bool, time.Duration) {
-	c := w.c
-	w.last, w.tried = d, true
-	if d.TooLarge || !w.waits || !mayWait(d.Limited == limiter.Concurrency, d.RetryAfter, w.r.clk.Until(w.deadline)) {
-		w.out = refusedForGood
-		return true, -1
-	}
-	if i := c.refusedLevel - 1; i >= 0 && c.levelLine(i) != nil {
-		// A level refused it: it waits in the level's line.
-		if w.at != inLevelLine || w.lvl != i {
-			w.out, w.next = toLevelLine, i
-			return true, -1
-		}
-	} else if w.at != inTenantLine {
-		w.out = toTenantLine
-		return true, -1
-	}
-	if d.Limited == limiter.Concurrency {
-		// A call's end Kicks the line; the second covers one that
-		// ends where no Kick is heard (a report lost).
-		return false, time.Second
-	}
-	return false, w.rateRetry(d.Limited, d.RetryAfter)
-}
-
-// budgetRefused is the try's answer when a provider's budget refuses it,
-// or others wait in the budget's line.
-func (w *waiter) budgetRefused() (bool, time.Duration) {
-	br := w.c.bud.refusal
-	w.budget = br
-	switch {
-	case !br.Waitable(w.r.clk.Until(w.deadline), mayWait):
-		w.out = refusedByBudget
-		return true, -1
-	case stageOf(br.At) != w.at:
-		w.out = toBudgetLine
-		return true, -1
-	case br.D.Limited == limiter.Concurrency:
-		return false, br.D.RetryAfter // and a Kick when a slot frees
-	case !br.D.Degraded:
-		// Blocks: a grant Kicks the line when it brings room; the
-		// timer's guard is enough.
-		return false, br.D.RetryAfter + w.guard
-	}
-	return false, w.rateRetry(br.D.Limited, br.D.RetryAfter)
+	return wait.MovedAway
 }
 
 // gaveUp answers a request whose wait ended without its turn: the client
@@ -417,21 +241,21 @@ func (w *waiter) gaveUp(ctx *fasthttp.RequestCtx, err error) bool {
 		reply.Fail(ctx, statusClientClosed, "invalid_request_error", "client_closed_request",
 			"The client closed the connection while the request waited for capacity; it was not sent.")
 		return false
-	case w.at != inTenantLine && w.at != inLevelLine:
+	case w.At != wait.InTenantLine && w.At != wait.InLevelLine:
 		// Waiting for a provider's limit.
-		return r.refusedByBudget(ctx, c, &w.budget, t.Counters().Queue)
+		return r.refusedByBudget(ctx, c, &w.Budget, t.Counters().Queue)
 	}
 	// Refused with what the limiter says of the room (when it frees).
-	if !w.tried {
+	if !w.Tried {
 		lim := c.lim
-		if w.at == inLevelLine {
-			lim, c.refusedBy = c.levels.Limiter(w.lvl), c.levels.Label(w.lvl)
+		if w.At == wait.InLevelLine {
+			lim, c.refusedBy = c.levels.Limiter(w.Level), c.levels.Label(w.Level)
 		}
-		w.last = refusalNow(lim.Peek(r.clock()), int64(c.res.Total))
+		w.Last = wait.RefusalNow(lim.Peek(r.clock()), int64(c.res.Total))
 	}
-	reply.SetRateHeaders(&ctx.Response.Header, &w.last)
+	reply.SetRateHeaders(&ctx.Response.Header, &w.Last)
 	t.Counters().Queue.Inc()
-	reply.RefuseOn(ctx, &w.last, w.st.Cfg.Limits.Window, int64(c.res.Total), c.refusedBy)
+	reply.RefuseOn(ctx, &w.Last, w.st.Cfg.Limits.Window, int64(c.res.Total), c.refusedBy)
 	return false
 }
 
@@ -439,10 +263,10 @@ func (w *waiter) gaveUp(ctx *fasthttp.RequestCtx, err error) bool {
 // again where its tenant is now.
 func (w *waiter) serve(ctx *fasthttp.RequestCtx, ep upstream.Endpoint) bool {
 	r, c, t, st := w.r, w.c, w.c.t, w.st
-	switch w.out {
-	case reloaded:
+	switch w.Out {
+	case wait.Reloaded:
 		return r.redecideReloaded(ctx, ep, t, c.lim == t.Core().Lim, c.hops)
-	case movedAway:
+	case wait.MovedAway:
 		// A request bounced back here by the node its tenant (or a
 		// level) is frozen for takes it back, as outside a line
 		// (tookBack), once: then it is decided here again.
@@ -450,22 +274,22 @@ func (w *waiter) serve(ctx *fasthttp.RequestCtx, ep upstream.Endpoint) bool {
 			return r.serveLocalOnce(ctx, ep, st, t, c.lim, c.hops, retryLimiter)
 		}
 		return r.movedOn(ctx, t, w.movedLim, c.hops)
-	case spilled:
+	case wait.Spilled:
 		return r.serveLocalOnce(ctx, ep, st, t, t.Core().Lim, c.hops, retrySpill)
-	case spillEnded:
+	case wait.SpillEnded:
 		return r.redecideSpill(ctx, ep, st, c)
-	case fallbackEnded:
+	case wait.FallbackEnded:
 		r.cancelBudgets(c)
 		return r.serveAPI(ctx, ep)
-	case refusedByBudget:
-		return r.refusedByBudget(ctx, c, &w.budget, t.Counters().Upstream)
-	case refusedForGood:
-		reply.SetRateHeaders(&ctx.Response.Header, &w.last)
-		t.Counters().Refused(w.last.Limited)
-		reply.RefuseOn(ctx, &w.last, st.Cfg.Limits.Window, int64(c.res.Total), c.refusedBy)
+	case wait.RefusedByBudget:
+		return r.refusedByBudget(ctx, c, &w.Budget, t.Counters().Upstream)
+	case wait.RefusedForGood:
+		reply.SetRateHeaders(&ctx.Response.Header, &w.Last)
+		t.Counters().Refused(w.Last.Limited)
+		reply.RefuseOn(ctx, &w.Last, st.Cfg.Limits.Window, int64(c.res.Total), c.refusedBy)
 		return false
 	}
-	return r.serveAdmitted(ctx, c, w.out == shadowed)
+	return r.serveAdmitted(ctx, c, w.Out == wait.Shadowed)
 }
 
 // redecideReloaded decides again, on the config in force, a request that

@@ -6,6 +6,7 @@ import (
 	"github.com/ringgate/ringgate/router/internal/levels"
 	"github.com/ringgate/ringgate/router/internal/provider"
 	"github.com/ringgate/ringgate/router/internal/spill"
+	"github.com/ringgate/ringgate/router/internal/wait"
 )
 
 // A call's rooms, in the order its decision asks them: its provider's
@@ -99,7 +100,7 @@ func (tr *tenantRoom) Cancel() {
 func (c *call) behind() bool {
 	t := c.t
 	switch c.at {
-	case notQueued:
+	case wait.NotQueued:
 		if t.QueueWait(c.class) <= 0 {
 			return false
 		}
@@ -112,7 +113,7 @@ func (c *call) behind() bool {
 				return true
 			}
 		}
-	case inUpstreamLine, inModelLine:
+	case wait.InUpstreamLine, wait.InModelLine:
 		line := t.LineFor(c.lim, c.hops)
 		return line != nil && line.Waiting() > 0
 	}
@@ -128,7 +129,7 @@ func (c *call) behind() bool {
 func (sr *spillRoom) Take() admit.Verdict {
 	c := (*call)(sr)
 	r, sp, t := c.r, c.sp, c.t
-	if (c.at == inUpstreamLine || c.at == inModelLine) && sp.Line.Waiting() > 0 {
+	if (c.at == wait.InUpstreamLine || c.at == wait.InModelLine) && sp.Line.Waiting() > 0 {
 		return admit.Behind
 	}
 	sp.RLock()
@@ -136,7 +137,7 @@ func (sr *spillRoom) Take() admit.Verdict {
 	if r.spills.Node.Lapsed(sp) {
 		return admit.Moved
 	}
-	tk, bd := r.spills.Node.Take(sp, int64(c.res.Total), c.at != notQueued, provider.MaxRenewalWait)
+	tk, bd := r.spills.Node.Take(sp, int64(c.res.Total), c.at != wait.NotQueued, provider.MaxRenewalWait)
 	if bd.Allowed {
 		c.spill = budgetTake{b: sp.Budget, tk: tk}
 	}
