@@ -21,6 +21,8 @@
 //     in force;
 //   - provider: the provider's budgets and their lines;
 //   - levels: what a call holds of its tenant's model limit and team;
+//   - wait: a queued request's wait, in line after line, around the one
+//     decision;
 //   - usage: a call's tokens, reserved and settled, and what they teach;
 //   - away, fallback, moves: what an edge admits for a tenant it does not
 //     count, its fallback episodes, the deltas it reports, and this node's
