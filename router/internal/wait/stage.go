@@ -30,8 +30,8 @@ func (s Stage) BudgetAt() provider.At {
 	return provider.NotInLine
 }
 
-// StageOf is the stage of a provider's line.
-func StageOf(a provider.At) Stage {
+// stageOf is the stage of a provider's line.
+func stageOf(a provider.At) Stage {
 	switch a {
 	case provider.InUpstreamLine:
 		return InUpstreamLine
@@ -49,8 +49,8 @@ const (
 	Admitted
 	RefusedForGood // too large for the limit, or room not due within the wait
 	ToTenantLine   // the provider's budgets have room, the tenant not: its line next
-	ToBudgetLine   // a provider's budget has no room, or a line: that line next
-	ToLevelLine    // a level of the tenant's limits has no room: its line next
+	toBudgetLine   // a provider's budget has no room, or a line: that line next
+	toLevelLine    // a level of the tenant's limits has no room: its line next
 	RefusedByBudget
 	SpillEnded    // the tenant's spill ended, or is ending: decided the usual way
 	FallbackEnded // the owner answers again: routed to it

@@ -13,13 +13,13 @@ import (
 // Waiter is a request waiting in lines for room: where it waits, and how
 // its last try ended.
 type Waiter struct {
-	Out    Outcome
+	Out    Outcome          // how its last try ended
 	Last   limiter.Decision // the tenant's (or a level's) last refusal, or its admission
 	Tried  bool             // Last was said by a try
 	Budget provider.Refusal // the last budget refusal
-	At     Stage
-	Level  int // at InLevelLine: the level's index
-	Waited time.Duration
+	At     Stage            // where it waits
+	Level  int              // at InLevelLine: the level's index
+	Waited time.Duration    // in all its lines
 
 	call  Call
 	clk   clockwork.Clock
@@ -39,7 +39,7 @@ type Waiter struct {
 	notBefore time.Time
 	line      *queue.Queue
 	flow      queue.Flow
-	next      int // ToLevelLine: the level's index
+	next      int // toLevelLine: the level's index
 }
 
 // New makes the waiter of c. first is the refusal that sent it to its
@@ -74,7 +74,7 @@ func New(c Call, cfg Config, first *limiter.Decision, on *provider.Refusal, leve
 	}
 	switch {
 	case on != nil:
-		w.Budget, w.At, w.line, w.flow = *on, StageOf(on.At), on.On.Queue(), l.Flow(on)
+		w.Budget, w.At, w.line, w.flow = *on, stageOf(on.At), on.On.Queue(), l.Flow(on)
 	case level > 0 && l.Level(level-1) != nil:
 		w.Level = level - 1
 		w.At, w.line = InLevelLine, l.Level(w.Level)
@@ -90,16 +90,16 @@ func (w *Waiter) Wait(gone <-chan struct{}) error {
 		w.Out = StillWaiting
 		d, err := w.line.Wait(w.class, w.flow, w.depth, w.deadline, gone, w.try)
 		w.Waited += d
-		if err != nil || (w.Out != ToTenantLine && w.Out != ToBudgetLine && w.Out != ToLevelLine) {
+		if err != nil || (w.Out != ToTenantLine && w.Out != toBudgetLine && w.Out != toLevelLine) {
 			return err
 		}
 		switch w.Out {
 		case ToTenantLine:
 			w.At, w.line, w.flow = InTenantLine, w.tenantLine, queue.Flow{}
-		case ToLevelLine:
+		case toLevelLine:
 			w.At, w.Level, w.line, w.flow = InLevelLine, w.next, w.lines.Level(w.next), queue.Flow{}
 		default:
-			w.At, w.line, w.flow = StageOf(w.Budget.At), w.Budget.On.Queue(), w.lines.Flow(&w.Budget)
+			w.At, w.line, w.flow = stageOf(w.Budget.At), w.Budget.On.Queue(), w.lines.Flow(&w.Budget)
 		}
 		w.notBefore = time.Time{}
 	}
@@ -164,7 +164,7 @@ func (w *Waiter) tenantRefused(d limiter.Decision, level int) (bool, time.Durati
 	if i := level - 1; i >= 0 && w.lines.Level(i) != nil {
 		// A level refused it: it waits in the level's line.
 		if w.At != InLevelLine || w.Level != i {
-			w.Out, w.next = ToLevelLine, i
+			w.Out, w.next = toLevelLine, i
 			return true, -1
 		}
 	} else if w.At != InTenantLine {
@@ -187,8 +187,8 @@ func (w *Waiter) budgetRefused(br *provider.Refusal) (bool, time.Duration) {
 	case !br.Waitable(w.clk.Until(w.deadline), MayWait):
 		w.Out = RefusedByBudget
 		return true, -1
-	case StageOf(br.At) != w.At:
-		w.Out = ToBudgetLine
+	case stageOf(br.At) != w.At:
+		w.Out = toBudgetLine
 		return true, -1
 	case br.D.Limited == limiter.Concurrency:
 		return false, br.D.RetryAfter // and a Kick when a slot frees
