@@ -27,7 +27,7 @@ import (
 // declared dead. Each tick is also the router's heartbeat: a request the
 // server reads right after the wake-up, before the watchdog has run,
 // finds the heartbeat older than the limit and is refused as well
-// (router/wake.go).
+// (router/internal/wake).
 //
 // Catching up, in order, the router refusing to decide meanwhile (a client
 // request gets 503 not_ready with Retry-After: 1, a hop is refused with

@@ -30,6 +30,7 @@
 //   - spill, spillover: a hot tenant's spillover and the loop that runs it;
 //   - hop, hopsign, deltaid, hangup: carrying, signing and naming what nodes
 //     send each other, and watching a waiting client;
+//   - wake: whether a node woken from a pause may decide yet;
 //   - cluster: the cluster view in force, the wait for it to change, the
 //     members that left it;
 //   - admin, adminview, status, metrics: the admin endpoints, what they show,

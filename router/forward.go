@@ -68,7 +68,7 @@ func (r *Router) toOwner(ctx *fasthttp.RequestCtx, v *cluster.Lookup, owner stri
 			fmt.Sprintf("The node enforcing this tenant's limits (%s) failed mid-request; retry.", owner))
 		return true, false
 	}
-	if reason := hopRefusal(resp); reason != "" {
+	if reason := hopsign.Refusal(resp); reason != "" {
 		// The owner refused the hop (stale, not ready, ...): it took
 		// nothing, and its refusal is not the client's (wake.go).
 		r.metrics.HopEnded(metrics.HopRefused, took)

@@ -22,6 +22,7 @@ import (
 	"github.com/ringgate/ringgate/router/internal/away"
 	"github.com/ringgate/ringgate/router/internal/cluster"
 	"github.com/ringgate/ringgate/router/internal/hangup"
+	"github.com/ringgate/ringgate/router/internal/hopsign"
 	"github.com/ringgate/ringgate/router/internal/levels"
 	"github.com/ringgate/ringgate/router/internal/provider"
 	"github.com/ringgate/ringgate/router/internal/reply"
@@ -112,7 +113,7 @@ func (r *Router) serveAPI(ctx *fasthttp.RequestCtx, ep upstream.Endpoint) bool {
 			r.log.Warn("hop_refused", "remote", ctx.RemoteAddr().String(), "error", err.Error())
 			// Marked, so that the edge knows nothing was admitted and
 			// does not pass the 401 on to its client (wake.go).
-			ctx.Response.Header.Set(hopRefusedHeader, refusalReason(err))
+			ctx.Response.Header.Set(hopsign.RefusedHeader, hopsign.Reason(err))
 			reply.Fail(ctx, fasthttp.StatusUnauthorized, "invalid_request_error", "invalid_peer_signature",
 				"Peer request refused: "+err.Error()+".")
 			return false

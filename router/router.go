@@ -29,6 +29,7 @@ import (
 	"github.com/ringgate/ringgate/router/internal/spillover"
 	"github.com/ringgate/ringgate/router/internal/tenant"
 	"github.com/ringgate/ringgate/router/internal/usage"
+	"github.com/ringgate/ringgate/router/internal/wake"
 	"github.com/ringgate/ringgate/upstream"
 )
 
@@ -100,7 +101,7 @@ type lifecycle struct {
 	closeOnce sync.Once
 	draining  atomic.Bool
 	ready     atomic.Bool
-	wake      wakeGuard    // pause watchdog (wake.go)
+	wake      wake.Guard   // pause watchdog (package wake)
 	active    atomic.Int64 // client requests and streams being served
 	// idle hears, while draining, that active came to 0 (WaitIdle).
 	idle    chan struct{}

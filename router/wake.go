@@ -1,9 +1,7 @@
 package router
 
 import (
-	"errors"
 	"fmt"
-	"sync/atomic"
 	"time"
 
 	"github.com/valyala/fasthttp"
@@ -13,51 +11,23 @@ import (
 	"github.com/ringgate/ringgate/router/internal/tenant"
 )
 
-// A node that stood still for longer than failure detection (SIGSTOP, a VM
-// pause, a long stall) may have been declared dead meanwhile and its
-// tenants taken over by others. When it runs again, its ring, its limiters
-// and the requests waiting in its accept backlog are all from before: it
-// must not decide as an owner on them. The node watches for such a pause
-// and catches up (node/wake.go); the router's part is to refuse, until it
-// has, to decide anything:
-//
-//   - while the node says it is catching up (SetCatchingUp), and
-//   - whenever the node's watchdog has not ticked (Heartbeat) for longer than
-//     the pause limit: the requests the server reads right after a wake-up,
-//     before the watchdog's goroutine has run and noticed.
-//
-// A client request then gets 503 not_ready with Retry-After: 1; a hop is
-// refused with x-ringgate-hop-refused: not_ready, so that its edge answers
-// 503 too (ownerRefused). Nothing is admitted on stale ownership.
-
-// hopRefusedHeader marks an owner's refusal of a hop: the owner did not take
-// the request and admitted nothing. Its value says why: stale (timestamp
-// outside hop_skew, e.g. a hop that waited in a paused owner's backlog),
-// replay, signature, malformed, target, unsigned, not_ready.
-const hopRefusedHeader = "X-Ringgate-Hop-Refused"
-
-// wakeGuard is the router's view of the node's pause watchdog.
-type wakeGuard struct {
-	limit    atomic.Int64 // ns; 0: no watchdog
-	beat     atomic.Int64 // monotonic ns since Router.started of the last tick
-	catching atomic.Bool
-}
+// A node woken from a pause decides nothing until it has caught up
+// (package wake says why and when): the router refuses a client request
+// with 503 not_ready, a hop with hopsign.RefusedHeader too, and an edge
+// whose hop an owner refused answers its client 503 (ownerRefused).
 
 // SetPauseLimit arms the check: from now on, a watchdog silent for longer
 // than d means the node was stopped. The node's watchdog must call
 // Heartbeat more often than that.
 func (r *Router) SetPauseLimit(d time.Duration) {
-	r.Heartbeat()
-	r.life.wake.limit.Store(int64(d))
+	r.life.wake.SetPauseLimit(d, time.Since(r.life.started))
 }
 
 // Heartbeat is the node watchdog's tick.
-func (r *Router) Heartbeat() {
-	r.life.wake.beat.Store(int64(time.Since(r.life.started)))
-}
+func (r *Router) Heartbeat() { r.life.wake.Heartbeat(time.Since(r.life.started)) }
 
 // SetCatchingUp says whether the node is catching up after a pause.
-func (r *Router) SetCatchingUp(on bool) { r.life.wake.catching.Store(on) }
+func (r *Router) SetCatchingUp(on bool) { r.life.wake.SetCatchingUp(on) }
 
 // Deciding reports whether this node decides for what it owns now: it has
 // joined and holds a ring, and is not catching up after a pause
@@ -65,13 +35,7 @@ func (r *Router) SetCatchingUp(on bool) { r.life.wake.catching.Store(on) }
 func (r *Router) Deciding() bool { return r.life.ready.Load() && !r.catchingUp() }
 
 // catchingUp reports whether this node must not decide now.
-func (r *Router) catchingUp() bool {
-	if r.life.wake.catching.Load() {
-		return true
-	}
-	limit := r.life.wake.limit.Load()
-	return limit > 0 && int64(time.Since(r.life.started))-r.life.wake.beat.Load() > limit
-}
+func (r *Router) catchingUp() bool { return r.life.wake.CatchingUp(time.Since(r.life.started)) }
 
 // refuseCatchingUp answers a request that reached this node while it
 // catches up after a pause.
@@ -79,42 +43,11 @@ func (r *Router) refuseCatchingUp(ctx *fasthttp.RequestCtx, hop bool) bool {
 	r.setNodeHeader(&ctx.Response.Header)
 	ctx.Response.Header.Set("Retry-After", "1")
 	if hop {
-		ctx.Response.Header.Set(hopRefusedHeader, "not_ready")
+		ctx.Response.Header.Set(hopsign.RefusedHeader, "not_ready")
 	}
 	reply.Fail(ctx, fasthttp.StatusServiceUnavailable, "server_error", "not_ready",
 		"This gateway node was paused and is catching up with its cluster; retry in 1s.")
 	return false
-}
-
-// refusalReason names a hop verification error for hopRefusedHeader.
-func refusalReason(err error) string {
-	switch {
-	case errors.Is(err, hopsign.ErrStale):
-		return "stale"
-	case errors.Is(err, hopsign.ErrBeforeStart):
-		return "before_start"
-	case errors.Is(err, hopsign.ErrReplay):
-		return "replay"
-	case errors.Is(err, hopsign.ErrTarget):
-		return "target"
-	case errors.Is(err, hopsign.ErrMalformed):
-		return "malformed"
-	case errors.Is(err, hopsign.ErrUnsigned):
-		return "unsigned"
-	}
-	return "signature"
-}
-
-// hopRefusal is the reason an owner gave for refusing a hop, "" when it
-// took it. Only the owner's own refusals (401 for a hop that failed
-// verification, 503 while it catches up) count: a header on a relayed
-// upstream answer does not.
-func hopRefusal(resp *fasthttp.Response) string {
-	switch resp.StatusCode() {
-	case fasthttp.StatusUnauthorized, fasthttp.StatusServiceUnavailable:
-		return string(resp.Header.Peek(hopRefusedHeader))
-	}
-	return ""
 }
 
 // ownerRefused answers a client whose request the owner refused to take as

@@ -5,8 +5,9 @@
 // A hop carries who sent it, to whom, the sender's ring version, a time and
 // a nonce, signed over all of that plus the method, path, query, the
 // headers the owner acts on and the body's hash. The package owns the
-// header format, the MAC, the clock-skew check and the replay memory. It
-// knows nothing of tenants, rings or what a hop asks for.
+// header format, the MAC, the clock-skew check, the replay memory and the
+// words an owner refuses a hop with (RefusedHeader). It knows nothing of
+// tenants, rings or what a hop asks for.
 package hopsign
 
 import (
