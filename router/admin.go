@@ -116,7 +116,7 @@ func (p adminPeers) View() admin.View {
 	}
 	return admin.View{Members: names, Addrs: v.Addrs(), Signed: r.hops.Enabled(),
 		Ask: func(addr, node, uri string, timeout time.Duration) (int, []byte, error) {
-			return r.peerDo(v, addr, node, fasthttp.MethodGet, uri, nil, 1, timeout)
+			return r.peers.Do(addr, node, fasthttp.MethodGet, uri, nil, r.signPeer(v, node, 1), timeout)
 		}}
 }
 

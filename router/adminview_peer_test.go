@@ -157,8 +157,8 @@ func viewGet(t *testing.T, addr, rawURI string) viewReply {
 // stalls past the 1 s) after its answer's headers, before the end of its
 // body. The peers' HostClient streams response bodies, and fasthttp's
 // Response.Body() then returns the read error's text in place of the body
-// (it never reports the error): the first version's peerDo returned status
-// 200 with that text, and fromOwner relayed it as the owner's view (body
+// (it never reports the error): a peer call reading Body() returns status
+// 200 with that text, and fromOwner would relay it as the owner's view (body
 // "unexpected EOF"). Want: the edge's own view with owner_error.
 func TestTenantViewOwnerCutMidAnswer(t *testing.T) {
 	p := newViewPair(t, []string{"t0", "t1", "t2", "t3", "t4", "t5", "t6", "t7"}, nil)

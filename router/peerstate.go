@@ -1,15 +1,13 @@
 package router
 
 import (
-	"bytes"
-	"encoding/json"
-	"fmt"
 	"time"
 
 	"github.com/valyala/fasthttp"
 
 	"github.com/ringgate/ringgate/limiter"
 	"github.com/ringgate/ringgate/router/internal/cluster"
+	"github.com/ringgate/ringgate/router/internal/hop"
 	"github.com/ringgate/ringgate/router/internal/hopsign"
 	"github.com/ringgate/ringgate/router/internal/moves"
 	"github.com/ringgate/ringgate/router/internal/reply"
@@ -43,59 +41,22 @@ func (r *Router) serveHandoff(ctx *fasthttp.RequestCtx) {
 	ctx.SetBody(body)
 }
 
-// peerPost checks a peer's POST to one of the peer paths: the method and
-// the hop signature. It answers the refusal itself.
+// peerPost checks a peer's POST to one of the peer paths (hop.CheckPost).
+// It answers the refusal itself.
 func (r *Router) peerPost(ctx *fasthttp.RequestCtx) (hopsign.Info, bool) {
-	if !ctx.IsPost() {
-		reply.Fail(ctx, fasthttp.StatusMethodNotAllowed, "invalid_request_error", "method_not_allowed", "Use POST.")
-		return hopsign.Info{}, false
-	}
-	info, err := r.hops.Verify(&ctx.Request, r.node)
-	if err != nil {
-		r.metrics.HopsRefused.Inc()
-		reply.Fail(ctx, fasthttp.StatusUnauthorized, "invalid_request_error", "invalid_peer_signature",
-			"Peer request refused: "+err.Error()+".")
-		return hopsign.Info{}, false
-	}
-	return info, true
+	return hop.CheckPost(ctx, r.hops, r.node, r.metrics.HopsRefused)
 }
 
 // peerCall POSTs msg as JSON to path on the peer to (at addr), signed as
 // its hops-th hop, and returns the answer's status and body.
 func (r *Router) peerCall(v *cluster.Lookup, addr, to, path string, msg any, hops int, timeout time.Duration) (int, []byte, error) {
-	body, err := json.Marshal(msg)
-	if err != nil {
-		return 0, nil, err
-	}
-	return r.peerDo(v, addr, to, fasthttp.MethodPost, path, body, hops, timeout)
+	return r.peers.Post(addr, to, path, msg, r.signPeer(v, to, hops), timeout)
 }
 
-// peerDo sends a signed request to path on the peer to (at addr): a POST
-// of the JSON body, or a GET when body is nil.
-func (r *Router) peerDo(v *cluster.Lookup, addr, to, method, path string, body []byte, hops int, timeout time.Duration) (int, []byte, error) {
-	req := fasthttp.AcquireRequest()
-	resp := fasthttp.AcquireResponse()
-	defer fasthttp.ReleaseRequest(req)
-	defer fasthttp.ReleaseResponse(resp)
-	req.Header.SetMethod(method)
-	req.SetRequestURI(path)
-	req.Header.SetHost(addr)
-	if body != nil {
-		req.Header.SetContentType("application/json")
-		req.SetBody(body)
-	}
-	r.hops.Sign(req, r.node, to, v.Version(), hops)
-	if err := r.peers.Call(addr, req, resp, timeout); err != nil {
-		return 0, nil, err
-	}
-	// The answer is streamed (the peers' pool streams every body): read
-	// with BodyWriteTo, which returns a cut body's error, where Body()
-	// would return the error's text as the body.
-	var answer bytes.Buffer
-	if err := resp.BodyWriteTo(&answer); err != nil {
-		return 0, nil, fmt.Errorf("read %s's answer: %w", to, err)
-	}
-	return resp.StatusCode(), answer.Bytes(), nil
+// signPeer signs a peer call to the peer to as this node's hops-th hop,
+// on v's ring.
+func (r *Router) signPeer(v *cluster.Lookup, to string, hops int) func(*fasthttp.Request) {
+	return func(req *fasthttp.Request) { r.hops.Sign(req, r.node, to, v.Version(), hops) }
 }
 
 // stateHooks are the router's ears on the tenants of a state.

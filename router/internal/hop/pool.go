@@ -1,9 +1,11 @@
 // Package hop carries requests between the nodes of a cluster: one
 // connection pool per peer, patient with a peer that is slow to connect
 // once, and marking down one that refuses connections, so that the
-// requests meant for it are decided elsewhere at once. It knows nothing
-// of tenants, limits or signatures: what a hop means is the router's, and
-// package hopsign signs it.
+// requests meant for it are decided elsewhere at once. It carries the
+// signed calls nodes make to each other and checks one that arrives
+// (peer.go). It knows nothing of tenants or limits, and signs nothing
+// itself: what a hop means is the router's, and package hopsign signs and
+// checks it.
 //
 // The network is injected (Config.Dial): TCP in production, Inmem in
 // tests, where a partition is a call.
