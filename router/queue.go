@@ -7,7 +7,6 @@ import (
 	"strconv"
 	"sync"
 
-	"github.com/prometheus/client_golang/prometheus"
 	"github.com/valyala/fasthttp"
 
 	"github.com/ringgate/ringgate/admit"
@@ -17,7 +16,6 @@ import (
 	"github.com/ringgate/ringgate/router/internal/hopsign"
 	"github.com/ringgate/ringgate/router/internal/provider"
 	"github.com/ringgate/ringgate/router/internal/reply"
-	"github.com/ringgate/ringgate/router/internal/status"
 	"github.com/ringgate/ringgate/router/internal/tenant"
 	"github.com/ringgate/ringgate/router/internal/wait"
 	"github.com/ringgate/ringgate/upstream"
@@ -52,16 +50,6 @@ func classOf(t *tenant.Tenant, h *fasthttp.RequestHeader) queue.Class {
 }
 
 var priorityHeaders = [1][]byte{[]byte(textproto.CanonicalMIMEHeaderKey(priorityHeader))}
-
-// waiting reports whether any of qs has requests waiting.
-func waiting(qs []*queue.Queue) bool {
-	for _, q := range qs {
-		if q.Waiting() > 0 {
-			return true
-		}
-	}
-	return false
-}
 
 // fallbackOver reports whether the fallback episode a waiter on t's share
 // belongs to is over: ended (the owner answered), or about another owner
@@ -324,28 +312,4 @@ func (r *Router) redecideReloaded(ctx *fasthttp.RequestCtx, ep upstream.Endpoint
 		return r.refuseZeroShare(ctx)
 	}
 	return r.serveLocalOnce(ctx, ep, st, nt, lim, hops, retrySpill)
-}
-
-// queueCollector exports, at scrape time, the depth of every tenant's
-// queue on this node that has requests waiting: a series exists only
-// while its tenant has a line, so idle tenants cost no series.
-type queueCollector struct{ r *Router }
-
-var tenantQueued = prometheus.NewDesc("ringgate_tenant_queued", "Requests waiting on this node in a tenant's queue, by class (only tenants with requests waiting).", []string{"tenant", "class"}, nil)
-
-func (c queueCollector) Describe(ch chan<- *prometheus.Desc) { ch <- tenantQueued }
-
-func (c queueCollector) Collect(ch chan<- prometheus.Metric) {
-	for name, t := range c.r.state.Load().ByName {
-		if t.Kind != tenant.KindTenant {
-			continue // a level's waiters are its tenants' (OwnLines)
-		}
-		ls := t.OwnLines()
-		if !waiting(ls) {
-			continue
-		}
-		v := status.QueueOf(ls...)
-		ch <- prometheus.MustNewConstMetric(tenantQueued, prometheus.GaugeValue, float64(v.Interactive.Waiting), name, queue.Interactive.String())
-		ch <- prometheus.MustNewConstMetric(tenantQueued, prometheus.GaugeValue, float64(v.Batch.Waiting), name, queue.Batch.String())
-	}
 }

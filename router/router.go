@@ -184,7 +184,7 @@ func New(o Options) (*Router, error) {
 	}
 	st.Budgets = r.lines.Build(o.Config, st.Providers)
 	r.cores.Install(st, 0)
-	r.metrics.Reg.MustRegister(r.lines.Collector(), queueCollector{r}, prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+	r.metrics.Reg.MustRegister(r.lines.Collector(), tenant.QueueCollector(r.state.Load), prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "ringgate_inflight_requests",
 		Help: "Client requests and streams being served by this node.",
 	}, func() float64 { return float64(r.life.active.Load()) }))

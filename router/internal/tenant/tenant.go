@@ -2,7 +2,8 @@
 // team, a tenant's limit on one model), their cores (what a node counts of
 // each: its limiter, fallback ledger, spill holder and lines), made at
 // first use, and the config in force (State), built from a config and put
-// in force by a reload (Cores.Install).
+// in force by a reload (Cores.Install), and the depth of its tenants'
+// queues at scrape time (QueueCollector).
 //
 // It knows nothing of HTTP, hops, the ring's ownership or decisions: the
 // router reads an entity's limits and core here and decides on them
