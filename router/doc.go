@@ -31,6 +31,7 @@
 //   - hop, hopsign, deltaid, hangup: carrying, signing and naming what nodes
 //     send each other, and watching a waiting client;
 //   - wake: whether a node woken from a pause may decide yet;
+//   - models: the /v1/models answer;
 //   - cluster: the cluster view in force, the wait for it to change, the
 //     members that left it;
 //   - admin, adminview, status, metrics: the admin endpoints, what they show,

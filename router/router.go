@@ -22,6 +22,7 @@ import (
 	"github.com/ringgate/ringgate/router/internal/hop"
 	"github.com/ringgate/ringgate/router/internal/hopsign"
 	"github.com/ringgate/ringgate/router/internal/metrics"
+	"github.com/ringgate/ringgate/router/internal/models"
 	"github.com/ringgate/ringgate/router/internal/moves"
 	"github.com/ringgate/ringgate/router/internal/provider"
 	"github.com/ringgate/ringgate/router/internal/reply"
@@ -406,7 +407,7 @@ func (r *Router) Handler(ctx *fasthttp.RequestCtx) {
 		r.serveSpill(ctx)
 		return
 	}
-	if isModelsPath(string(path)) {
+	if models.IsPath(string(path)) {
 		r.serveModels(ctx)
 		return
 	}
