@@ -307,7 +307,7 @@ func podConfig(t *testing.T, m *manifests) (*config.Config, error) {
 const (
 	// forwardMargin is what a node that hands a request to its tenant's
 	// owner waits on top of the owner's budgets, cluster.forward_timeout
-	// being 0 (docs/config.md; router's peerTimeouts).
+	// being 0 (docs/config.md; hop.Timeouts).
 	forwardMargin = 5 * time.Second
 	// afterDrain bounds a node's exit once its drain has ended: leaving
 	// the gossip (1 s), giving its leases back (1 s), closing its server

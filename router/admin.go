@@ -22,7 +22,7 @@ func (r *Router) serveAdmin(ctx *fasthttp.RequestCtx) {
 			Source:  r.adminView(),
 			Peers:   adminPeers{r},
 			Token:   func() string { return r.state.Load().Cfg.Admin.Token },
-			Life:    func() (bool, bool) { return r.life.draining.Load(), r.life.ready.Load() },
+			Life:    func() (bool, bool) { return r.life.drain.Draining(), r.life.ready.Load() },
 			Reload:  r.reload,
 			Metrics: r.metrics.Reg,
 		})
@@ -85,7 +85,7 @@ func (r *Router) adminView() adminview.Source {
 			}
 			return v.Members(), v.Version(), true
 		},
-		Draining:   r.life.draining.Load,
+		Draining:   r.life.drain.Draining,
 		LastReload: r.reloads.last.Load,
 	}
 }
@@ -123,5 +123,3 @@ func (p adminPeers) View() admin.View {
 // Register adds a collector (the node's snapshot store counters, say) to
 // the node's /metrics.
 func (r *Router) Register(c prometheus.Collector) error { return r.metrics.Reg.Register(c) }
-
-func writeJSON(ctx *fasthttp.RequestCtx, status int, v any) { admin.WriteJSON(ctx, status, v) }

@@ -1,8 +1,6 @@
 package router
 
 import (
-	"bytes"
-
 	"github.com/valyala/fasthttp"
 
 	"github.com/ringgate/ringgate/router/internal/hangup"
@@ -74,7 +72,7 @@ func (r *Router) clientGone(ctx *fasthttp.RequestCtx, c *call, w *hangup.Watch, 
 		status = resp.StatusCode()
 		r.metrics.Answered(c.prov.Name, status)
 		r.learnProvider(c, &resp.Header, status)
-		if u, ok, completion, whole := r.lateUsage(c, status, resp); whole {
+		if u, ok, completion, whole := r.tokens.Late(c.counts(), c.prov.Kind, status, resp); whole {
 			// An answer read whole: the provider generated (and bills)
 			// it for the client that left, and says how much.
 			r.settleLate(c, u, ok, completion)
@@ -91,36 +89,6 @@ func (r *Router) clientGone(ctx *fasthttp.RequestCtx, c *call, w *hangup.Watch, 
 	r.log.Info("client_gone", "tenant", c.t.Name, "upstream", c.prov.Name,
 		"gone_ms", gone.Milliseconds(), "waited_ms", waited.Milliseconds(),
 		"upstream_status", status, "upstream_error", errString(err))
-}
-
-// lateUsage reads the usage of the answer to a call whose client is gone,
-// as forward and stream would have: a JSON answer, or an SSE one (by its
-// Content-Type or its first line), read whole (a JSON request), or an
-// answer to a stream request that is not text/event-stream, read now
-// (bounded by reply.ReadAnswer). whole is false for a stream left unread:
-// dropping it closes the connection and cuts the generation, whose length
-// is unknown (the reservation stands).
-func (r *Router) lateUsage(c *call, status int, resp *fasthttp.Response) (u upstream.Usage, ok bool, completion int, whole bool) {
-	sse := bytes.HasPrefix(resp.Header.ContentType(), []byte("text/event-stream"))
-	var body []byte
-	if resp.BodyStream() != nil {
-		if sse {
-			return u, false, 0, false
-		}
-		var read fasthttp.Response
-		if err := reply.ReadAnswer(&read, resp); err != nil {
-			return u, false, 0, false
-		}
-		body = read.Body()
-	} else {
-		body = resp.Body() // (with a body stream, Body would read it)
-	}
-	if status == fasthttp.StatusOK && (sse || upstream.LooksLikeSSE(body)) {
-		u, ok, completion = r.tokens.FilterWhole(c.counts(), c.prov.Kind, body, func([]byte) error { return nil })
-		return u, ok, completion, true
-	}
-	u, ok, completion = r.tokens.AnswerUsage(c.counts(), c.prov.Kind, status, body)
-	return u, ok, completion, true
 }
 
 // statusClientClosed is nginx's 499, "client closed request": written to a

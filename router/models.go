@@ -29,5 +29,5 @@ func (r *Router) serveModels(ctx *fasthttp.RequestCtx) {
 			"The model '"+missing+"' is not served by this gateway.")
 		return
 	}
-	writeJSON(ctx, fasthttp.StatusOK, v)
+	reply.JSON(ctx, fasthttp.StatusOK, v)
 }

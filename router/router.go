@@ -18,6 +18,7 @@ import (
 	"github.com/ringgate/ringgate/reserve"
 	"github.com/ringgate/ringgate/router/internal/cluster"
 	"github.com/ringgate/ringgate/router/internal/deltaid"
+	"github.com/ringgate/ringgate/router/internal/drain"
 	"github.com/ringgate/ringgate/router/internal/fallback"
 	"github.com/ringgate/ringgate/router/internal/hop"
 	"github.com/ringgate/ringgate/router/internal/hopsign"
@@ -100,13 +101,10 @@ type lifecycle struct {
 	// (reports retried to an owner out of reach) ends with it.
 	quit      chan struct{}
 	closeOnce sync.Once
-	draining  atomic.Bool
 	ready     atomic.Bool
 	wake      wake.Guard   // pause watchdog (package wake)
-	active    atomic.Int64 // client requests and streams being served
-	// idle hears, while draining, that active came to 0 (WaitIdle).
-	idle    chan struct{}
-	started time.Time
+	drain     *drain.Drain // the calls being served, and the drain
+	started   time.Time
 }
 
 // reloading applies the config again: mu orders reloads; reloader reads
@@ -147,7 +145,7 @@ func New(o Options) (*Router, error) {
 		o.Tokenizer = tok
 	}
 	r := &Router{
-		life:            lifecycle{quit: make(chan struct{}), idle: make(chan struct{}, 1), started: time.Now()},
+		life:            lifecycle{quit: make(chan struct{}), drain: drain.New(o.Clock, o.Logger), started: time.Now()},
 		clientWriteIdle: reply.WriteIdle,
 		node:            o.Config.Node.Name,
 		nodeName:        []byte(o.Config.Node.Name),
@@ -188,15 +186,11 @@ func New(o Options) (*Router, error) {
 	r.metrics.Reg.MustRegister(r.lines.Collector(), tenant.QueueCollector(r.state.Load), prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "ringgate_inflight_requests",
 		Help: "Client requests and streams being served by this node.",
-	}, func() float64 { return float64(r.life.active.Load()) }))
+	}, func() float64 { return float64(r.life.drain.Active()) }))
 	r.life.ready.Store(true)
 	// One clock for the windows, the snapshots and the hop timestamps.
 	r.hops = hopsign.New(o.Config.Cluster.Secret, o.Config.Cluster.HopSkew, o.Clock.Now)
-	first, idle := peerTimeouts(o.Config)
-	connect := o.Config.Cluster.ForwardConnectTimeout
-	if connect <= 0 {
-		connect = 15 * time.Millisecond
-	}
+	connect, first, idle := hop.Timeouts(o.Config)
 	r.peers = hop.New(hop.Config{Connect: connect, First: first, Idle: idle, Dial: o.Dial, Clock: r.clock})
 	return r, nil
 }
@@ -204,31 +198,6 @@ func New(o Options) (*Router, error) {
 // clock is the node's clock in Unix nanoseconds: what windows, tickets
 // and hop stamps count in.
 func (r *Router) clock() int64 { return r.clk.Now().UnixNano() }
-
-// peerTimeouts are the read budgets of a hop: forward_timeout if set, else
-// the longest wait in a tenant's queue and upstream budgets plus a margin,
-// so the owner, not the edge, decides when a request waited or an upstream
-// took too long.
-func peerTimeouts(cfg *config.Config) (first, idle time.Duration) {
-	if t := cfg.Cluster.ForwardTimeout; t > 0 {
-		return t, t
-	}
-	for _, u := range cfg.Upstreams {
-		first = max(first, u.Timeout)
-		idle = max(idle, u.StreamIdleTimeout, u.Timeout)
-	}
-	if first <= 0 {
-		first = 10 * time.Minute
-	}
-	if idle <= 0 {
-		idle = first
-	}
-	wait := max(cfg.Queue.InteractiveWait, cfg.Queue.BatchWait)
-	for i := range cfg.Tenants {
-		wait = max(wait, cfg.Tenants[i].InteractiveWait, cfg.Tenants[i].BatchWait)
-	}
-	return first + wait + 5*time.Second, idle + 5*time.Second
-}
 
 // Close ends the router's background work: reports being retried to an
 // owner out of reach are dropped (the node is going). Requests still in
@@ -283,24 +252,8 @@ func (r *Router) Reload(cfg *config.Config) error {
 	// New limits, budgets: the heads of every line try again now, on the
 	// config in force (a request that waited is decided on it), those of
 	// an entity gone too (a model limit removed: nothing else wakes its
-	// line). A tenant with no core has no one waiting.
-	kick := func(t *tenant.Tenant) {
-		c := t.Peek()
-		if c == nil {
-			return
-		}
-		c.Queue.Kick()
-		c.FbQueue.Kick()
-		if sp := c.Spill.Load(); sp != nil {
-			sp.Line.Kick()
-		}
-	}
-	for _, t := range st.ByName {
-		kick(t)
-	}
-	for _, t := range gone {
-		kick(t)
-	}
+	// line).
+	tenant.KickLines(st, gone)
 	r.lines.Kick()
 	r.log.Info("reload", "tenants", len(cfg.Tenants), "upstreams", len(cfg.Upstreams), "config_version", r.ConfigVersion())
 	return nil
@@ -351,26 +304,10 @@ func (r *Router) bodyDeadline(h *fasthttp.RequestHeader) fasthttp.RequestConfig 
 	}
 }
 
-// serverError answers errors met before the handler runs.
+// serverError answers errors met before the handler runs
+// (reply.ReadError).
 func (r *Router) serverError(ctx *fasthttp.RequestCtx, err error) {
-	if errors.Is(err, fasthttp.ErrBodyTooLarge) {
-		reply.Fail(ctx, fasthttp.StatusRequestEntityTooLarge, "invalid_request_error", "request_too_large",
-			fmt.Sprintf("Request body too large: the limit is %d bytes.", r.state.Load().Cfg.Limits.MaxBodyBytes))
-		return
-	}
-	var small *fasthttp.ErrSmallBuffer
-	if errors.As(err, &small) {
-		// The headers did not fit the server's read buffer (4 KiB).
-		reply.Fail(ctx, fasthttp.StatusRequestHeaderFieldsTooLarge, "invalid_request_error", "request_header_fields_too_large",
-			"Request headers too large: the limit is 4 KiB in all.")
-		return
-	}
-	var netErr net.Error
-	if errors.As(err, &netErr) && netErr.Timeout() {
-		reply.Fail(ctx, fasthttp.StatusRequestTimeout, "invalid_request_error", "request_timeout", "Request read timed out.")
-		return
-	}
-	reply.Fail(ctx, fasthttp.StatusBadRequest, "invalid_request_error", "bad_request", "Malformed HTTP request.")
+	reply.ReadError(ctx, err, r.state.Load().Cfg.Limits.MaxBodyBytes)
 }
 
 // Handler is the node's single HTTP entry point.
@@ -382,8 +319,7 @@ func (r *Router) Handler(ctx *fasthttp.RequestCtx) {
 			reply.Fail(ctx, fasthttp.StatusMethodNotAllowed, "invalid_request_error", "method_not_allowed", "Use POST.")
 			return
 		}
-		r.life.active.Add(1)
-		if r.life.draining.Load() {
+		if r.life.drain.Start() {
 			// Clients must not reuse a connection to a node about to go.
 			ctx.SetConnectionClose()
 		}
@@ -414,58 +350,23 @@ func (r *Router) Handler(ctx *fasthttp.RequestCtx) {
 	r.serveAdmin(ctx)
 }
 
-func (r *Router) done() {
-	if r.life.active.Add(-1) == 0 && r.life.draining.Load() {
-		select {
-		case r.life.idle <- struct{}{}:
-		default: // WaitIdle has one to hear already
-		}
-	}
-}
+func (r *Router) done() { r.life.drain.Done() }
 
 // BeginDrain marks the node as draining: /readyz answers 503 so load
 // balancers stop sending new connections, and every answer closes its
 // connection so clients do not reuse one to a node about to go.
-func (r *Router) BeginDrain() {
-	if r.life.draining.CompareAndSwap(false, true) {
-		r.log.Info("drain", "phase", "start", "in_flight", r.life.active.Load())
-	}
-}
+func (r *Router) BeginDrain() { r.life.drain.Begin() }
 
 // SetReady says whether the node has joined and holds a ring; /readyz
 // answers 503 until then.
 func (r *Router) SetReady(ready bool) { r.life.ready.Store(ready) }
 
 // WaitIdle waits until no request or stream is in flight and at least grace
-// has passed (time for load balancers to see /readyz fail), at most timeout.
-// It reports whether the node went idle in time.
-// It begins the drain if it has not begun: a draining node hears its last
-// request end.
+// has passed, at most timeout (drain.Drain.WaitIdle). It reports whether
+// the node went idle in time.
 func (r *Router) WaitIdle(grace, timeout time.Duration) bool {
-	r.BeginDrain()
-	start := r.clk.Now()
-	graced := r.clk.NewTimer(grace)
-	defer graced.Stop()
-	deadline := r.clk.NewTimer(timeout)
-	defer deadline.Stop()
-wait:
-	for inGrace := grace > 0; inGrace || r.life.active.Load() > 0; {
-		select {
-		case <-graced.Chan():
-			inGrace = false
-		case <-r.life.idle:
-		case <-deadline.Chan():
-			// Idle at the deadline, its grace over, is in time.
-			if r.life.active.Load() > 0 || r.clk.Since(start) < grace {
-				r.log.Warn("drain", "phase", "timeout", "in_flight", r.life.active.Load())
-				return false
-			}
-			break wait
-		}
-	}
-	r.log.Info("drain", "phase", "idle", "waited_ms", r.clk.Since(start).Milliseconds())
-	return true
+	return r.life.drain.WaitIdle(grace, timeout)
 }
 
 // InFlight reports the client requests and streams being served.
-func (r *Router) InFlight() int64 { return r.life.active.Load() }
+func (r *Router) InFlight() int64 { return r.life.drain.Active() }

@@ -69,7 +69,7 @@ func (c spillCluster) Clustered() bool {
 	return c.r.hops.Enabled() && c.r.clustered && v != nil && len(v.Members()) > 1
 }
 
-func (c spillCluster) Draining() bool { return c.r.life.draining.Load() }
+func (c spillCluster) Draining() bool { return c.r.life.drain.Draining() }
 
 // spillLedger is the fallback ledger (package fallback) as a spill reports it.
 type spillLedger struct{ r *Router }
@@ -115,7 +115,7 @@ func (r *Router) spillEnded(ctx *fasthttp.RequestCtx, t *tenant.Tenant, m *spill
 		reply.Fail(ctx, fasthttp.StatusServiceUnavailable, "server_error", "ledger_undelivered", "This node could not report what it admitted.")
 		return
 	}
-	writeJSON(ctx, fasthttp.StatusOK, spill.Reply{Arrivals: arrivals})
+	reply.JSON(ctx, fasthttp.StatusOK, spill.Reply{Arrivals: arrivals})
 }
 
 // spillAnnounced takes an owner's word that t spills: this node joins the
@@ -126,5 +126,5 @@ func (r *Router) spillAnnounced(ctx *fasthttp.RequestCtx, t *tenant.Tenant, m *s
 		reply.Fail(ctx, fasthttp.StatusConflict, "invalid_request_error", code, msg)
 		return
 	}
-	writeJSON(ctx, fasthttp.StatusOK, spill.Reply{Arrivals: arrivals})
+	reply.JSON(ctx, fasthttp.StatusOK, spill.Reply{Arrivals: arrivals})
 }

@@ -14,7 +14,6 @@ package admin
 import (
 	"bytes"
 	"crypto/subtle"
-	"encoding/json"
 	"strings"
 	"time"
 
@@ -25,8 +24,8 @@ import (
 	"github.com/valyala/fasthttp/pprofhandler"
 
 	"github.com/ringgate/ringgate/router/internal/hopsign"
+	"github.com/ringgate/ringgate/router/internal/reply"
 	"github.com/ringgate/ringgate/router/internal/status"
-	"github.com/ringgate/ringgate/upstream"
 )
 
 // OwnerViewTimeout bounds the wait for the owner's view of a tenant or a
@@ -124,7 +123,7 @@ func (h *Handler) Serve(ctx *fasthttp.RequestCtx) {
 	case path == "/metrics":
 		h.metrics(ctx)
 	case path == "/cluster":
-		WriteJSON(ctx, fasthttp.StatusOK, h.cfg.Source.Cluster())
+		reply.JSON(ctx, fasthttp.StatusOK, h.cfg.Source.Cluster())
 	case path == "/admin/reload":
 		h.serveReload(ctx)
 	case path == "/upstreams":
@@ -140,19 +139,19 @@ func (h *Handler) Serve(ctx *fasthttp.RequestCtx) {
 func (h *Handler) health(ctx *fasthttp.RequestCtx, path string) bool {
 	switch path {
 	case "/healthz":
-		WriteJSON(ctx, fasthttp.StatusOK, map[string]string{"status": "ok"})
+		reply.JSON(ctx, fasthttp.StatusOK, map[string]string{"status": "ok"})
 		return true
 	case "/readyz":
 		draining, ready := h.cfg.Life()
 		if draining {
-			WriteJSON(ctx, fasthttp.StatusServiceUnavailable, map[string]string{"status": "draining"})
+			reply.JSON(ctx, fasthttp.StatusServiceUnavailable, map[string]string{"status": "draining"})
 			return true
 		}
 		if !ready {
-			WriteJSON(ctx, fasthttp.StatusServiceUnavailable, map[string]string{"status": "joining"})
+			reply.JSON(ctx, fasthttp.StatusServiceUnavailable, map[string]string{"status": "joining"})
 			return true
 		}
-		WriteJSON(ctx, fasthttp.StatusOK, map[string]string{"status": "ready"})
+		reply.JSON(ctx, fasthttp.StatusOK, map[string]string{"status": "ready"})
 		return true
 	}
 	return false
@@ -164,7 +163,7 @@ func (h *Handler) admit(ctx *fasthttp.RequestCtx, path string) (fromPeer, ok boo
 	profiling := strings.HasPrefix(path, "/debug/pprof/")
 	if path != "/cluster" && path != "/metrics" && path != "/upstreams" && path != "/admin/reload" &&
 		!strings.HasPrefix(path, "/tenants/") && !strings.HasPrefix(path, "/teams/") && !profiling {
-		fail(ctx, fasthttp.StatusNotFound, "invalid_request_error", "not_found", "Unknown path "+path+".")
+		reply.Fail(ctx, fasthttp.StatusNotFound, "invalid_request_error", "not_found", "Unknown path "+path+".")
 		return false, false
 	}
 	method := "GET"
@@ -173,7 +172,7 @@ func (h *Handler) admit(ctx *fasthttp.RequestCtx, path string) (fromPeer, ok boo
 	}
 	if string(ctx.Method()) != method {
 		ctx.Response.Header.Set("Allow", method)
-		fail(ctx, fasthttp.StatusMethodNotAllowed, "invalid_request_error", "method_not_allowed", "Use "+method+".")
+		reply.Fail(ctx, fasthttp.StatusMethodNotAllowed, "invalid_request_error", "method_not_allowed", "Use "+method+".")
 		return false, false
 	}
 	view := strings.HasPrefix(path, "/tenants/") || strings.HasPrefix(path, "/teams/")
@@ -184,12 +183,12 @@ func (h *Handler) admit(ctx *fasthttp.RequestCtx, path string) (fromPeer, ok boo
 		// for its leases (peerUpstreams), signed with the cluster
 		// secret in place of the admin token.
 		if err := h.cfg.Peers.Verify(&ctx.Request); err != nil {
-			fail(ctx, fasthttp.StatusUnauthorized, "invalid_request_error", "invalid_peer_signature",
+			reply.Fail(ctx, fasthttp.StatusUnauthorized, "invalid_request_error", "invalid_peer_signature",
 				"Peer request refused: "+err.Error()+".")
 			return fromPeer, false
 		}
 	case !h.allowed(ctx):
-		fail(ctx, fasthttp.StatusUnauthorized, "invalid_request_error", "invalid_admin_token",
+		reply.Fail(ctx, fasthttp.StatusUnauthorized, "invalid_request_error", "invalid_admin_token",
 			"The admin API needs 'Authorization: Bearer <admin token>' (or, with no token configured, a loopback caller).")
 		return fromPeer, false
 	}
@@ -214,31 +213,12 @@ func (h *Handler) allowed(ctx *fasthttp.RequestCtx) bool {
 func (h *Handler) serveReload(ctx *fasthttp.RequestCtx) {
 	res, ok := h.cfg.Reload("admin")
 	if !ok {
-		fail(ctx, fasthttp.StatusConflict, "invalid_request_error", "no_config_source", "This node was not started from a config source it can read again.")
+		reply.Fail(ctx, fasthttp.StatusConflict, "invalid_request_error", "no_config_source", "This node was not started from a config source it can read again.")
 		return
 	}
 	if !res.OK {
-		fail(ctx, fasthttp.StatusBadRequest, "invalid_request_error", "invalid_config", "Config refused, the old one keeps running: "+res.Error)
+		reply.Fail(ctx, fasthttp.StatusBadRequest, "invalid_request_error", "invalid_config", "Config refused, the old one keeps running: "+res.Error)
 		return
 	}
-	WriteJSON(ctx, fasthttp.StatusOK, map[string]any{"status": "reloaded", "config_version": res.ConfigVersion, "at": res.At})
-}
-
-// WriteJSON answers with v as JSON.
-func WriteJSON(ctx *fasthttp.RequestCtx, status int, v any) {
-	b, err := json.Marshal(v)
-	if err != nil {
-		fail(ctx, fasthttp.StatusInternalServerError, "server_error", "encode", err.Error())
-		return
-	}
-	ctx.Response.Header.SetContentType("application/json")
-	ctx.SetStatusCode(status)
-	ctx.SetBody(b)
-}
-
-// fail answers with an error in OpenAI's shape.
-func fail(ctx *fasthttp.RequestCtx, status int, typ, code, message string) {
-	ctx.Response.Header.SetContentType("application/json")
-	ctx.SetStatusCode(status)
-	ctx.SetBody(upstream.ErrorBody(message, typ, code, ""))
+	reply.JSON(ctx, fasthttp.StatusOK, map[string]any{"status": "reloaded", "config_version": res.ConfigVersion, "at": res.At})
 }

@@ -7,6 +7,7 @@ import (
 
 	"github.com/valyala/fasthttp"
 
+	"github.com/ringgate/ringgate/router/internal/reply"
 	"github.com/ringgate/ringgate/router/internal/status"
 )
 
@@ -16,14 +17,14 @@ func serveEntity[V any](h *Handler, ctx *fasthttp.RequestCtx, kind, name string,
 	find func(name string) (string, func(owner, ownerError string) V, bool)) {
 	entity, view, ok := find(name)
 	if !ok {
-		fail(ctx, fasthttp.StatusNotFound, "invalid_request_error", "unknown_"+kind, "No "+kind+" named "+name+".")
+		reply.Fail(ctx, fasthttp.StatusNotFound, "invalid_request_error", "unknown_"+kind, "No "+kind+" named "+name+".")
 		return
 	}
 	owner, ownerError, answered := h.ownerView(ctx, entity, name, local, fromPeer)
 	if answered {
 		return
 	}
-	WriteJSON(ctx, fasthttp.StatusOK, view(owner, ownerError))
+	reply.JSON(ctx, fasthttp.StatusOK, view(owner, ownerError))
 }
 
 // ownerView finds the owner of entity (a tenant or a team, named name to
@@ -40,7 +41,7 @@ func (h *Handler) ownerView(ctx *fasthttp.RequestCtx, entity, name string, local
 		return h.cfg.Node, "", false
 	}
 	if fromPeer {
-		fail(ctx, fasthttp.StatusConflict, "invalid_request_error", "not_owner",
+		reply.Fail(ctx, fasthttp.StatusConflict, "invalid_request_error", "not_owner",
 			"By this node's ring, "+owner+" owns "+name+".")
 		return owner, "", true
 	}
@@ -82,7 +83,7 @@ func (h *Handler) serveUpstreams(ctx *fasthttp.RequestCtx, local bool) {
 	if !local {
 		out.Peers = h.peerUpstreams()
 	}
-	WriteJSON(ctx, fasthttp.StatusOK, out)
+	reply.JSON(ctx, fasthttp.StatusOK, out)
 }
 
 // peerUpstreams asks every other member of the view for its own

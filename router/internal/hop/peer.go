@@ -9,7 +9,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/ringgate/ringgate/router/internal/hopsign"
-	"github.com/ringgate/ringgate/upstream"
+	"github.com/ringgate/ringgate/router/internal/reply"
 )
 
 // Peer calls are the signed requests nodes send each other beside hops:
@@ -60,23 +60,15 @@ func (p *Pool) Do(addr, to, method, path string, body []byte, sign func(*fasthtt
 // refusal itself, and counts a bad signature in refused.
 func CheckPost(ctx *fasthttp.RequestCtx, s *hopsign.Signer, self string, refused interface{ Inc() }) (hopsign.Info, bool) {
 	if !ctx.IsPost() {
-		fail(ctx, fasthttp.StatusMethodNotAllowed, "invalid_request_error", "method_not_allowed", "Use POST.")
+		reply.Fail(ctx, fasthttp.StatusMethodNotAllowed, "invalid_request_error", "method_not_allowed", "Use POST.")
 		return hopsign.Info{}, false
 	}
 	info, err := s.Verify(&ctx.Request, self)
 	if err != nil {
 		refused.Inc()
-		fail(ctx, fasthttp.StatusUnauthorized, "invalid_request_error", "invalid_peer_signature",
+		reply.Fail(ctx, fasthttp.StatusUnauthorized, "invalid_request_error", "invalid_peer_signature",
 			"Peer request refused: "+err.Error()+".")
 		return hopsign.Info{}, false
 	}
 	return info, true
-}
-
-// fail answers with an error in OpenAI's shape (upstream.ErrorBody), as
-// every answer of the node does.
-func fail(ctx *fasthttp.RequestCtx, status int, typ, code, message string) {
-	ctx.Response.Header.SetContentType("application/json")
-	ctx.SetStatusCode(status)
-	ctx.SetBody(upstream.ErrorBody(message, typ, code, ""))
 }

@@ -12,6 +12,7 @@
 package reply
 
 import (
+	"encoding/json"
 	"fmt"
 	"strconv"
 	"time"
@@ -162,4 +163,16 @@ func setRetryAfter(h *fasthttp.ResponseHeader, d time.Duration) {
 
 func roundUp(d time.Duration) time.Duration {
 	return (d + time.Millisecond - 1).Truncate(time.Millisecond)
+}
+
+// JSON answers with v as JSON.
+func JSON(ctx *fasthttp.RequestCtx, status int, v any) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		Fail(ctx, fasthttp.StatusInternalServerError, "server_error", "encode", err.Error())
+		return
+	}
+	ctx.Response.Header.SetContentType("application/json")
+	ctx.SetStatusCode(status)
+	ctx.SetBody(b)
 }

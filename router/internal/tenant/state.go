@@ -188,3 +188,26 @@ func (st *State) SpillKeys(keep map[string]bool) {
 		}
 	}
 }
+
+// KickLines has the heads of every line of st's entities, and of those
+// gone from it, try again: on a reload, a request that waited is decided
+// on the config in force. An entity with no core has no one waiting.
+func KickLines(st *State, gone []*Tenant) {
+	kick := func(t *Tenant) {
+		c := t.Peek()
+		if c == nil {
+			return
+		}
+		c.Queue.Kick()
+		c.FbQueue.Kick()
+		if sp := c.Spill.Load(); sp != nil {
+			sp.Line.Kick()
+		}
+	}
+	for _, t := range st.ByName {
+		kick(t)
+	}
+	for _, t := range gone {
+		kick(t)
+	}
+}
