@@ -218,12 +218,14 @@ func (t *Tenant) FinishOrHand(now int64, tk *Ticket, actual int64) (d Delta, han
 		return Delta{}, false
 	}
 	t.mu.Lock()
-	defer t.mu.Unlock()
 	t.changed()
 	if !t.frozen {
+		// Unlocked without a defer: every call's end takes this path.
 		t.finishLocked(now, tk, actual)
+		t.mu.Unlock()
 		return Delta{}, false
 	}
+	defer t.mu.Unlock()
 	d = FinishDelta(tk, actual)
 	d.Bucket, d.SlotBucket = t.history.buckets(tk) // in the current windows (rebucket.go)
 	if !tk.released {

@@ -161,16 +161,25 @@ func (t *Tenant) Limits() Limits {
 // dimensions at now (Unix nanoseconds, >= 0). If it does, all three are
 // charged at once and the ticket must later go to Finish (or Settle and
 // Release); if not, nothing is charged.
-func (t *Tenant) Admit(now, tokens int64) (Ticket, Decision) {
+func (t *Tenant) Admit(now, tokens int64) (tk Ticket, d Decision) {
+	t.AdmitTo(now, tokens, &tk, &d)
+	return tk, d
+}
+
+// AdmitTo is Admit writing its ticket and decision to tk and d: a caller
+// that keeps them (a call's levels) is spared copying both on the way.
+func (t *Tenant) AdmitTo(now, tokens int64, tk *Ticket, d *Decision) {
+	*d = Decision{}
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	t.advance(now)
-	d := t.decide(now, tokens)
-	var tk Ticket
-	if d.Allowed {
+	t.decide(now, tokens, d)
+	if !d.Allowed {
+		*tk = Ticket{}
+	} else {
 		// chargeAdmitted, written out: the call cost the decision
 		// 10 ns of its ~90 (BenchmarkDecision).
-		tk = Ticket{
+		*tk = Ticket{
 			bucket:     t.requests.charge(1),
 			slotBucket: t.slots.charge(1),
 			tokens:     tokens,
@@ -187,8 +196,7 @@ func (t *Tenant) Admit(now, tokens int64) (Ticket, Decision) {
 		}
 		t.changed()
 	}
-	t.fill(now, &d)
-	return tk, d
+	t.fill(now, d)
 }
 
 // chargeAdmitted charges an admitted request; t.mu is held and t advanced.
@@ -226,7 +234,8 @@ func (t *Tenant) AdmitBeside(now, tokens, shares, members int64) (Ticket, Decisi
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	t.advance(now)
-	d := t.decide(now, tokens)
+	var d Decision
+	t.decide(now, tokens, &d)
 	if d.Allowed {
 		d = t.decideBeside(now, tokens, shares, members)
 	}
@@ -266,14 +275,15 @@ func (t *Tenant) Check(now, tokens int64) Decision {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	t.advance(now)
-	d := t.decide(now, tokens)
+	var d Decision
+	t.decide(now, tokens, &d)
 	t.fill(now, &d)
 	return d
 }
 
-// decide is Admit's decision; t.mu is held and t advanced to now.
-func (t *Tenant) decide(now, tokens int64) Decision {
-	var d Decision
+// decide is Admit's decision, made in d (zero); t.mu is held and t
+// advanced to now.
+func (t *Tenant) decide(now, tokens int64, d *Decision) {
 	switch {
 	case t.frozen || t.sealed:
 		// Another node counts this tenant now, or its decisions are made
@@ -296,7 +306,6 @@ func (t *Tenant) decide(now, tokens int64) Decision {
 	default:
 		d.Allowed = true
 	}
-	return d
 }
 
 // Settle replaces the tokens charged for tk by actual: the difference is

@@ -88,13 +88,15 @@ const ownedNow = moves.OwnedNow
 // leave, so that together they stay within the limit (an asymmetric
 // partition: the owner alive in gossip and serving its own clients, its
 // HTTP out of the others' reach, their reports with it). A tenant's room
-// calls it as package levels does (levels.Node), directly: a wrapper
-// returning its two large results would copy them again on every request.
-func (n *levelsNode) Admit(lim *limiter.Tenant, owned bool, now, cost int64) (limiter.Ticket, limiter.Decision) {
+// calls it as package levels does (levels.Node), directly. It writes the
+// ticket and decision to tk and d, where the caller keeps them: returning
+// the two large values would copy them on every request.
+func (n *levelsNode) Admit(lim *limiter.Tenant, owned bool, now, cost int64, tk *limiter.Ticket, d *limiter.Decision) {
 	if owned {
 		if v := n.view.Load(); v != nil && v.CutBy() > 0 {
-			return lim.AdmitBeside(now, cost, int64(v.CutBy()), int64(v.LiveMembers()))
+			*tk, *d = lim.AdmitBeside(now, cost, int64(v.CutBy()), int64(v.LiveMembers()))
+			return
 		}
 	}
-	return lim.Admit(now, cost)
+	lim.AdmitTo(now, cost, tk, d)
 }

@@ -71,7 +71,7 @@ func (tr *tenantRoom) Take() admit.Verdict {
 	if c.behind() {
 		return admit.Behind
 	}
-	c.tk, c.d = (*levelsNode)(c.r).Admit(c.lim, c.lim == c.t.Core().Lim, c.r.clock(), int64(c.res.Total))
+	(*levelsNode)(c.r).Admit(c.lim, c.lim == c.t.Core().Lim, c.r.clock(), int64(c.res.Total), &c.tk, &c.d)
 	switch {
 	case c.d.Moved:
 		return admit.Moved

@@ -66,11 +66,13 @@ func (s *Set) take(n Node, cost int64, hops int) (admit.Verdict, int) {
 			l.tk = l.e.Core().Lim.Tally(now, cost)
 			continue
 		}
-		var tk limiter.Ticket
-		tk, l.d = n.Admit(l.lim, l.lim == l.e.Core().Lim, now, cost)
+		// A refusal writes the zero Ticket to l.tk: what a level that
+		// took nothing holds already (Choose starts it so, cancel spends
+		// it).
+		n.Admit(l.lim, l.lim == l.e.Core().Lim, now, cost, &l.tk, &l.d)
 		switch {
 		case l.d.Allowed:
-			l.tk, l.used = tk, usedOf(&l.d)
+			l.used = usedOf(&l.d)
 		case !l.d.Moved && l.e.Shadow:
 			l.shadow = true
 		default:
@@ -163,6 +165,10 @@ func (s *Set) Admitted(lg Ledger) {
 // try. states holds the node's tenants in force: a level reloaded since
 // the call was admitted has its tenants there.
 func (s *Set) Finish(n Node, lg Ledger, states *atomic.Pointer[tenant.State], actual int64) {
+	if s.n == 0 {
+		return // no levels: not even the clock is read
+	}
+	now := n.Clock() // one reading for every level, as take makes
 	var st *tenant.State
 	for i := range s.n {
 		l := &s.l[i]
@@ -183,7 +189,7 @@ func (s *Set) Finish(n Node, lg Ledger, states *atomic.Pointer[tenant.State], ac
 			continue
 		}
 		if l.lim == l.e.Core().Lim {
-			if d, handed := l.lim.FinishOrHand(n.Clock(), &l.tk, actual); handed {
+			if d, handed := l.lim.FinishOrHand(now, &l.tk, actual); handed {
 				n.Report(l.e, d)
 			}
 			l.e.Core().Queue.Kick() // those waiting for the level's room
@@ -198,7 +204,7 @@ func (s *Set) Finish(n Node, lg Ledger, states *atomic.Pointer[tenant.State], ac
 		if l.fb != nil {
 			d = limiter.FinishDelta(&l.tk, actual)
 		}
-		l.lim.Finish(n.Clock(), &l.tk, actual)
+		l.lim.Finish(now, &l.tk, actual)
 		if l.fb != nil {
 			lg.Finished(l.e, l.fb, d)
 		}

@@ -43,10 +43,10 @@ type Placer interface {
 type Node interface {
 	// Clock is the node's clock, Unix ns.
 	Clock() int64
-	// Admit admits on lim; owned: the limiter of an entity this node
-	// counts, which keeps to what the members cut off from this node
-	// leave it.
-	Admit(lim *limiter.Tenant, owned bool, now, cost int64) (limiter.Ticket, limiter.Decision)
+	// Admit admits on lim, into tk and d; owned: the limiter of an
+	// entity this node counts, which keeps to what the members cut off
+	// from this node leave it.
+	Admit(lim *limiter.Tenant, owned bool, now, cost int64, tk *limiter.Ticket, d *limiter.Decision)
 	// Report sends a delta of a call admitted here to the node that
 	// counts e now.
 	Report(e *tenant.Tenant, d limiter.Delta)

@@ -26,8 +26,8 @@ func (n *node) Report(*tenant.Tenant, limiter.Delta)                 {}
 func (n *node) Admitted(*tenant.Tenant, *limiter.Ticket) *away.Entry { return nil }
 func (n *node) Finished(*tenant.Tenant, *away.Entry, limiter.Delta)  {}
 
-func (n *node) Admit(lim *limiter.Tenant, _ bool, now, cost int64) (limiter.Ticket, limiter.Decision) {
-	return lim.Admit(now, cost)
+func (n *node) Admit(lim *limiter.Tenant, _ bool, now, cost int64, tk *limiter.Ticket, d *limiter.Decision) {
+	lim.AdmitTo(now, cost, tk, d)
 }
 
 // state puts cfg in force on a node of its own, at now.
