@@ -34,8 +34,9 @@
 //   - models: the /v1/models answer;
 //   - cluster: the cluster view in force, the wait for it to change, the
 //     members that left it;
+//   - drain: the calls in flight and the node's drain;
 //   - admin, adminview, status, metrics: the admin endpoints, what they show,
-//     their JSON shapes and the Prometheus series.
+//     their JSON shapes and the Prometheus series;
 //   - reply: what the node writes back: the OpenAI error shape, the
 //     rate-limit headers, an answer copied through.
 package router
