@@ -72,9 +72,10 @@ func (r *Router) clientGone(ctx *fasthttp.RequestCtx, c *call, w *hangup.Watch, 
 		status = resp.StatusCode()
 		r.metrics.Answered(c.prov.Name, status)
 		r.learnProvider(c, &resp.Header, status)
-		if u, ok, completion, whole := r.tokens.Late(c.counts(), c.prov.Kind, status, resp); whole {
+		if body, sse, whole := reply.Dropped(resp); whole {
 			// An answer read whole: the provider generated (and bills)
 			// it for the client that left, and says how much.
+			u, ok, completion := r.tokens.Late(c.counts(), c.prov.Kind, status, body, sse)
 			r.settleLate(c, u, ok, completion)
 		}
 	}

@@ -82,8 +82,8 @@ func answerJSON(w http.ResponseWriter) {
 // one asked for: a JSON request answered with an SSE body (read whole), or
 // a streamed request answered with a JSON body. Its client gone, the call
 // stayed at its reservation: only a JSON answer to a JSON request was
-// settled again. usage.Tokens.Late reads both as forward and stream would. So
-// too a stream under another Content-Type than text/event-stream, which
+// settled again. reply.Dropped and usage.Tokens.Late read both as forward
+// and stream would. So too a stream under another Content-Type than text/event-stream, which
 // was read as JSON and charged its prompt alone.
 func TestHangupAnswerInOtherFormSettledLate(t *testing.T) {
 	for _, tc := range []struct {

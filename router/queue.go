@@ -174,7 +174,8 @@ func (w *waiter) Check() (limiter.Decision, int) {
 	if !d.Allowed && !d.Moved {
 		return d, 0
 	}
-	return w.r.checkLevels(c, d), c.refusedLevel
+	d = w.r.checkLevels(c, d) // names the level that refuses: read after it
+	return d, c.refusedLevel
 }
 
 // Decide is the call's one decision (decide), made from at, as its waiter

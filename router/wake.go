@@ -20,11 +20,11 @@ import (
 // than d means the node was stopped. The node's watchdog must call
 // Heartbeat more often than that.
 func (r *Router) SetPauseLimit(d time.Duration) {
-	r.life.wake.SetPauseLimit(d, time.Since(r.life.started))
+	r.life.wake.SetPauseLimit(d, r.age())
 }
 
 // Heartbeat is the node watchdog's tick.
-func (r *Router) Heartbeat() { r.life.wake.Heartbeat(time.Since(r.life.started)) }
+func (r *Router) Heartbeat() { r.life.wake.Heartbeat(r.age()) }
 
 // SetCatchingUp says whether the node is catching up after a pause.
 func (r *Router) SetCatchingUp(on bool) { r.life.wake.SetCatchingUp(on) }
@@ -35,7 +35,10 @@ func (r *Router) SetCatchingUp(on bool) { r.life.wake.SetCatchingUp(on) }
 func (r *Router) Deciding() bool { return r.life.ready.Load() && !r.catchingUp() }
 
 // catchingUp reports whether this node must not decide now.
-func (r *Router) catchingUp() bool { return r.life.wake.CatchingUp(time.Since(r.life.started)) }
+func (r *Router) catchingUp() bool { return r.life.wake.CatchingUp(r.age) }
+
+// age is the time since the router started, on the monotonic clock.
+func (r *Router) age() time.Duration { return time.Since(r.life.started) }
 
 // refuseCatchingUp answers a request that reached this node while it
 // catches up after a pause.

@@ -15,11 +15,10 @@ import (
 	"github.com/jonboulle/clockwork"
 )
 
-// Drain is a node's calls in flight and its drain. Clock and Log are set
-// before use; New sets both.
+// Drain is a node's calls in flight and its drain. Make one with New.
 type Drain struct {
-	Clock clockwork.Clock
-	Log   *slog.Logger
+	clock clockwork.Clock
+	log   *slog.Logger
 
 	active   atomic.Int64
 	draining atomic.Bool
@@ -29,7 +28,7 @@ type Drain struct {
 
 // New is a drain on clk, logging to log.
 func New(clk clockwork.Clock, log *slog.Logger) *Drain {
-	return &Drain{Clock: clk, Log: log, idle: make(chan struct{}, 1)}
+	return &Drain{clock: clk, log: log, idle: make(chan struct{}, 1)}
 }
 
 // Start counts a call in; it reports whether the node drains, when the
@@ -59,7 +58,7 @@ func (d *Drain) Draining() bool { return d.draining.Load() }
 // Begin begins the drain, once.
 func (d *Drain) Begin() {
 	if d.draining.CompareAndSwap(false, true) {
-		d.Log.Info("drain", "phase", "start", "in_flight", d.active.Load())
+		d.log.Info("drain", "phase", "start", "in_flight", d.active.Load())
 	}
 }
 
@@ -69,10 +68,10 @@ func (d *Drain) Begin() {
 // has not begun: a draining node hears its last call end.
 func (d *Drain) WaitIdle(grace, timeout time.Duration) bool {
 	d.Begin()
-	start := d.Clock.Now()
-	graced := d.Clock.NewTimer(grace)
+	start := d.clock.Now()
+	graced := d.clock.NewTimer(grace)
 	defer graced.Stop()
-	deadline := d.Clock.NewTimer(timeout)
+	deadline := d.clock.NewTimer(timeout)
 	defer deadline.Stop()
 wait:
 	for inGrace := grace > 0; inGrace || d.active.Load() > 0; {
@@ -82,13 +81,13 @@ wait:
 		case <-d.idle:
 		case <-deadline.Chan():
 			// Idle at the deadline, its grace over, is in time.
-			if d.active.Load() > 0 || d.Clock.Since(start) < grace {
-				d.Log.Warn("drain", "phase", "timeout", "in_flight", d.active.Load())
+			if d.active.Load() > 0 || d.clock.Since(start) < grace {
+				d.log.Warn("drain", "phase", "timeout", "in_flight", d.active.Load())
 				return false
 			}
 			break wait
 		}
 	}
-	d.Log.Info("drain", "phase", "idle", "waited_ms", d.Clock.Since(start).Milliseconds())
+	d.log.Info("drain", "phase", "idle", "waited_ms", d.clock.Since(start).Milliseconds())
 	return true
 }

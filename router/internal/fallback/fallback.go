@@ -6,10 +6,11 @@
 // admitted to the node that counts the tenant now. The ledger those
 // reports come from, and the owners' bookkeeping, are package away's.
 //
-// It knows nothing of HTTP, calls or the router: the node's clock, window
-// and view come as functions (Config), the deltas travel through Mover
-// (package moves), and a tenant's snapshot, for the seed, through the
-// function the node gives (SetSeed).
+// It knows nothing of HTTP serving, calls or the router; of an answer it
+// reads only the headers that say what the tenant used. The node's clock,
+// window and view come as functions (Config), the deltas travel through
+// Mover (package moves), and a tenant's snapshot, for the seed, through
+// the function the node gives (SetSeed).
 package fallback
 
 import (

@@ -10,7 +10,8 @@ import (
 // forward_connect_timeout (15 ms when unset); first and idle are its read
 // budgets, forward_timeout if set, else the longest wait in a tenant's
 // queue and upstream budgets plus a margin, so the owner, not the edge,
-// decides when a request waited or an upstream took too long.
+// decides when a request waited or an upstream took too long. It reads
+// the config's queue waits, which is all it knows of tenants.
 func Timeouts(cfg *config.Config) (connect, first, idle time.Duration) {
 	connect = cfg.Cluster.ForwardConnectTimeout
 	if connect <= 0 {

@@ -2,6 +2,7 @@ package reply
 
 import (
 	"bufio"
+	"bytes"
 	"errors"
 	"fmt"
 	"io"
@@ -176,4 +177,25 @@ func Relay(w *bufio.Writer, src io.Reader, wd StreamDeadline) {
 			return
 		}
 	}
+}
+
+// Dropped reads resp, an answer whose client is gone, for its usage: a
+// body read whole (a JSON request), or the answer to a stream request that
+// is not text/event-stream, read now (bounded by ReadAnswer). whole is
+// false for a stream left unread: dropping it closes the connection and
+// cuts the generation, whose length is unknown (the reservation stands).
+// sse: its Content-Type says it is a stream.
+func Dropped(resp *fasthttp.Response) (body []byte, sse, whole bool) {
+	sse = bytes.HasPrefix(resp.Header.ContentType(), []byte("text/event-stream"))
+	if resp.BodyStream() == nil {
+		return resp.Body(), sse, true // (with a body stream, Body would read it)
+	}
+	if sse {
+		return nil, sse, false
+	}
+	var read fasthttp.Response
+	if err := ReadAnswer(&read, resp); err != nil {
+		return nil, sse, false
+	}
+	return read.Body(), sse, true
 }

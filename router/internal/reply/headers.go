@@ -85,8 +85,12 @@ func CopyHopHeaders(req *fasthttp.Request, client *fasthttp.RequestHeader, names
 	if ct := client.ContentType(); len(ct) > 0 {
 		req.Header.SetContentTypeBytes(ct)
 	}
-	var buf [16][]byte // on the stack: a hop is a request's path
-	vals := buf[:len(names)]
+	var buf [16][]byte // on the stack for the names a hop signs today
+	vals := buf[:0]
+	if len(names) > len(buf) {
+		vals = make([][]byte, 0, len(names))
+	}
+	vals = vals[:len(names)]
 	FirstHeaders(client, names, vals)
 	for i, name := range names {
 		if len(vals[i]) > 0 {

@@ -2,6 +2,8 @@ package reply
 
 import (
 	"bufio"
+	"fmt"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -10,7 +12,7 @@ import (
 
 // An upstream answer's headers reach the client but for those that
 // describe the connection, the provider's own rate-limit headers and the
-// gateway's own, whatever their case (CopyHeaders; a reviewer's answers).
+// gateway's own, whatever their case (CopyHeaders).
 func TestCopyHeadersKeepsTheMessagesOwn(t *testing.T) {
 	for _, tc := range []struct {
 		answer     string
@@ -79,6 +81,27 @@ func TestFirstHeadersAsPeek(t *testing.T) {
 			if got, want := string(vals[i]), string(req.Header.PeekBytes(name)); got != want {
 				t.Errorf("%q: %s = %q, Peek says %q", headers, name, got, want)
 			}
+		}
+	}
+}
+
+// A hop carries every name it is given, however many: the values are
+// read onto the stack only while they fit there.
+func TestCopyHopHeadersAnyNumberOfNames(t *testing.T) {
+	var client fasthttp.RequestHeader
+	client.SetMethod(fasthttp.MethodPost)
+	client.SetRequestURI("/v1/chat/completions")
+	var names [][]byte
+	for i := range 20 {
+		name := fmt.Sprintf("X-Signed-%d", i)
+		names = append(names, []byte(name))
+		client.Set(name, strconv.Itoa(i))
+	}
+	var req fasthttp.Request
+	CopyHopHeaders(&req, &client, names)
+	for i, name := range names {
+		if got := string(req.Header.PeekBytes(name)); got != strconv.Itoa(i) {
+			t.Errorf("%s = %q, want %d", name, got, i)
 		}
 	}
 }

@@ -53,11 +53,13 @@ func (g *Guard) Heartbeat(now time.Duration) { g.beat.Store(int64(now)) }
 // SetCatchingUp says whether the node is catching up after a pause.
 func (g *Guard) SetCatchingUp(on bool) { g.catching.Store(on) }
 
-// CatchingUp reports whether the node must not decide at age now.
-func (g *Guard) CatchingUp(now time.Duration) bool {
+// CatchingUp reports whether the node must not decide now; age is the
+// node's age, read only when a watchdog is armed: a node without one
+// reads no clock a request.
+func (g *Guard) CatchingUp(age func() time.Duration) bool {
 	if g.catching.Load() {
 		return true
 	}
 	limit := g.limit.Load()
-	return limit > 0 && int64(now)-g.beat.Load() > limit
+	return limit > 0 && int64(age())-g.beat.Load() > limit
 }
