@@ -120,8 +120,11 @@ type grantState struct {
 // the local share it admits on then, whose uses the store is told of once
 // it answers again.
 type outage struct {
-	since     int64       // when the store went down (0: it answers)
-	down      atomic.Bool // since != 0, read without the lock
+	since int64       // when the store went down (0: it answers)
+	down  atomic.Bool // since != 0, read without the lock
+	// none: there is no store at all (storeless), read without the lock.
+	// The share is then this node's by its configuration, not an outage.
+	none      atomic.Bool
 	share     *limiter.Tenant
 	shareN    int64 // the members share was sized for
 	shareUses []Use // what share admitted, reported once the store answers
@@ -364,6 +367,9 @@ type Decision struct {
 	// Degraded: the store is down; the decision was made on the blocks
 	// left, the share, or the OnStoreDown rule.
 	Degraded bool
+	// Storeless: there is no store at all; a Degraded decision was made
+	// on this node's share by configuration, with nothing unreachable.
+	Storeless bool
 	// Used is what the store's window held, every node's blocks and
 	// uses, after this node's last grant.
 	Used Amount
@@ -471,7 +477,7 @@ func (b *Budget) take(now, tokens int64, asked bool, f *Flow) (Ticket, Decision)
 func (b *Budget) decideLocked(now, tokens int64) (Ticket, Decision) {
 	var tk Ticket
 	var d Decision
-	d.Degraded = b.outage.since != 0
+	d.Degraded, d.Storeless = b.outage.since != 0, b.storeless
 	d.Used = b.stats.Used
 	if b.cfg.Limits.Concurrency > 0 && b.slots.used >= b.slotLimit(now) {
 		b.slots.refused++
@@ -937,9 +943,13 @@ func (b *Budget) replaceBy(n *Budget) {
 	b.next = n
 }
 
-// Degraded reports whether the store is down for this budget. It takes no
-// lock.
+// Degraded reports whether the store is down for this budget, or absent
+// (Storeless). It takes no lock.
 func (b *Budget) Degraded() bool { return b.outage.down.Load() }
+
+// Storeless reports whether the budget has no store at all: each node
+// keeps to its share by configuration. It takes no lock.
+func (b *Budget) Storeless() bool { return b.outage.none.Load() }
 
 // Charge counts a use made elsewhere that the budget must hold too (a
 // call admitted outside it, reported late; a carried call that settled
@@ -1198,9 +1208,11 @@ func (b *Budget) Stats(now int64) Stats {
 	if d := b.fair.div; d.known {
 		s.Divided, s.Part, s.PartSlots, s.Demand, s.DemandSlots, s.Nodes = true, d.rate, d.slots, d.demand, d.demandSlots, d.nodes
 	}
-	s.Degraded = b.outage.since != 0
+	// Without a store nothing is unreachable: a standalone node, or one
+	// run without Redis on purpose, is not degraded.
+	s.Degraded = b.outage.since != 0 && !b.storeless
 	d := s.degradedNs
-	if b.outage.since != 0 {
+	if s.Degraded {
 		d += now - b.outage.since
 	}
 	s.DegradedFor = time.Duration(d)

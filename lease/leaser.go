@@ -83,6 +83,7 @@ func (l *Leaser) Budget(cfg Config, members func() int) *Budget {
 		// of the loop (a request before it found no slot at all).
 		b.outage.since = l.clock()
 		b.outage.down.Store(true)
+		b.outage.none.Store(true)
 	}
 	b.wake = l.kick
 	if old := l.budgets[cfg.Key]; old != nil {

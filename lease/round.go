@@ -33,6 +33,7 @@ func (b *Budget) goStoreless(now int64) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.storeless = true
+	b.outage.none.Store(true)
 	if b.outage.since == 0 {
 		b.outage.since = now
 		b.outage.down.Store(true)

@@ -19,7 +19,7 @@ var (
 	leaseEmpty    = prometheus.NewDesc("ringgate_lease_empty_grants_total", "Grants that found no room in the provider's window.", []string{"budget"}, nil)
 	leaseReturns  = prometheus.NewDesc("ringgate_lease_give_backs_total", "Blocks given back to Redis with what was used.", []string{"budget"}, nil)
 	leaseErrors   = prometheus.NewDesc("ringgate_lease_store_errors_total", "Lease calls to Redis that failed or timed out.", []string{"budget"}, nil)
-	leaseDegraded = prometheus.NewDesc("ringgate_lease_degraded", "1 while Redis is unreachable for this budget (on_redis_down applies).", []string{"budget"}, nil)
+	leaseDegraded = prometheus.NewDesc("ringgate_lease_degraded", "1 while Redis is unreachable for this budget (on_redis_down applies); 0 without a store.", []string{"budget"}, nil)
 	leaseDegTime  = prometheus.NewDesc("ringgate_lease_degraded_seconds_total", "Time spent with Redis unreachable for this budget.", []string{"budget"}, nil)
 	leaseLeft     = prometheus.NewDesc("ringgate_lease_left", "What this node's live blocks have left.", []string{"budget", "dimension"}, nil)
 	leaseSlots    = prometheus.NewDesc("ringgate_lease_slots", "Provider slots this node holds, and fills.", []string{"budget", "state"}, nil)

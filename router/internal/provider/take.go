@@ -185,7 +185,7 @@ func (h *Hold) takeOn(b *Line, i int, req *Request) (lease.Ticket, lease.Decisio
 // behindDecision is the refusal of a request that finds others waiting for
 // the budget and may not wait itself: the room that frees is theirs.
 func (b *Line) behindDecision(now int64) lease.Decision {
-	d := lease.Decision{Limited: limiter.Concurrency, RetryAfter: time.Second, Degraded: b.Degraded()}
+	d := lease.Decision{Limited: limiter.Concurrency, RetryAfter: time.Second, Degraded: b.Degraded(), Storeless: b.Storeless()}
 	switch {
 	case b.limits.Requests > 0:
 		d.Limited, d.RetryAfter = limiter.Requests, b.RetryAfter(now)

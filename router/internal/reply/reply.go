@@ -143,7 +143,7 @@ func RefuseBudget(ctx *fasthttp.RequestCtx, d *lease.Decision, what string) {
 	setRetryAfter(&ctx.Response.Header, d.RetryAfter)
 	dim := d.Limited.String()
 	msg := fmt.Sprintf("The provider's limit on %s (%s) is reached for now. Please try again in %s.", dim, what, roundUp(max(d.RetryAfter, time.Millisecond)))
-	if d.Degraded {
+	if d.Degraded && !d.Storeless {
 		msg = fmt.Sprintf("The provider's limit on %s (%s) is enforced on this node's strict share while the gateway's coordination store is unreachable. Please try again in %s.",
 			dim, what, roundUp(max(d.RetryAfter, time.Millisecond)))
 	}

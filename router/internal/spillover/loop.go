@@ -155,7 +155,7 @@ func (l *Loop) ownerEnds(st *tenant.State, t *tenant.Tenant, sp *spill.Spill) st
 		return "disabled"
 	case t.OwnedUntil.Load() != l.OwnedNow:
 		return "owner_changed"
-	case sp.Budget.Stats(l.now()).Degraded:
+	case sp.Budget.Degraded():
 		return "store_unreachable"
 	}
 	return ""
