@@ -185,6 +185,13 @@ type Limits struct {
 	// from Redis instead of by its owner alone; it goes back to its owner
 	// below half of it. Needs Redis and cluster.secret.
 	SpilloverRPS int
+
+	// UnknownModels (unknown_models, default "default") is what happens to
+	// a request for a model no upstream lists: UnknownModelsDefault (the
+	// first upstream serves it) or UnknownModelsRefuse (a 400 that names
+	// the model). "" (a Config built in Go that leaves it out) means
+	// UnknownModelsDefault.
+	UnknownModels string
 }
 
 // Queue is the [queue] table: how long a request refused by its tenant's
@@ -308,7 +315,8 @@ const (
 	MaxModelBytes = 120 // the model of a [[tenants.model_limits]] entry
 )
 
-// Upstream kinds, upstream on_redis_down values and tenant priorities.
+// Upstream kinds, upstream on_redis_down values, tenant priorities, modes
+// and limits.unknown_models values.
 const (
 	KindOpenAI          = "openai"
 	KindAnthropic       = "anthropic"
@@ -319,6 +327,9 @@ const (
 	PriorityBatch       = "batch"
 	ModeEnforce         = "enforce"
 	ModeShadow          = "shadow"
+
+	UnknownModelsDefault = "default" // the first upstream serves any model no upstream lists
+	UnknownModelsRefuse  = "refuse"  // a request for a model no upstream lists gets a 400
 )
 
 // Default values.
@@ -364,6 +375,7 @@ func Default() *Config {
 			SlotTTL:           10 * time.Minute,
 			MaxBodyBytes:      DefaultMaxBodyBytes,
 			DefaultCompletion: 256,
+			UnknownModels:     UnknownModelsDefault,
 		},
 		Queue: Queue{InteractiveWait: 2 * time.Second, BatchWait: 60 * time.Second, MaxDepth: 1000},
 	}

@@ -93,6 +93,26 @@ max_body_bytes = 0`, `t.toml:4: limits.max_body_bytes: must be > 0 (got 0)`},
 		{"default_completion negative", `
 [limits]
 default_completion = -1`, `t.toml:3: limits.default_completion: must be >= 0 (got -1)`},
+		{"unknown_models value", `
+[limits]
+window = "60s"
+unknown_models = "reject"`, `t.toml:4: limits.unknown_models: must be "default" or "refuse" (got "reject")`},
+		{"unknown_models empty in file", `
+[limits]
+unknown_models = ""`, `t.toml:3: limits.unknown_models: must be "default" or "refuse" (got "")`},
+		{"unknown_models type", `
+[limits]
+unknown_models = false`, `t.toml:3: limits.unknown_models: must be a string (got boolean)`},
+		{"unknown_models refuse and a limit on an unlisted model", `
+[limits]
+unknown_models = "refuse"
+[[upstreams]]
+name = "u"
+base_url = "https://x"
+models = ["m"]
+[[upstreams.model_limits]]
+model = "other"
+rpm = 5`, `t.toml:9: upstreams[0].model_limits[0].model: model "other" is not in upstreams[0].models and limits.unknown_models is "refuse", so no request for it comes here`},
 
 		// Node.
 		{"listen no port", `
@@ -730,6 +750,7 @@ func TestDefaults(t *testing.T) {
 		{"slot_ttl", d.Limits.SlotTTL, 10 * time.Minute},
 		{"max_body_bytes", d.Limits.MaxBodyBytes, int64(8 << 20)},
 		{"default_completion", d.Limits.DefaultCompletion, 256},
+		{"unknown_models", d.Limits.UnknownModels, "default"},
 		{"secret", len(d.Cluster.Secret), 0},
 		{"upstreams", len(d.Upstreams), 0},
 		{"tenants", len(d.Tenants), 0},
@@ -872,6 +893,32 @@ on_redis_down = "share"
 	if c.Upstreams[0].Name != "default" || c.Upstreams[1].Kind != KindAnthropic || len(c.Upstreams) != 3 ||
 		!reflect.DeepEqual(c.Upstreams[1].Models, []string{"claude", "claude-extra"}) {
 		t.Errorf("upstreams parsed oddly: %+v", c.Upstreams)
+	}
+}
+
+func TestUnknownModels(t *testing.T) {
+	for _, tc := range []struct{ name, doc, want string }{
+		{"left out", "", UnknownModelsDefault},
+		{"default", "[limits]\nunknown_models = \"default\"\n", UnknownModelsDefault},
+		{"refuse", "[limits]\nunknown_models = \"refuse\"\n", UnknownModelsRefuse},
+	} {
+		c, err := parse([]byte(tc.doc), "t.toml", noEnv)
+		if err != nil {
+			t.Fatalf("%s: %v", tc.name, err)
+		}
+		if c.Limits.UnknownModels != tc.want {
+			t.Errorf("%s: unknown_models = %q, want %q", tc.name, c.Limits.UnknownModels, tc.want)
+		}
+	}
+	// A Config built in Go leaves UnknownModels empty: that is "default", valid.
+	d := Default()
+	d.Limits.UnknownModels = ""
+	if err := d.Validate(); err != nil {
+		t.Errorf("Go-built limits without UnknownModels: %v", err)
+	}
+	d.Limits.UnknownModels = "Refuse"
+	if err := d.Validate(); err == nil || err.Error() != `limits.unknown_models: must be "default" or "refuse" (got "Refuse")` {
+		t.Errorf("Go-built bad UnknownModels: %v", err)
 	}
 }
 
@@ -1045,6 +1092,9 @@ func TestExample(t *testing.T) {
 	}
 	if !strings.Contains(Example, "\non_redis_down = ") || !strings.Contains(Example, "\n[[upstreams.model_limits]]\n") {
 		t.Error("example does not show on_redis_down and [[upstreams.model_limits]]")
+	}
+	if c.Limits.UnknownModels != UnknownModelsDefault || !strings.Contains(Example, "\nunknown_models = ") {
+		t.Errorf("example does not show limits.unknown_models (parsed %q)", c.Limits.UnknownModels)
 	}
 	// The sha256 key in the example is that of the key named in its comment.
 	hs, err := c.Tenants[1].KeyHashes()

@@ -427,6 +427,7 @@ func (d *decoder) rootFields() map[string]field {
 			"max_body_bytes":     fInt64(&c.Limits.MaxBodyBytes),
 			"default_completion": fInt(&c.Limits.DefaultCompletion),
 			"spillover_rps":      fInt(&c.Limits.SpilloverRPS),
+			"unknown_models":     fWritten(fStr(&c.Limits.UnknownModels)),
 		}),
 		"upstreams": fTables(func(d *decoder, path string, v any) {
 			u := defaultUpstream()

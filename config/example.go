@@ -46,6 +46,7 @@ slot_ttl = "10m"            # a concurrency slot never released (lost stream) fr
 max_body_bytes = 8388608    # larger request bodies get 413
 default_completion = 256    # completion tokens assumed when a tenant/model has no history
 spillover_rps = 0           # a tenant above this many requests/s is served by every node on a leased budget; 0 = never
+unknown_models = "default"  # a model no upstream lists: "default" (the first upstream serves it) or "refuse" (400)
 
 # Requests a tenant's limits refuse wait on its owner for room, by class.
 [queue]
@@ -54,7 +55,7 @@ batch_wait = "60s"          # longest a batch request waits
 max_depth = 1000            # requests waiting per tenant and class; past it, 429
 
 # Upstreams: requests whose "model" is listed go to that upstream; the first
-# upstream takes all other models.
+# upstream takes all other models (limits.unknown_models = "refuse": none).
 [[upstreams]]
 name = "openai"
 kind = "openai"                      # or "anthropic"

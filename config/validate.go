@@ -192,6 +192,18 @@ func (v *validator) limits() {
 	}
 	v.limit("limits.default_completion", l.DefaultCompletion)
 	v.limit("limits.spillover_rps", l.SpilloverRPS)
+	switch l.UnknownModels {
+	case UnknownModelsDefault, UnknownModelsRefuse:
+	case "":
+		// The zero value of a Config built in Go means "default"; in a
+		// file, the key is either left out (default) or set to a value.
+		if !v.c.written["limits.unknown_models"] {
+			break
+		}
+		fallthrough
+	default:
+		v.errf("limits.unknown_models", "must be %q or %q (got %q)", UnknownModelsDefault, UnknownModelsRefuse, l.UnknownModels)
+	}
 }
 
 func (v *validator) upstreams() {
@@ -254,8 +266,9 @@ func (v *validator) upstreams() {
 
 // modelLimits checks the model_limits of upstreams[i] (path p). Each must
 // name a model that is routed to this upstream: one of its models, or, for
-// the first upstream (the default), any model no other upstream lists. A
-// limit on a model that never comes here is a typo or a misplaced entry.
+// the first upstream (the default) while limits.unknown_models is not
+// "refuse", any model no other upstream lists. A limit on a model that
+// never comes here is a typo or a misplaced entry.
 func (v *validator) modelLimits(p string, i int, u Upstream, routed map[string]int) {
 	seen := map[string]int{} // model -> index of its first entry
 	for k, ml := range u.ModelLimits {
@@ -272,6 +285,8 @@ func (v *validator) modelLimits(p string, i int, u Upstream, routed map[string]i
 			v.errf(lp+".model", "model %q is routed to upstreams[%d] (listed in its models), never to this one", ml.Model, j)
 		case i > 0:
 			v.errf(lp+".model", "model %q is not in %s.models, so no request for it comes here", ml.Model, p)
+		case v.c.Limits.UnknownModels == UnknownModelsRefuse:
+			v.errf(lp+".model", "model %q is not in %s.models and limits.unknown_models is %q, so no request for it comes here", ml.Model, p, UnknownModelsRefuse)
 		}
 		if ml.Model != "" && !dup {
 			seen[ml.Model] = k

@@ -258,8 +258,15 @@ func (r *Router) newCall(ctx *fasthttp.RequestCtx, ep upstream.Endpoint, st *ten
 		}
 		return nil
 	}
-	prov := st.Provider(req.Model)
-	if prov == nil {
+	prov, err := st.Provider(req.Model)
+	switch {
+	case errors.Is(err, tenant.ErrUnknownModel):
+		d := lim.Peek(r.clock())
+		reply.SetRateHeaders(&ctx.Response.Header, &d)
+		reply.Fail(ctx, fasthttp.StatusBadRequest, "invalid_request_error", "model_not_found",
+			fmt.Sprintf("The model %q is not served by this gateway. GET /v1/models lists the models it serves.", req.Model))
+		return nil
+	case err != nil:
 		reply.Fail(ctx, fasthttp.StatusServiceUnavailable, "server_error", "no_upstream", "No upstream is configured.")
 		return nil
 	}

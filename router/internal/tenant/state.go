@@ -1,6 +1,7 @@
 package tenant
 
 import (
+	"errors"
 	"fmt"
 	"maps"
 	"slices"
@@ -168,15 +169,27 @@ func (b *entityBuilder) entity(name string, limits limiter.Limits, mode string) 
 	return t
 }
 
-// Provider picks the upstream serving model; unknown models go to the first.
-func (st *State) Provider(model string) *upstream.Provider {
+// Errors of Provider.
+var (
+	ErrNoUpstream   = errors.New("no upstream is configured")
+	ErrUnknownModel = errors.New("no upstream lists the model")
+)
+
+// Provider picks the upstream serving model: the one that lists it, or, for
+// a model none lists, the first (limits.unknown_models "default") or none
+// (ErrUnknownModel: "refuse"). Every request's upstream is chosen here, so
+// a reload's new rule holds for every request decided after it.
+func (st *State) Provider(model string) (*upstream.Provider, error) {
 	if p, ok := st.byModel[model]; ok {
-		return p
+		return p, nil
 	}
 	if len(st.Providers) == 0 {
-		return nil
+		return nil, ErrNoUpstream
 	}
-	return st.Providers[0]
+	if st.Cfg.Limits.UnknownModels == config.UnknownModelsRefuse {
+		return nil, ErrUnknownModel
+	}
+	return st.Providers[0], nil
 }
 
 // SpillKeys are the budget keys of the spills this node serves (a reload
