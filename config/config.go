@@ -66,10 +66,13 @@ type Config struct {
 	// (a config of 100 000 tenants has 600 000 paths); origin maps key
 	// paths set by a flag or env override to a label ("flag -listen").
 	// Both only feed error messages. written are the paths of keys whose
-	// presence matters although their value is the zero one.
-	lines   *lazyLines
-	origin  map[string]string
-	written map[string]bool
+	// presence matters although their value is the zero one. unsetEnv
+	// maps the path of each secret written "env:NAME" whose variable was
+	// unset or empty to NAME, for Warnings.
+	lines    *lazyLines
+	origin   map[string]string
+	written  map[string]bool
+	unsetEnv map[string]string
 }
 
 // lazyLines is keyLines of a document, made once when first asked.
@@ -87,6 +90,24 @@ func (l *lazyLines) line(p string) (int, bool) {
 	l.once.Do(func() { l.lines, l.data = keyLines(l.data), nil })
 	n, ok := l.lines[p]
 	return n, ok
+}
+
+// only is a copy of l that knows the lines of paths (and of their
+// enclosing tables) alone.
+func (l *lazyLines) only(paths []string) *lazyLines {
+	if l == nil {
+		return nil
+	}
+	kept := &lazyLines{lines: map[string]int{}}
+	kept.once.Do(func() {})
+	for _, p := range paths {
+		for q := p; q != ""; q = parentPath(q) {
+			if n, ok := l.line(q); ok {
+				kept.lines[q] = n
+			}
+		}
+	}
+	return kept
 }
 
 // Node is the [node] table: this process's identity and addresses.
@@ -442,9 +463,9 @@ func (c *Config) finish() error {
 		return err
 	}
 	// The file's text serves error messages only: a valid config does not
-	// keep it (8.8 MB for 100 000 tenants). A later Validate names the key
-	// without its line.
-	c.lines = nil
+	// keep it (8.8 MB for 100 000 tenants), only the lines of the keys
+	// Warnings names. A later Validate names other keys without their line.
+	c.lines = c.lines.only(warningKeys(c))
 	return nil
 }
 

@@ -177,6 +177,12 @@ func (d *decoder) str(path string, v any, emptyEnvOK bool) (string, bool) {
 		d.errf(path, "environment variable %s is not set", name)
 		return "", false
 	}
+	if val == "" {
+		if d.c.unsetEnv == nil {
+			d.c.unsetEnv = map[string]string{}
+		}
+		d.c.unsetEnv[path] = name
+	}
 	return val, true
 }
 

@@ -13,6 +13,7 @@ import (
 	"net"
 	"runtime/debug"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -119,6 +120,7 @@ func Start(cfg *config.Config, o Options) (*Node, error) {
 		o.Logger = slog.Default()
 	}
 	log := o.Logger.With("node", cfg.Node.Name)
+	logWarnings(log, cfg.Warnings(), nil)
 	var metrics atomic.Pointer[nodeMetrics] // made with the router, which holds the registry
 	conn, leases, err := dialRedis(cfg, log, &metrics)
 	if err != nil {
@@ -187,12 +189,36 @@ func dialRedis(cfg *config.Config, log *slog.Logger, metrics *atomic.Pointer[nod
 	rs := lease.NewRedisStore(conn, "")
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
-	if err := rs.Load(ctx); err != nil {
+	// The first call dials, TLS and all: it gets more than redis.timeout.
+	ping := func(ctx context.Context) error { return conn.Client().Ping(ctx).Err() }
+	if err := conn.Call(ctx, 500*time.Millisecond, ping); err != nil {
+		// Not fatal: Redis may come later; the node serves meanwhile, and
+		// says how.
+		log.Warn("redis", "phase", "unreachable", "addrs", cfg.Redis.Addresses(), "error", err.Error(),
+			"detail", "Redis does not answer at start: until it does, each upstream's limits follow its on_redis_down "+
+				"(by default this node keeps to its strict share of them), and no tenant state is saved to it or restored from it")
+	} else if err := rs.Load(ctx); err != nil {
 		// Not fatal: Redis may come later, and a script unknown to
 		// it is sent whole (EVAL) on first use.
 		log.Warn("lease", "phase", "load_scripts", "error", err.Error())
 	}
 	return conn, rs, nil
+}
+
+// startOnly are the tables read at start only: a reload leaves their
+// warnings as the start logged them.
+var startOnly = []string{"node", "cluster", "redis"}
+
+// logWarnings logs one "config" line per setting that cannot take effect,
+// but those of the tables in skip.
+func logWarnings(log *slog.Logger, ws []config.Warning, skip []string) {
+	for _, w := range ws {
+		table, _, _ := strings.Cut(w.Key, ".")
+		if slices.Contains(skip, table) {
+			continue
+		}
+		log.Warn("config", "key", w.Key, "file", w.File, "line", w.Line, "detail", w.Msg)
+	}
 }
 
 // unixNano reads o's clock in Unix nanoseconds, for the packages that only
@@ -285,9 +311,6 @@ func (n *Node) restore() {
 // and watches for pauses.
 func (n *Node) join(o Options) error {
 	cfg := n.cfg
-	if len(cfg.Cluster.Secret) == 0 {
-		n.log.Warn("start", "detail", "no cluster.secret: gossip is unencrypted and peer hops are off; this node enforces its strict share of tenants it does not own")
-	}
 	n.router.SetReady(false)
 	n.table = ring.NewTable(cfg.Node.Name, o.RingDebounce, n.onRing)
 	// Until the members are known, the placement its config asks for
@@ -527,6 +550,7 @@ func (n *Node) ReloadFromSource(trigger string) router.ReloadResult {
 			err = e
 		} else {
 			res.OK, res.ConfigVersion, res.RestartRequired = true, n.router.ConfigVersion(), restart
+			logWarnings(n.log, next.Warnings(), startOnly)
 			if len(restart) > 0 {
 				n.log.Warn("reload", "trigger", trigger, "restart_required", restart,
 					"detail", "these tables changed in the file and are read at start only: their old values stay until a restart")

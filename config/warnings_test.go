@@ -1,0 +1,126 @@
+package config
+
+import (
+	"strings"
+	"testing"
+)
+
+// warningsOf parses doc as t.toml with env and returns its warnings, one
+// string each.
+func warningsOf(t *testing.T, doc string, env map[string]string) []string {
+	t.Helper()
+	c, err := parse([]byte(doc), "t.toml", envMap(env))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, w := range c.Warnings() {
+		out = append(out, w.String())
+	}
+	return out
+}
+
+// standalone is a node with nothing that warns.
+const standalone = `
+[node]
+gossip = ""
+`
+
+func TestWarningsNoneForAStandaloneNode(t *testing.T) {
+	if got := warningsOf(t, standalone, nil); len(got) != 0 {
+		t.Errorf("warnings = %q, want none", got)
+	}
+	c := Default()
+	c.Node.Gossip = ""
+	if got := c.Warnings(); len(got) != 0 {
+		t.Errorf("Default() standalone: warnings = %v, want none", got)
+	}
+}
+
+func TestWarningSpilloverWithoutRedis(t *testing.T) {
+	doc := standalone + `
+[limits]
+spillover_rps = 50
+`
+	got := warningsOf(t, doc, nil)
+	if len(got) != 1 || !strings.HasPrefix(got[0], "t.toml:6: limits.spillover_rps: spillover needs Redis") {
+		t.Errorf("warnings = %q, want one on limits.spillover_rps at line 6", got)
+	}
+	if got := warningsOf(t, doc+"[redis]\naddr = \"127.0.0.1:6379\"\n", nil); len(got) != 0 {
+		t.Errorf("with redis.addr: warnings = %q, want none", got)
+	}
+}
+
+func TestWarningUnsetEnvSecrets(t *testing.T) {
+	doc := standalone + `
+[cluster]
+secret = "env:RG_SECRET"
+
+[admin]
+token = "env:RG_TOKEN"
+
+[[upstreams]]
+name = "p"
+base_url = "http://127.0.0.1:9000"
+api_key = "env:RG_KEY"
+`
+	got := warningsOf(t, doc, nil)
+	want := []string{
+		"t.toml:6: cluster.secret: environment variable RG_SECRET is not set",
+		"t.toml:9: admin.token: environment variable RG_TOKEN is not set: the admin API answers loopback callers only",
+		"t.toml:14: upstreams[0].api_key: environment variable RG_KEY is not set: requests go to the provider without a key",
+	}
+	if len(got) != len(want) {
+		t.Fatalf("warnings = %q, want %d", got, len(want))
+	}
+	for i := range want {
+		if !strings.HasPrefix(got[i], want[i]) {
+			t.Errorf("warning %d = %q, want it to start %q", i, got[i], want[i])
+		}
+	}
+	set := map[string]string{"RG_SECRET": secret32, "RG_TOKEN": "t", "RG_KEY": "k"}
+	if got := warningsOf(t, doc, set); len(got) != 0 {
+		t.Errorf("with the variables set: warnings = %q, want none", got)
+	}
+}
+
+func TestWarningGossipWithNothingToJoin(t *testing.T) {
+	doc := `
+[node]
+gossip = "127.0.0.1:7946"
+
+[cluster]
+secret = "` + secret32 + `"
+`
+	got := warningsOf(t, doc, nil)
+	if len(got) != 1 || !strings.HasPrefix(got[0], "t.toml:2: node.join: empty while node.gossip is set") {
+		t.Errorf("warnings = %q, want one on node.join at the [node] line", got)
+	}
+	joined := strings.Replace(doc, `gossip = "127.0.0.1:7946"`, `gossip = "127.0.0.1:7946"`+"\njoin = [\"10.0.0.1:7946\"]", 1)
+	if got := warningsOf(t, joined, nil); len(got) != 0 {
+		t.Errorf("with node.join: warnings = %q, want none", got)
+	}
+}
+
+func TestWarningGossipWithoutSecret(t *testing.T) {
+	doc := `
+[node]
+gossip = "127.0.0.1:7946"
+join = ["10.0.0.1:7946"]
+`
+	got := warningsOf(t, doc, nil)
+	if len(got) != 1 || !strings.HasPrefix(got[0], "t.toml: cluster.secret: not set: gossip is unencrypted") {
+		t.Errorf("warnings = %q, want one on cluster.secret", got)
+	}
+}
+
+func TestWarningNamesTheFlag(t *testing.T) {
+	c := Default()
+	c.Path = "t.toml"
+	c.origin = map[string]string{"node.join": "flag -join"}
+	c.Cluster.Secret = make([]byte, 32)
+	got := c.Warnings()
+	if len(got) != 1 || got[0].File != "flag -join" || got[0].Key != "node.join" {
+		t.Errorf("warnings = %v, want one on node.join naming flag -join", got)
+	}
+}
