@@ -7,6 +7,7 @@
 //	ringgate fake-upstream -listen …  the fake OpenAI-compatible provider
 //	ringgate load -url … -keys …      a load of chat completions, a line a second
 //	ringgate healthcheck              exit 0 if the local node answers /healthz
+//	ringgate help                     the subcommands and a node's flags (-h too)
 package main
 
 import (
@@ -14,6 +15,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -32,32 +34,64 @@ import (
 )
 
 func main() {
-	args := os.Args[1:]
+	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+}
+
+// run runs the command args name and returns the exit status: 0, 1 on an
+// error, 2 for -h as the flag package has it.
+func run(args []string, stdout, stderr io.Writer) int {
 	var err error
 	switch {
 	case len(args) > 0 && args[0] == "demo":
 		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-		err = demo.Run(ctx, args[1:], os.Stdout)
+		err = demo.Run(ctx, args[1:], stdout)
 		stop()
 	case len(args) > 0 && args[0] == "fake-upstream":
-		err = fakeupstream.Main(args[1:], os.Stdout)
+		err = fakeupstream.Main(args[1:], stdout)
 	case len(args) > 0 && args[0] == "load":
 		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-		err = loadgen.Run(ctx, args[1:], os.Stdout)
+		err = loadgen.Run(ctx, args[1:], stdout)
 		stop()
 	case len(args) > 0 && args[0] == "healthcheck":
 		err = healthcheck(args[1:])
+	case len(args) > 0 && args[0] == "help":
+		usage(stdout)
+		return 0
 	default:
-		err = serve(args)
+		if err = serve(args); errors.Is(err, flag.ErrHelp) {
+			usage(stderr)
+			return 2
+		}
 	}
 	if err != nil {
 		if errors.Is(err, flag.ErrHelp) {
-			fmt.Fprintln(os.Stderr, err)
-			os.Exit(2)
+			fmt.Fprintln(stderr, err)
+			return 2
 		}
-		fmt.Fprintln(os.Stderr, "ringgate:", err)
-		os.Exit(1)
+		fmt.Fprintln(stderr, "ringgate:", err)
+		return 1
 	}
+	return 0
+}
+
+// commands are ringgate's subcommands, each with its one line of help.
+var commands = []struct{ name, help string }{
+	{"demo", "run a self-contained cluster on loopback (nodes, a fake provider, load) and print what happens"},
+	{"fake-upstream", "run the fake OpenAI- and Anthropic-compatible provider"},
+	{"load", "send a load of chat completions to nodes and print a line a second"},
+	{"healthcheck", "exit 0 if the node on this host answers /healthz (a container's health check)"},
+	{"help", "print this help"},
+}
+
+// usage prints how to call ringgate: a node and its flags, and the
+// subcommands.
+func usage(w io.Writer) {
+	fmt.Fprintf(w, "Usage:\n  ringgate [flags]             run a node\n")
+	for _, c := range commands {
+		fmt.Fprintf(w, "  ringgate %-19s %s\n", c.name, c.help)
+	}
+	fmt.Fprintf(w, "\nRun \"ringgate <command> -h\" for a command's flags.\n")
+	fmt.Fprintf(w, "\nFlags of a node (each also read from RINGGATE_<FLAG>, e.g. RINGGATE_LISTEN):\n%s", config.FlagUsage())
 }
 
 // serve runs one node until SIGTERM or SIGINT (drain, exit 0); SIGHUP reloads

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"flag"
 	"fmt"
+	"io"
 	"os"
 	"strings"
 )
@@ -27,21 +28,8 @@ func FromArgs(args []string, getenv func(string) string) (*Config, error) {
 	if getenv == nil {
 		getenv = os.Getenv
 	}
-	fs := flag.NewFlagSet("ringgate", flag.ContinueOnError)
 	var out bytes.Buffer
-	fs.SetOutput(&out)
-	fs.String("config", "config.toml", "TOML config `file`")
-	overrides := []struct{ flag, key, usage string }{
-		{"node", "node.name", "unique node `name` (default the host name)"},
-		{"listen", "node.listen", "HTTP `host:port` for clients, peers and admin"},
-		{"gossip", "node.gossip", "memberlist bind `host:port` (TCP and UDP)"},
-		{"advertise", "node.advertise", "gossip `host:port` peers use, if not the bind one"},
-		{"join", "node.join", "comma-separated seed gossip `addresses`; empty: start a new cluster"},
-		{"redis", "redis.addr", "Redis `host:port`; empty: no Redis"},
-	}
-	for _, o := range overrides {
-		fs.String(o.flag, "", o.usage+" (overrides "+o.key+")")
-	}
+	fs := flagSet(&out)
 	if err := fs.Parse(args); err != nil {
 		return nil, &usageError{err: err, usage: strings.TrimSpace(out.String())}
 	}
@@ -107,6 +95,35 @@ func FromArgs(args []string, getenv func(string) string) (*Config, error) {
 		return nil, err
 	}
 	return c, nil
+}
+
+// overrides are the flags that override a key of the file.
+var overrides = []struct{ flag, key, usage string }{
+	{"node", "node.name", "unique node `name` (default the host name)"},
+	{"listen", "node.listen", "HTTP `host:port` for clients, peers and admin"},
+	{"gossip", "node.gossip", "memberlist bind `host:port` (TCP and UDP)"},
+	{"advertise", "node.advertise", "gossip `host:port` peers use, if not the bind one"},
+	{"join", "node.join", "comma-separated seed gossip `addresses`; empty: start a new cluster"},
+	{"redis", "redis.addr", "Redis `host:port`; empty: no Redis"},
+}
+
+// flagSet is the flags FromArgs reads, writing its messages to out.
+func flagSet(out io.Writer) *flag.FlagSet {
+	fs := flag.NewFlagSet("ringgate", flag.ContinueOnError)
+	fs.SetOutput(out)
+	fs.String("config", "config.toml", "TOML config `file`")
+	for _, o := range overrides {
+		fs.String(o.flag, "", o.usage+" (overrides "+o.key+")")
+	}
+	return fs
+}
+
+// FlagUsage is the list of a node's flags, one flag and its meaning on two
+// lines each, as the flag package prints them.
+func FlagUsage() string {
+	var out bytes.Buffer
+	flagSet(&out).PrintDefaults()
+	return out.String()
 }
 
 // splitList splits "a, b,,c" into [a b c]; "" gives an empty list.
