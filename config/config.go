@@ -462,10 +462,16 @@ func (c *Config) finish() error {
 	if err := c.Validate(); err != nil {
 		return err
 	}
-	// The file's text serves error messages only: a valid config does not
-	// keep it (8.8 MB for 100 000 tenants), only the lines of the keys
-	// Warnings names. A later Validate names other keys without their line.
-	c.lines = c.lines.only(warningKeys(c))
+	// The file's text serves messages only: a valid config does not keep
+	// it (8.8 MB for 100 000 tenants), only, when it has warnings, the
+	// lines of the keys they name (finding those reads the text: a config
+	// without warnings does not). A later Validate names the other keys
+	// without their line.
+	if len(c.Warnings()) > 0 {
+		c.lines = c.lines.only(warningKeys(c))
+	} else {
+		c.lines = nil
+	}
 	return nil
 }
 

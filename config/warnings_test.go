@@ -124,3 +124,22 @@ func TestWarningNamesTheFlag(t *testing.T) {
 		t.Errorf("warnings = %v, want one on node.join naming flag -join", got)
 	}
 }
+
+// TestWarningsKeepLinesNotText: a parsed config keeps none of its text, and
+// reads it for lines only when it has warnings.
+func TestWarningsKeepLinesNotText(t *testing.T) {
+	c, err := parse([]byte(standalone), "t.toml", noEnv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.lines != nil {
+		t.Error("a config without warnings keeps its lines")
+	}
+	c, err = parse([]byte(standalone+"[limits]\nspillover_rps = 5\n"), "t.toml", noEnv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.lines == nil || c.lines.data != nil || c.lines.lines["limits.spillover_rps"] != 5 || len(c.lines.lines) > 4 {
+		t.Errorf("a config with one warning keeps %+v, want the lines of the keys warnings name only", c.lines)
+	}
+}
