@@ -91,6 +91,9 @@ func restartKeepsUsage(t *testing.T, rds config.Redis) {
 	if fmt.Sprint(got) != "[200 200 429]" {
 		t.Fatalf("after the restart: %v, want [200 200 429]\n%s", got, logs.String())
 	}
+	if got := warnLines(logs.entries(), "redis"); len(got) > 0 {
+		t.Errorf("a Redis that answers was logged as unreachable: %v", got)
+	}
 	if !strings.Contains(logs.String(), `"redis_snapshot":1`) {
 		t.Errorf("the restart did not log a final snapshot taken over:\n%s", logs.String())
 	}
