@@ -21,7 +21,7 @@ func (w Warning) String() string {
 }
 
 // Warnings lists the settings of c that cannot take effect: spillover
-// without Redis, an env: secret whose variable is unset, gossip with
+// without Redis, cluster.secret or gossip, an env: secret whose variable is unset, gossip with
 // nothing to join and no cluster.secret for gossip. They are ordered by
 // line, then key.
 func (c *Config) Warnings() []Warning {
@@ -42,9 +42,8 @@ func (c *Config) Warnings() []Warning {
 			add(key, unsetEnvWarning(key, c.unsetEnv[key]))
 		}
 	}
-	if c.Limits.SpilloverRPS > 0 && !c.Redis.Enabled() {
-		add("limits.spillover_rps", "spillover needs Redis, and redis.addr is not set: no tenant spills over; "+
-			"set redis.addr, or spillover_rps = 0")
+	if msg := c.spilloverWarning(); msg != "" {
+		add("limits.spillover_rps", msg)
 	}
 	sort.SliceStable(out, func(i, j int) bool { return out[i].Line < out[j].Line })
 	return out
@@ -68,6 +67,28 @@ func (c *Config) secretWarning() string {
 	}
 	return what + ": gossip is unencrypted and nodes hand no requests to each other, " +
 		"so each enforces its strict share of the tenants it does not own; " + fix
+}
+
+// spilloverWarning names what spillover needs and c lacks: Redis for the
+// leased budgets, cluster.secret for the signed announcements, gossip for
+// the other nodes to spill to.
+func (c *Config) spilloverWarning() string {
+	if c.Limits.SpilloverRPS <= 0 {
+		return ""
+	}
+	var missing []string
+	for key, lacks := range map[string]bool{"redis.addr": !c.Redis.Enabled(),
+		"cluster.secret": len(c.Cluster.Secret) == 0, "node.gossip": c.Node.Gossip == ""} {
+		if lacks {
+			missing = append(missing, key)
+		}
+	}
+	if len(missing) == 0 {
+		return ""
+	}
+	sort.Strings(missing)
+	return "spillover needs Redis, cluster.secret and a cluster, and this node has no " + strings.Join(missing, ", ") +
+		": no tenant spills over; set them, or spillover_rps = 0"
 }
 
 // unsetEnvWarning says what the empty value of secret key means.

@@ -43,11 +43,31 @@ func TestWarningSpilloverWithoutRedis(t *testing.T) {
 spillover_rps = 50
 `
 	got := warningsOf(t, doc, nil)
-	if len(got) != 1 || !strings.HasPrefix(got[0], "t.toml:6: limits.spillover_rps: spillover needs Redis") {
-		t.Errorf("warnings = %q, want one on limits.spillover_rps at line 6", got)
+	want := "t.toml:6: limits.spillover_rps: spillover needs Redis, cluster.secret and a cluster, " +
+		"and this node has no cluster.secret, node.gossip, redis.addr: no tenant spills over"
+	if len(got) != 1 || !strings.HasPrefix(got[0], want) {
+		t.Errorf("warnings = %q, want one starting %q", got, want)
 	}
-	if got := warningsOf(t, doc+"[redis]\naddr = \"127.0.0.1:6379\"\n", nil); len(got) != 0 {
-		t.Errorf("with redis.addr: warnings = %q, want none", got)
+	cluster := `
+[node]
+gossip = "127.0.0.1:7946"
+join = ["10.0.0.1:7946"]
+
+[cluster]
+secret = "` + secret32 + `"
+
+[redis]
+addr = "127.0.0.1:6379"
+
+[limits]
+spillover_rps = 50
+`
+	if got := warningsOf(t, cluster, nil); len(got) != 0 {
+		t.Errorf("with Redis, a secret and a cluster: warnings = %q, want none", got)
+	}
+	noRedis := strings.Replace(cluster, `addr = "127.0.0.1:6379"`, "", 1)
+	if got := warningsOf(t, noRedis, nil); len(got) != 1 || !strings.Contains(got[0], "this node has no redis.addr:") {
+		t.Errorf("without redis.addr: warnings = %q, want one naming redis.addr", got)
 	}
 }
 

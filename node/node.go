@@ -195,7 +195,7 @@ func dialRedis(cfg *config.Config, log *slog.Logger, metrics *atomic.Pointer[nod
 		// Not fatal: Redis may come later; the node serves meanwhile, and
 		// says how.
 		log.Warn("redis", "phase", "unreachable", "addrs", cfg.Redis.Addresses(), "error", err.Error(),
-			"detail", "Redis does not answer at start: until it does, each upstream's limits follow its on_redis_down "+
+			"detail", "Redis cannot be reached at start: until it answers, each upstream's limits follow its on_redis_down "+
 				"(by default this node keeps to its strict share of them), and no tenant state is saved to it or restored from it")
 	} else if err := rs.Load(ctx); err != nil {
 		// Not fatal: Redis may come later, and a script unknown to
