@@ -87,26 +87,36 @@ func (l *lazyLines) line(p string) (int, bool) {
 	if l == nil {
 		return 0, false
 	}
-	l.once.Do(func() { l.lines, l.data = keyLines(l.data), nil })
+	l.once.Do(func() { l.lines, l.data = keyLines(l.data, nil), nil })
 	n, ok := l.lines[p]
 	return n, ok
 }
 
 // only is a copy of l that knows the lines of paths (and of their
-// enclosing tables) alone.
+// enclosing tables) alone. It reads the document for those only, and
+// spends l: l knows no lines after it.
 func (l *lazyLines) only(paths []string) *lazyLines {
 	if l == nil {
 		return nil
 	}
-	kept := &lazyLines{lines: map[string]int{}}
-	kept.once.Do(func() {})
+	want := map[string]bool{}
 	for _, p := range paths {
 		for q := p; q != ""; q = parentPath(q) {
-			if n, ok := l.line(q); ok {
-				kept.lines[q] = n
+			want[q] = true
+		}
+	}
+	var lines map[string]int
+	l.once.Do(func() { lines, l.data = keyLines(l.data, want), nil })
+	if lines == nil { // all of them were read before
+		lines = map[string]int{}
+		for p := range want {
+			if n, ok := l.lines[p]; ok {
+				lines[p] = n
 			}
 		}
 	}
+	kept := &lazyLines{lines: lines}
+	kept.once.Do(func() {})
 	return kept
 }
 
@@ -467,10 +477,10 @@ func (c *Config) finish() error {
 	// lines of the keys they name (finding those reads the text: a config
 	// without warnings does not). A later Validate names the other keys
 	// without their line.
+	all := c.lines
+	c.lines = nil
 	if len(c.Warnings()) > 0 {
-		c.lines = c.lines.only(warningKeys(c))
-	} else {
-		c.lines = nil
+		c.lines = all.only(warningKeys(c))
 	}
 	return nil
 }

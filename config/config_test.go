@@ -1140,7 +1140,7 @@ h = 1
 [[t.arr]]
 h = 2
 `
-	lines := keyLines([]byte(doc))
+	lines := keyLines([]byte(doc), nil)
 	want := map[string]int{
 		"a": 1, "x": 2, "x.y": 2, "x.y.b": 3, "x.y.b[0]": 4, "x.y.b[1]": 5, "x.y.b[1][1]": 5,
 		"t[0]": 7, "t[0].c": 8, "t[0].c.d": 8, "t[0].c.e.f": 8,

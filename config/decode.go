@@ -497,8 +497,10 @@ func (d *decoder) rootFields() map[string]field {
 
 // keyLines maps every key path in a (syntactically valid) document to the
 // line it is written on: "node.listen", "tenants[1].rpm", "node.join[0]",
-// and tables such as "tenants[1]" to their header line.
-func keyLines(data []byte) map[string]int {
+// and tables such as "tenants[1]" to their header line. With want, only
+// the paths in it, and the keys of the tables not in it are not read (the
+// few keys of a warning, in a file of 100 000 tenants).
+func keyLines(data []byte, want map[string]bool) map[string]int {
 	var nl []int
 	for i, b := range data {
 		if b == '\n' {
@@ -520,6 +522,9 @@ func keyLines(data []byte) map[string]int {
 	}
 	lines := map[string]int{}
 	set := func(path string, line int) {
+		if want != nil && !want[path] {
+			return
+		}
 		if _, ok := lines[path]; !ok && line > 0 {
 			lines[path] = line
 		}
@@ -590,12 +595,14 @@ func keyLines(data []byte) map[string]int {
 	var p unstable.Parser
 	p.Reset(data)
 	cur := ""
+	skip := false // with want: cur's keys are not wanted
 	for p.NextExpression() {
 		e := p.Expression()
 		switch e.Kind {
 		case unstable.Table:
 			parts, l := keyParts(e)
 			cur = resolve(parts, l)
+			skip = want != nil && !want[cur]
 		case unstable.ArrayTable:
 			parts, l := keyParts(e)
 			base := resolve(parts[:len(parts)-1], l)
@@ -603,16 +610,24 @@ func keyLines(data []byte) map[string]int {
 			set(base, l)
 			n := arrays[base]
 			arrays[base] = n + 1
+			if skip = want != nil && !want[base]; skip {
+				continue
+			}
 			cur = fmt.Sprintf("%s[%d]", base, n)
-			lines[cur] = l
+			set(cur, l)
 		case unstable.KeyValue:
+			if skip {
+				continue
+			}
 			parts, l := keyParts(e)
 			path := cur
 			for _, part := range parts {
 				path = join(path, part)
 				set(path, l)
 			}
-			value(path, e.Value(), l)
+			if want == nil || want[path] {
+				value(path, e.Value(), l)
+			}
 		}
 	}
 	return lines

@@ -163,3 +163,35 @@ func TestWarningsKeepLinesNotText(t *testing.T) {
 		t.Errorf("a config with one warning keeps %+v, want the lines of the keys warnings name only", c.lines)
 	}
 }
+
+// TestKeyLinesWanted: with want, keyLines finds the wanted paths' lines as
+// without it, and no others.
+func TestKeyLinesWanted(t *testing.T) {
+	doc := `node.name = "n"
+[node]
+join = ["a:1"]
+[[upstreams]]
+name = "a"
+[[upstreams]]
+api_key = "k"
+[upstreams.x]
+api_key = "no"
+[[tenants]]
+rpm = 1
+[limits]
+spillover_rps = 1
+`
+	want := map[string]bool{"node": true, "node.join": true, "node.name": true, "upstreams": true, "upstreams[1]": true,
+		"upstreams[1].api_key": true, "limits": true, "limits.spillover_rps": true, "tenants[0].rpm": false}
+	all, got := keyLines([]byte(doc), nil), keyLines([]byte(doc), want)
+	for p, w := range want {
+		if _, ok := got[p]; !w && ok {
+			t.Errorf("%s: found, not wanted", p)
+		} else if w && (got[p] == 0 || got[p] != all[p]) {
+			t.Errorf("line of %s = %d, want %d", p, got[p], all[p])
+		}
+	}
+	if len(got) != 8 {
+		t.Errorf("found %v, want the 8 wanted paths", got)
+	}
+}
