@@ -23,11 +23,19 @@
 //
 // Any string value written "env:NAME" (NAME a shell-style variable name) is
 // replaced by that environment variable. A missing or empty variable is an
-// error naming the key and line, except for cluster.secret, admin.token and
-// upstreams[].api_key, where an empty variable just means an empty value
-// (no gossip encryption / loopback-only admin / no upstream key), so that a
-// single config file serves both development and production. There is no
-// escape for a literal string starting with "env:".
+// error naming the key and line, except for the secrets (cluster.secret,
+// admin.token, upstreams[].api_key, redis.username, redis.password), where
+// an empty variable means an empty value (no gossip encryption /
+// loopback-only admin / no upstream key / ...), so that a single config file
+// serves both development and production; [Config.Warnings] names each
+// such key, for the node to log. There is no escape for a literal string
+// starting with "env:".
+//
+// # Warnings
+//
+// A valid config may hold settings that cannot take effect (spillover
+// without Redis, gossip with nothing to join, ...). They do not stop
+// start-up: [Config.Warnings] lists them, with file, line and key.
 //
 // # Durations and limits
 //

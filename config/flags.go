@@ -34,7 +34,7 @@ func FromArgs(args []string, getenv func(string) string) (*Config, error) {
 		return nil, &usageError{err: err, usage: strings.TrimSpace(out.String())}
 	}
 	if fs.NArg() > 0 {
-		return nil, fmt.Errorf("unexpected argument %q (flags: -config -node -listen -gossip -advertise -join -redis)", fs.Arg(0))
+		return nil, fmt.Errorf("unexpected argument %q (flags: -config -node -listen -gossip -advertise -join -redis; ringgate help lists the commands)", fs.Arg(0))
 	}
 
 	explicit := map[string]bool{}
