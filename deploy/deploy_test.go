@@ -3,6 +3,7 @@ package deploy
 import (
 	"bytes"
 	"debug/elf"
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"net"
@@ -685,5 +686,25 @@ func TestRecipeTimeoutChecksCatchShortValues(t *testing.T) {
 				t.Errorf("with %q for %q: problems %q, want one saying %q", c.new, c.old, problems, c.want)
 			}
 		})
+	}
+}
+
+// The image's config reads the cluster's secret from RINGGATE_SECRET, as
+// docs/deploy.md tells a Docker user to pass it: with the variable set, a
+// node that gossips is warned of nothing but having no seed to join.
+func TestDockerConfigReadsTheSecret(t *testing.T) {
+	t.Setenv("RINGGATE_SECRET", base64.StdEncoding.EncodeToString(make([]byte, 32)))
+	t.Setenv("RINGGATE_ADMIN_TOKEN", "admin")
+	cfg, err := config.Load("docker/config.toml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(cfg.Cluster.Secret) == 0 || cfg.Node.Gossip == "" {
+		t.Fatalf("secret of %d bytes, gossip %q: the image's node would gossip without the secret", len(cfg.Cluster.Secret), cfg.Node.Gossip)
+	}
+	for _, w := range cfg.Warnings() {
+		if w.Key != "node.join" {
+			t.Errorf("warning: %+v", w)
+		}
 	}
 }

@@ -26,7 +26,7 @@ docker build -q -t "$IMAGE" . >/dev/null
 echo "docker-smoke: built $IMAGE in $(( $(date +%s) - start )) s," \
 	"$(docker image inspect "$IMAGE" --format '{{.Size}}' | awk '{printf "%.1f MB", $1/1e6}')"
 
-sed "s#http://127.0.0.1:9000#http://127.0.0.1:${UP_PORT}#" config.toml >"$tmp/config.toml"
+sed "s#http://127.0.0.1:9000#http://127.0.0.1:${UP_PORT}#" deploy/docker/config.toml >"$tmp/config.toml"
 chmod 0644 "$tmp/config.toml"
 
 docker run -d --name rg-smoke-up --network=host --entrypoint /ringgate "$IMAGE" \
