@@ -501,97 +501,12 @@ func (d *decoder) rootFields() map[string]field {
 // the paths in it, and the keys of the tables not in it are not read (the
 // few keys of a warning, in a file of 100 000 tenants).
 func keyLines(data []byte, want map[string]bool) map[string]int {
-	var nl []int
+	x := &lineIndex{want: want, lines: map[string]int{}, arrays: map[string]int{}}
 	for i, b := range data {
 		if b == '\n' {
-			nl = append(nl, i)
+			x.nl = append(x.nl, i)
 		}
 	}
-	var lineOf func(n *unstable.Node) int
-	lineOf = func(n *unstable.Node) int {
-		if n == nil {
-			return 0
-		}
-		if n.Raw.Length == 0 {
-			if n.Kind == unstable.Array { // no range of its own: use its first element's
-				return lineOf(n.Child())
-			}
-			return 0
-		}
-		return sort.SearchInts(nl, int(n.Raw.Offset)) + 1
-	}
-	lines := map[string]int{}
-	set := func(path string, line int) {
-		if want != nil && !want[path] {
-			return
-		}
-		if _, ok := lines[path]; !ok && line > 0 {
-			lines[path] = line
-		}
-	}
-	keyParts := func(n *unstable.Node) ([]string, int) {
-		var parts []string
-		line := 0
-		it := n.Key()
-		for it.Next() {
-			k := it.Node()
-			if line == 0 {
-				line = lineOf(k)
-			}
-			parts = append(parts, string(k.Data))
-		}
-		return parts, line
-	}
-
-	var value func(path string, n *unstable.Node, line int)
-	value = func(path string, n *unstable.Node, line int) {
-		switch n.Kind {
-		case unstable.Array:
-			i := 0
-			for it := n.Children(); it.Next(); {
-				e := it.Node()
-				if e.Kind == unstable.Comment {
-					continue
-				}
-				p := fmt.Sprintf("%s[%d]", path, i)
-				l := lineOf(e)
-				if l == 0 {
-					l = line
-				}
-				set(p, l)
-				value(p, e, l)
-				i++
-			}
-		case unstable.InlineTable:
-			for it := n.Children(); it.Next(); {
-				kv := it.Node()
-				if kv.Kind != unstable.KeyValue {
-					continue
-				}
-				parts, l := keyParts(kv)
-				p := path
-				for _, part := range parts {
-					p = join(p, part)
-					set(p, l)
-				}
-				value(p, kv.Value(), l)
-			}
-		}
-	}
-
-	arrays := map[string]int{} // array-table path -> number of elements so far
-	resolve := func(parts []string, line int) string {
-		p := ""
-		for _, part := range parts {
-			p = join(p, part)
-			if n := arrays[p]; n > 0 {
-				p = fmt.Sprintf("%s[%d]", p, n-1)
-			}
-			set(p, line)
-		}
-		return p
-	}
-
 	var p unstable.Parser
 	p.Reset(data)
 	cur := ""
@@ -600,35 +515,141 @@ func keyLines(data []byte, want map[string]bool) map[string]int {
 		e := p.Expression()
 		switch e.Kind {
 		case unstable.Table:
-			parts, l := keyParts(e)
-			cur = resolve(parts, l)
+			parts, l := x.keyParts(e)
+			cur = x.resolve(parts, l)
 			skip = want != nil && !want[cur]
 		case unstable.ArrayTable:
-			parts, l := keyParts(e)
-			base := resolve(parts[:len(parts)-1], l)
-			base = join(base, parts[len(parts)-1])
-			set(base, l)
-			n := arrays[base]
-			arrays[base] = n + 1
-			if skip = want != nil && !want[base]; skip {
-				continue
-			}
-			cur = fmt.Sprintf("%s[%d]", base, n)
-			set(cur, l)
+			cur, skip = x.arrayTable(e)
 		case unstable.KeyValue:
-			if skip {
-				continue
-			}
-			parts, l := keyParts(e)
-			path := cur
-			for _, part := range parts {
-				path = join(path, part)
-				set(path, l)
-			}
-			if want == nil || want[path] {
-				value(path, e.Value(), l)
+			if !skip {
+				x.keyValue(cur, e)
 			}
 		}
 	}
-	return lines
+	return x.lines
+}
+
+// lineIndex is keyLines' walk of a document: the offsets of its line
+// ends (nl), the paths wanted (nil: all), the lines found, and how many
+// elements each array table has so far.
+type lineIndex struct {
+	nl     []int
+	want   map[string]bool
+	lines  map[string]int
+	arrays map[string]int // array-table path -> number of elements so far
+}
+
+func (x *lineIndex) lineOf(n *unstable.Node) int {
+	if n == nil {
+		return 0
+	}
+	if n.Raw.Length == 0 {
+		if n.Kind == unstable.Array { // no range of its own: use its first element's
+			return x.lineOf(n.Child())
+		}
+		return 0
+	}
+	return sort.SearchInts(x.nl, int(n.Raw.Offset)) + 1
+}
+
+func (x *lineIndex) set(path string, line int) {
+	if x.want != nil && !x.want[path] {
+		return
+	}
+	if _, ok := x.lines[path]; !ok && line > 0 {
+		x.lines[path] = line
+	}
+}
+
+func (x *lineIndex) keyParts(n *unstable.Node) ([]string, int) {
+	var parts []string
+	line := 0
+	it := n.Key()
+	for it.Next() {
+		k := it.Node()
+		if line == 0 {
+			line = x.lineOf(k)
+		}
+		parts = append(parts, string(k.Data))
+	}
+	return parts, line
+}
+
+// resolve is the path of a table header's key parts, each array table on
+// the way at its last element.
+func (x *lineIndex) resolve(parts []string, line int) string {
+	p := ""
+	for _, part := range parts {
+		p = join(p, part)
+		if n := x.arrays[p]; n > 0 {
+			p = fmt.Sprintf("%s[%d]", p, n-1)
+		}
+		x.set(p, line)
+	}
+	return p
+}
+
+// arrayTable opens a new element of an array table: its path, and whether
+// its keys are skipped (not wanted).
+func (x *lineIndex) arrayTable(e *unstable.Node) (cur string, skip bool) {
+	parts, l := x.keyParts(e)
+	base := x.resolve(parts[:len(parts)-1], l)
+	base = join(base, parts[len(parts)-1])
+	x.set(base, l)
+	n := x.arrays[base]
+	x.arrays[base] = n + 1
+	if x.want != nil && !x.want[base] {
+		return "", true
+	}
+	cur = fmt.Sprintf("%s[%d]", base, n)
+	x.set(cur, l)
+	return cur, false
+}
+
+// keyValue records a key of table cur, and what its value holds.
+func (x *lineIndex) keyValue(cur string, e *unstable.Node) {
+	parts, l := x.keyParts(e)
+	path := cur
+	for _, part := range parts {
+		path = join(path, part)
+		x.set(path, l)
+	}
+	if x.want == nil || x.want[path] {
+		x.value(path, e.Value(), l)
+	}
+}
+
+func (x *lineIndex) value(path string, n *unstable.Node, line int) {
+	switch n.Kind {
+	case unstable.Array:
+		i := 0
+		for it := n.Children(); it.Next(); {
+			e := it.Node()
+			if e.Kind == unstable.Comment {
+				continue
+			}
+			p := fmt.Sprintf("%s[%d]", path, i)
+			l := x.lineOf(e)
+			if l == 0 {
+				l = line
+			}
+			x.set(p, l)
+			x.value(p, e, l)
+			i++
+		}
+	case unstable.InlineTable:
+		for it := n.Children(); it.Next(); {
+			kv := it.Node()
+			if kv.Kind != unstable.KeyValue {
+				continue
+			}
+			parts, l := x.keyParts(kv)
+			p := path
+			for _, part := range parts {
+				p = join(p, part)
+				x.set(p, l)
+			}
+			x.value(p, kv.Value(), l)
+		}
+	}
 }
