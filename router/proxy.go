@@ -248,8 +248,7 @@ func (r *Router) serveLocalOnce(ctx *fasthttp.RequestCtx, ep upstream.Endpoint, 
 func (r *Router) newCall(ctx *fasthttp.RequestCtx, ep upstream.Endpoint, st *tenant.State, t *tenant.Tenant, lim *limiter.Tenant) *call {
 	req, err := upstream.ParseRequest(ep, ctx.PostBody())
 	if err != nil {
-		d := lim.Peek(r.clock())
-		reply.SetRateHeaders(&ctx.Response.Header, &d)
+		r.roomHeaders(ctx, lim)
 		var ce *upstream.ClientError
 		if errors.As(err, &ce) {
 			reply.FailParam(ctx, ce)
@@ -261,8 +260,7 @@ func (r *Router) newCall(ctx *fasthttp.RequestCtx, ep upstream.Endpoint, st *ten
 	prov, err := st.Provider(req.Model)
 	switch {
 	case errors.Is(err, tenant.ErrUnknownModel):
-		d := lim.Peek(r.clock())
-		reply.SetRateHeaders(&ctx.Response.Header, &d)
+		r.roomHeaders(ctx, lim)
 		reply.Fail(ctx, fasthttp.StatusBadRequest, "invalid_request_error", "model_not_found",
 			fmt.Sprintf("The model %q is not served by this gateway. GET /v1/models lists the models it serves.", req.Model))
 		return nil
@@ -271,8 +269,7 @@ func (r *Router) newCall(ctx *fasthttp.RequestCtx, ep upstream.Endpoint, st *ten
 		return nil
 	}
 	if (ep == upstream.Messages) != (prov.Kind == upstream.Anthropic) {
-		d := lim.Peek(r.clock())
-		reply.SetRateHeaders(&ctx.Response.Header, &d)
+		r.roomHeaders(ctx, lim)
 		reply.Fail(ctx, fasthttp.StatusBadRequest, "invalid_request_error", "wrong_endpoint",
 			fmt.Sprintf("Model %q is served by upstream %q, which does not take %s.", req.Model, prov.Name, ctx.Path()))
 		return nil
@@ -281,6 +278,14 @@ func (r *Router) newCall(ctx *fasthttp.RequestCtx, ep upstream.Endpoint, st *ten
 	*c = call{r: r, t: t, lim: lim, prov: prov, req: req, class: classOf(t, &ctx.Request.Header)}
 	c.bud.Hold = provider.NewHold(st.Budgets[prov])
 	return c
+}
+
+// roomHeaders writes lim's rate-limit headers on an answer that charged
+// the tenant nothing (bad input, a provider's refusal): a client sees its
+// room on every answer.
+func (r *Router) roomHeaders(ctx *fasthttp.RequestCtx, lim *limiter.Tenant) {
+	d := lim.Peek(r.clock())
+	reply.SetRateHeaders(&ctx.Response.Header, &d)
 }
 
 // chooseSpill counts the arrival that decides a spillover on the owner,
@@ -374,8 +379,7 @@ func (r *Router) providerRefused(ctx *fasthttp.RequestCtx, ep upstream.Endpoint,
 // (br): the tenant's own rate-limit headers, the refusal counted on
 // counter, and a 429 naming the budget.
 func (r *Router) refusedByBudget(ctx *fasthttp.RequestCtx, c *call, br *provider.Refusal, counter prometheus.Counter) bool {
-	d := c.lim.Peek(r.clock())
-	reply.SetRateHeaders(&ctx.Response.Header, &d)
+	r.roomHeaders(ctx, c.lim)
 	counter.Inc()
 	reply.RefuseBudget(ctx, &br.D, br.On.What())
 	return false
