@@ -1,9 +1,18 @@
 # make test is the project's test command (README, .ci/run).
 GO ?= go
 
-.PHONY: test short lint soak bench-report bench-ab check unit e2e fuzz bench report build static docker-smoke cluster scale-up scale-down logs cluster-down
+# Tests start their own redis-server and haproxy on free loopback ports;
+# Debian keeps haproxy in sbin, which a user's PATH may lack.
+export PATH := $(PATH):/usr/sbin:/sbin
 
-test: check unit e2e
+.PHONY: test deps short lint soak bench-report bench-ab check unit e2e fuzz bench report build static docker-smoke cluster scale-up scale-down logs cluster-down
+
+test: deps check unit e2e
+
+# What the tests need on Debian (Redis, HAProxy, Node and the OpenAI SDK,
+# Chromium), installed only when missing; sudo only then, when not root.
+deps:
+	.ci/deps
 
 check:
 	@unformatted=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
