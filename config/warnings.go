@@ -22,7 +22,8 @@ func (w Warning) String() string {
 
 // Warnings lists the settings of c that cannot take effect: spillover
 // without Redis, cluster.secret or gossip, an env: secret whose variable is unset, gossip with
-// nothing to join and no cluster.secret for gossip. They are ordered by
+// nothing to join, no cluster.secret for gossip, and upstreams that list no
+// model while unknown models are refused. They are ordered by
 // line, then key.
 func (c *Config) Warnings() []Warning {
 	var out []Warning
@@ -44,6 +45,9 @@ func (c *Config) Warnings() []Warning {
 	}
 	if msg := c.spilloverWarning(); msg != "" {
 		add("limits.spillover_rps", msg)
+	}
+	if msg := c.unknownModelsWarning(); msg != "" {
+		add("limits.unknown_models", msg)
 	}
 	sort.SliceStable(out, func(i, j int) bool { return out[i].Line < out[j].Line })
 	return out
@@ -109,7 +113,7 @@ func unsetEnvWarning(key, name string) string {
 // warningKeys are the keys Warnings may name, whose lines a parsed Config
 // keeps.
 func warningKeys(c *Config) []string {
-	keys := []string{"node.join", "node.gossip", "cluster.secret", "limits.spillover_rps"}
+	keys := []string{"node.join", "node.gossip", "cluster.secret", "limits.spillover_rps", "limits.unknown_models"}
 	for k := range c.unsetEnv {
 		keys = append(keys, k)
 	}
@@ -128,3 +132,26 @@ func sortedKeys(m map[string]string) []string {
 // lastKey is the last element of a key path: "api_key" of
 // "upstreams[0].api_key".
 func lastKey(p string) string { return p[strings.LastIndex(p, ".")+1:] }
+
+// unknownModelsWarning names the upstreams that list no model while
+// limits.unknown_models is "refuse": no request can reach them, and with
+// none listing a model every request is refused.
+func (c *Config) unknownModelsWarning() string {
+	if c.Limits.UnknownModels != UnknownModelsRefuse {
+		return ""
+	}
+	var idle []string
+	for _, u := range c.Upstreams {
+		if len(u.Models) == 0 {
+			idle = append(idle, u.Name)
+		}
+	}
+	switch {
+	case len(idle) == 0:
+		return ""
+	case len(idle) == len(c.Upstreams):
+		return `"refuse" and no upstream lists its models, so every request is refused with 400 model_not_found; ` +
+			`list each upstream's models, or set unknown_models = "default"`
+	}
+	return `"refuse", so upstream ` + strings.Join(idle, ", ") + ` serves nothing: it lists no models; list them`
+}

@@ -195,3 +195,33 @@ spillover_rps = 1
 		t.Errorf("found %v, want the 8 wanted paths", got)
 	}
 }
+
+// With unknown_models = "refuse", an upstream that lists no model is never
+// chosen; when none lists one, every request is refused.
+func TestWarningUnknownModelsRefuseWithoutModels(t *testing.T) {
+	up := func(name, models string) string {
+		return "\n[[upstreams]]\nname = \"" + name + "\"\nkind = \"openai\"\nbase_url = \"http://127.0.0.1:9\"\n" + models
+	}
+	refuse := standalone + "\n[limits]\nunknown_models = \"refuse\"\n"
+	for _, tc := range []struct {
+		name, doc, want string
+	}{
+		{"none lists models", refuse + up("a", ""), `t.toml:6: limits.unknown_models: "refuse" and no upstream lists its models, so every request is refused`},
+		{"one lists none", refuse + up("a", "models = [\"m\"]\n") + up("b", ""), `t.toml:6: limits.unknown_models: "refuse", so upstream b serves nothing`},
+		{"all list models", refuse + up("a", "models = [\"m\"]\n"), ""},
+		{"default", standalone + up("a", ""), ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got := warningsOf(t, tc.doc, nil)
+			if tc.want == "" {
+				if len(got) != 0 {
+					t.Errorf("warnings = %q, want none", got)
+				}
+				return
+			}
+			if len(got) != 1 || !strings.HasPrefix(got[0], tc.want) {
+				t.Errorf("warnings = %q, want one starting %q", got, tc.want)
+			}
+		})
+	}
+}
