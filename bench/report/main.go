@@ -152,10 +152,10 @@ func run(out, readme string, quick, withFigures bool) error {
 	if readme == "" {
 		return nil
 	}
-	head := madeBy(quick, took) + " The full report, with every benchmark line and the report tests' tables: [docs/bench/report.md](docs/bench/report.md).\n\n" +
-		"Against the alternatives: ringgate (3 nodes with Redis, any request to any node), one Redis Lua sliding window per request (the seed article's script, which sums every charge in the window on each call; 3 proxies), per-node limits with no coordination (3 standalone nodes), a bare fasthttp proxy (the floor) and direct. " +
-		"Latency in ms; the 3 nodes share the machine's cores with the load and the provider.\n"
-	return spliceReadme(readme, readmeBlock(head, latencyTable(lat, rates), accuracyIntro(acc)+"\n\n"+accuracyTable(acc), rows))
+	head := madeBy(quick, took) + " Full report: [docs/bench/report.md](docs/bench/report.md).\n\n" +
+		"Latency in ms: ringgate on 3 nodes with Redis, a Redis Lua call per request, per-node limits without coordination, a bare fasthttp proxy (the floor), and direct.\n"
+	intro := fmt.Sprintf("%d tenants at twice their limit of %d per %v window, through scale-up, drain, rolling restart and kill -9:", tenants, tenantLimit, window)
+	return spliceReadme(readme, readmeBlock(head, latencyTable(lat, rates), intro+"\n\n"+accuracyTable(acc), rows))
 }
 
 // accuracyOnly runs the accuracy scenario for sys alone and prints what
