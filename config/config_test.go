@@ -1255,3 +1255,27 @@ mode = "shadow"
 		}
 	}
 }
+
+// TestKeys: Keys lists the schema's value keys, nested tables' too, and
+// no table itself; each parses in a document as the decoder wants it.
+func TestKeys(t *testing.T) {
+	keys := Keys()
+	has := map[string]bool{}
+	for _, k := range keys {
+		has[k] = true
+	}
+	for _, k := range []string{"node.listen", "redis.tls_ca_file", "limits.unknown_models", "queue.max_depth",
+		"upstreams.on_redis_down", "upstreams.model_limits.rpm", "tenants.model_limits.model", "tenants.team", "teams.mode", "admin.token"} {
+		if !has[k] {
+			t.Errorf("Keys() lacks %s", k)
+		}
+	}
+	for _, table := range []string{"node", "upstreams", "tenants.model_limits", "upstreams.model_limits"} {
+		if has[table] {
+			t.Errorf("Keys() lists the table %s as a key", table)
+		}
+	}
+	if len(keys) < 60 {
+		t.Errorf("Keys() = %d keys, want every one: %v", len(keys), keys)
+	}
+}

@@ -54,6 +54,9 @@ type decoder struct {
 	c      *Config
 	getenv func(string) string
 	errs   []*Error
+	// tables, when set, records every table's known keys by its path
+	// without array indices: how Keys reads the schema.
+	tables map[string][]string
 }
 
 func (d *decoder) errf(path, format string, args ...any) {
@@ -76,6 +79,9 @@ func (d *decoder) table(path string, v any, fields map[string]field) {
 	if !ok {
 		d.errf(path, "must be a table (got %s)", typeName(v))
 		return
+	}
+	if d.tables != nil {
+		d.record(path, fields)
 	}
 	keys := make([]string, 0, len(m))
 	for k := range m {
