@@ -133,7 +133,7 @@ func TestClusterProviderLimit(t *testing.T) {
 			if worst > tc.limit {
 				t.Errorf("%d requests reached the provider within %v, limit %d", worst, window-clJitter, tc.limit)
 			}
-			// Measured 93-95 % on a quiet machine (docs/tests.md); the bar
+			// Measured 93-95 % on a quiet machine; the bar
 			// leaves room for a loaded CI box, whose scheduling delays
 			// shift the admissions the window audit counts.
 			if least < tc.limit*85/100 {
