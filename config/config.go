@@ -149,6 +149,10 @@ type Node struct {
 	HeaderTimeout time.Duration
 	BodyMinRate   int64
 	BodyGrace     time.Duration
+
+	// AccessLog (access_log, default false) writes an "access" line for
+	// every API request. A reload applies it.
+	AccessLog bool
 }
 
 // Cluster is the [cluster] table: settings shared by all members.
@@ -579,12 +583,13 @@ func (c *Config) Fingerprint() string {
 
 // RestartOnly names the tables of c that differ from running's where a
 // reload applies nothing: what is read at start only ([node] but its
-// body_grace and body_min_rate, [cluster], [redis]). A reload that changes
-// them runs on the old values until a restart.
+// body_grace, body_min_rate and access_log, [cluster], [redis]). A reload
+// that changes them runs on the old values until a restart.
 func (c *Config) RestartOnly(running *Config) []string {
 	var out []string
 	n, r := c.Node, running.Node
 	n.BodyGrace, n.BodyMinRate, r.BodyGrace, r.BodyMinRate = 0, 0, 0, 0
+	n.AccessLog, r.AccessLog = false, false
 	if !reflect.DeepEqual(n, r) {
 		out = append(out, "node")
 	}

@@ -404,6 +404,7 @@ func (d *decoder) rootFields() map[string]field {
 			"header_timeout": fDur(&c.Node.HeaderTimeout),
 			"body_min_rate":  fInt64(&c.Node.BodyMinRate),
 			"body_grace":     fDur(&c.Node.BodyGrace),
+			"access_log":     fBool(&c.Node.AccessLog),
 		}),
 		"cluster": fTable(map[string]field{
 			"secret":                  fBase64(&c.Cluster.Secret),

@@ -23,6 +23,7 @@ header_timeout = "10s"        # max time to send a request's headers, from its f
 body_min_rate = 4096          # bytes per second a body must keep up, after body_grace;
                               # a chunked body may take body_grace + max_body_bytes / body_min_rate
 body_grace = "5s"             # time a body gets on top of its length / body_min_rate
+access_log = false            # true: an "access" log line for every API request (SIGHUP applies it)
 
 [cluster]
 secret = "env:RINGGATE_SECRET"    # base64 of 32 bytes (openssl rand -base64 32); encrypts gossip, signs peer traffic

@@ -37,6 +37,7 @@
 //   - drain: the calls in flight and the node's drain;
 //   - admin, adminview, status, metrics: the admin endpoints, what they show,
 //     their JSON shapes and the Prometheus series;
+//   - reqlog: a request's id, the node's name on answers, its log lines;
 //   - reply: what the node writes back: the OpenAI error shape, the
 //     rate-limit headers, an answer copied through.
 package router

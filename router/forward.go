@@ -15,6 +15,7 @@ import (
 	"github.com/ringgate/ringgate/router/internal/levels"
 	"github.com/ringgate/ringgate/router/internal/metrics"
 	"github.com/ringgate/ringgate/router/internal/reply"
+	"github.com/ringgate/ringgate/router/internal/reqlog"
 	"github.com/ringgate/ringgate/router/internal/tenant"
 )
 
@@ -33,6 +34,7 @@ func (r *Router) toOwner(ctx *fasthttp.RequestCtx, v *cluster.Lookup, owner stri
 	}
 	req := fasthttp.AcquireRequest()
 	reply.CopyHopHeaders(req, &ctx.Request.Header, hopsign.SignedHeaderNames)
+	reqlog.CopyID(&req.Header, &ctx.Response.Header)
 	req.Header.SetHost(addr)
 	req.SetBodyRaw(ctx.PostBody())
 	r.hops.Sign(req, r.node, owner, v.Version(), hops)
@@ -82,9 +84,10 @@ func (r *Router) toOwner(ctx *fasthttp.RequestCtx, v *cluster.Lookup, owner stri
 	ctx.SetStatusCode(resp.StatusCode())
 	if bytes.HasPrefix(resp.Header.ContentType(), []byte("text/event-stream")) {
 		r.metrics.HopEnded(metrics.HopAnswered, took)
-		wd := reply.WriteDeadline(ctx, r.clientWriteIdle)
+		wd, a := reply.WriteDeadline(ctx, r.clientWriteIdle), reqlog.Of(ctx)
 		reply.SetStream(ctx, func(w *bufio.Writer) {
 			defer r.done()
+			defer r.tell.StreamDone(a)
 			defer wd.Done()
 			defer fasthttp.ReleaseResponse(resp)
 			reply.Relay(w, resp.BodyStream(), wd)
@@ -99,8 +102,8 @@ func (r *Router) toOwner(ctx *fasthttp.RequestCtx, v *cluster.Lookup, owner stri
 	} else {
 		r.metrics.HopEnded(metrics.HopFailed, took)
 		ctx.Response.ResetBody()
-		ctx.Response.Header.Reset()
-		r.setNodeHeader(&ctx.Response.Header)
+		reqlog.ResetKeepID(&ctx.Response.Header)
+		r.tell.SetNode(&ctx.Response.Header)
 		reply.Fail(ctx, fasthttp.StatusBadGateway, "server_error", "owner_failed",
 			fmt.Sprintf("The node enforcing this tenant's limits (%s) failed mid-answer; retry.", owner))
 	}

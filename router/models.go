@@ -10,7 +10,7 @@ import (
 // serveModels answers GET /v1/models (and /v1/models/{id}) itself, to a
 // known key, from the config in force (package models).
 func (r *Router) serveModels(ctx *fasthttp.RequestCtx) {
-	r.setNodeHeader(&ctx.Response.Header)
+	r.tell.SetNode(&ctx.Response.Header)
 	if !ctx.IsGet() && !ctx.IsHead() {
 		ctx.Response.Header.Set("Allow", "GET")
 		reply.Fail(ctx, fasthttp.StatusMethodNotAllowed, "invalid_request_error", "method_not_allowed", "Use GET.")

@@ -26,6 +26,7 @@ import (
 	"github.com/ringgate/ringgate/router/internal/levels"
 	"github.com/ringgate/ringgate/router/internal/provider"
 	"github.com/ringgate/ringgate/router/internal/reply"
+	"github.com/ringgate/ringgate/router/internal/reqlog"
 	"github.com/ringgate/ringgate/router/internal/spill"
 	"github.com/ringgate/ringgate/router/internal/tenant"
 	"github.com/ringgate/ringgate/router/internal/usage"
@@ -85,6 +86,7 @@ type call struct {
 	// slot and charge until the answer (or the error) comes.
 	settled      int64
 	providerHeld bool
+	acc          *reqlog.Access // its access line; nil when off
 }
 
 // provHold is what a call holds of its provider's budgets (package
@@ -121,7 +123,7 @@ func (r *Router) serveAPI(ctx *fasthttp.RequestCtx, ep upstream.Endpoint) bool {
 	}
 	t := authenticate(st, &ctx.Request.Header)
 	if t == nil {
-		r.setNodeHeader(&ctx.Response.Header)
+		r.tell.SetNode(&ctx.Response.Header)
 		reply.Fail(ctx, fasthttp.StatusUnauthorized, "invalid_request_error", "invalid_api_key",
 			"Missing or unknown API key. Send it as 'Authorization: Bearer <key>'.")
 		return false
@@ -137,7 +139,7 @@ func (r *Router) serveAPI(ctx *fasthttp.RequestCtx, ep upstream.Endpoint) bool {
 		// 1), but on state that counts: see hopLimiter.
 		lim, open := r.hopLimiter(t)
 		if !open {
-			return r.refuseZeroShare(ctx)
+			return r.refuseZeroShare(ctx, t)
 		}
 		return r.serveLocal(ctx, ep, st, t, lim, hops)
 	}
@@ -158,7 +160,7 @@ func (r *Router) serveAPI(ctx *fasthttp.RequestCtx, ep upstream.Endpoint) bool {
 	r.spills.Abandon(t, owner)
 	lim, open := r.fb.Limiter(t, v, owner)
 	if !open {
-		return r.refuseZeroShare(ctx)
+		return r.refuseZeroShare(ctx, t)
 	}
 	return r.serveLocal(ctx, ep, st, t, lim, 0)
 }
@@ -167,18 +169,19 @@ func (r *Router) serveAPI(ctx *fasthttp.RequestCtx, ep upstream.Endpoint) bool {
 // it joined: it knows no owners yet, and enforcing on its own would admit
 // on top of whoever owns the tenant.
 func (r *Router) refuseNotJoined(ctx *fasthttp.RequestCtx) bool {
-	r.setNodeHeader(&ctx.Response.Header)
+	r.tell.SetNode(&ctx.Response.Header)
 	ctx.Response.Header.Set("Retry-After", "1")
 	reply.Fail(ctx, fasthttp.StatusServiceUnavailable, "server_error", "not_ready",
 		"This gateway node has not joined its cluster yet; retry in 1s.")
 	return false
 }
 
-func (r *Router) refuseZeroShare(ctx *fasthttp.RequestCtx) bool {
-	r.setNodeHeader(&ctx.Response.Header)
+func (r *Router) refuseZeroShare(ctx *fasthttp.RequestCtx, t *tenant.Tenant) bool {
+	r.tell.SetNode(&ctx.Response.Header)
 	ctx.Response.Header.Set("Retry-After", "1")
 	reply.Fail(ctx, fasthttp.StatusTooManyRequests, "requests", "rate_limit_exceeded",
 		"The node enforcing this tenant's limits is unreachable and this node's share of them is zero. Please try again in 1s.")
+	r.tell.Refused(r.clock(), &t.RefusedLog, &reqlog.Line{Tenant: t.Name, Level: reqlog.FallbackShare, By: t.Name}, &ctx.Response)
 	return false
 }
 
@@ -226,7 +229,7 @@ const (
 
 // serveLocalOnce is serveLocal for a request tried again (retry).
 func (r *Router) serveLocalOnce(ctx *fasthttp.RequestCtx, ep upstream.Endpoint, st *tenant.State, t *tenant.Tenant, lim *limiter.Tenant, hops int, again retry) bool {
-	r.setNodeHeader(&ctx.Response.Header)
+	r.tell.SetNode(&ctx.Response.Header)
 	c := r.newCall(ctx, ep, st, t, lim)
 	if c == nil {
 		return false // answered
@@ -235,7 +238,7 @@ func (r *Router) serveLocalOnce(ctx *fasthttp.RequestCtx, ep upstream.Endpoint, 
 	r.chooseSpill(st, c)
 	r.estimate(c)
 	if c.sp == nil && !r.setLevels(c) {
-		return r.refuseZeroShare(ctx)
+		return r.refuseZeroShare(ctx, t)
 	}
 	if c.lim == t.Core().Lim && (!t.AwaitHandoff() || !c.levels.AwaitHandoff()) {
 		return r.refuseMoving(ctx)
@@ -275,7 +278,7 @@ func (r *Router) newCall(ctx *fasthttp.RequestCtx, ep upstream.Endpoint, st *ten
 		return nil
 	}
 	c := callPool.Get().(*call)
-	*c = call{r: r, t: t, lim: lim, prov: prov, req: req, class: classOf(t, &ctx.Request.Header)}
+	*c = call{r: r, t: t, lim: lim, prov: prov, req: req, class: classOf(t, &ctx.Request.Header), acc: reqlog.Call(ctx, t.Name, req.Model)}
 	c.bud.Hold = provider.NewHold(st.Budgets[prov])
 	return c
 }
@@ -360,7 +363,16 @@ func (r *Router) firstTry(ctx *fasthttp.RequestCtx, ep upstream.Endpoint, st *te
 	}
 	reply.SetRateHeaders(&ctx.Response.Header, &d)
 	c.t.Counters().Refused(d.Limited)
-	reply.RefuseOn(ctx, &d, st.Cfg.Limits.Window, int64(c.res.Total), c.refusedBy)
+	return r.refuseOn(ctx, c, &d, st)
+}
+
+// refuseOn answers c's refusal by its tenant's limits or a level's (d),
+// and logs it (package reqlog).
+func (r *Router) refuseOn(ctx *fasthttp.RequestCtx, c *call, d *limiter.Decision, st *tenant.State) bool {
+	reply.RefuseOn(ctx, d, st.Cfg.Limits.Window, int64(c.res.Total), c.refusedBy)
+	e := c.levels.Refuser(c.t, c.refusedLevel)
+	ln := reqlog.OnDecision(c.t.Name, e.KindName(), e.Name, d)
+	r.tell.Refused(r.clock(), &c.t.RefusedLog, &ln, &ctx.Response)
 	return false
 }
 
@@ -382,6 +394,8 @@ func (r *Router) refusedByBudget(ctx *fasthttp.RequestCtx, c *call, br *provider
 	r.roomHeaders(ctx, c.lim)
 	counter.Inc()
 	reply.RefuseBudget(ctx, &br.D, br.On.What())
+	ln := reqlog.OnBudget(c.t.Name, br.On.ShadowName(), &br.D, br.On.Limits())
+	r.tell.Refused(r.clock(), &c.t.RefusedLog, &ln, &ctx.Response)
 	return false
 }
 
@@ -548,6 +562,7 @@ func (r *Router) forward(ctx *fasthttp.RequestCtx, c *call) bool {
 	}
 	upReq := fasthttp.AcquireRequest()
 	c.prov.Prepare(upReq, ctx.Path(), body, &ctx.Request.Header)
+	reqlog.CopyID(&upReq.Header, &ctx.Response.Header)
 	resp := fasthttp.AcquireResponse()
 	w := r.watchClient(ctx, c)
 	hop := ""
@@ -685,6 +700,7 @@ func (r *Router) stream(ctx *fasthttp.RequestCtx, c *call, resp *fasthttp.Respon
 		complete := clientGone == nil && upstreamErr == nil && !f.Partial()
 		u, ok, completion := r.tokens.StreamUsage(c.counts(), f, complete)
 		r.finish(c, u, ok, completion)
+		r.tell.StreamDone(c.acc)
 		if !complete {
 			r.log.Info("stream_cut", "tenant", c.t.Name, "client_gone", clientGone != nil, "upstream_error", errString(upstreamErr))
 		}
@@ -786,6 +802,7 @@ func (r *Router) settle(c *call, actual int, known, late bool) {
 	// from, and would be counted twice).
 	c.t.Counters().Settled.Add(float64(max(int64(actual)-c.settled, 0)))
 	c.settled = max(c.settled, int64(actual))
+	c.acc.Settled(int64(c.res.Total), c.settled)
 }
 
 func (r *Router) upstreamFailed(ctx *fasthttp.RequestCtx, p *upstream.Provider, err error) {

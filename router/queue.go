@@ -238,14 +238,13 @@ func (w *waiter) gaveUp(ctx *fasthttp.RequestCtx, err error) bool {
 	if !w.Tried {
 		lim := c.lim
 		if w.At == wait.InLevelLine {
-			lim, c.refusedBy = c.levels.Limiter(w.Level), c.levels.Label(w.Level)
+			lim, c.refusedBy, c.refusedLevel = c.levels.Limiter(w.Level), c.levels.Label(w.Level), w.Level+1
 		}
 		w.Last = wait.RefusalNow(lim.Peek(r.clock()), int64(c.res.Total))
 	}
 	reply.SetRateHeaders(&ctx.Response.Header, &w.Last)
 	t.Counters().Queue.Inc()
-	reply.RefuseOn(ctx, &w.Last, w.st.Cfg.Limits.Window, int64(c.res.Total), c.refusedBy)
-	return false
+	return r.refuseOn(ctx, c, &w.Last, w.st)
 }
 
 // serve acts on the try that ended the wait: served, refused, or decided
@@ -275,8 +274,7 @@ func (w *waiter) serve(ctx *fasthttp.RequestCtx, ep upstream.Endpoint) bool {
 	case wait.RefusedForGood:
 		reply.SetRateHeaders(&ctx.Response.Header, &w.Last)
 		t.Counters().Refused(w.Last.Limited)
-		reply.RefuseOn(ctx, &w.Last, st.Cfg.Limits.Window, int64(c.res.Total), c.refusedBy)
-		return false
+		return r.refuseOn(ctx, c, &w.Last, st)
 	}
 	return r.serveAdmitted(ctx, c, w.Out == wait.Shadowed)
 }
@@ -310,7 +308,7 @@ func (r *Router) redecideReloaded(ctx *fasthttp.RequestCtx, ep upstream.Endpoint
 	}
 	lim, open := r.hopLimiter(nt)
 	if !open {
-		return r.refuseZeroShare(ctx)
+		return r.refuseZeroShare(ctx, nt)
 	}
 	return r.serveLocalOnce(ctx, ep, st, nt, lim, hops, retrySpill)
 }

@@ -27,6 +27,7 @@ import (
 	"github.com/ringgate/ringgate/router/internal/moves"
 	"github.com/ringgate/ringgate/router/internal/provider"
 	"github.com/ringgate/ringgate/router/internal/reply"
+	"github.com/ringgate/ringgate/router/internal/reqlog"
 	"github.com/ringgate/ringgate/router/internal/spill"
 	"github.com/ringgate/ringgate/router/internal/spillover"
 	"github.com/ringgate/ringgate/router/internal/tenant"
@@ -59,10 +60,11 @@ type Options struct {
 // Router serves one node's HTTP: the client API and the admin endpoints.
 type Router struct {
 	node string
-	// nodeName is node, for the x-ringgate-node header.
-	nodeName []byte
-	clk      clockwork.Clock // the node's one clock (clock reads it)
-	life     lifecycle
+	// tell tells of the requests: their ids, the node's name on answers,
+	// the refused and access lines (package reqlog).
+	tell *reqlog.Node
+	clk  clockwork.Clock // the node's one clock (clock reads it)
+	life lifecycle
 	// clientWriteIdle: reply.WriteIdle, shorter in tests.
 	clientWriteIdle time.Duration
 	log             *slog.Logger
@@ -148,7 +150,6 @@ func New(o Options) (*Router, error) {
 		life:            lifecycle{quit: make(chan struct{}), drain: drain.New(o.Clock, o.Logger), started: time.Now()},
 		clientWriteIdle: reply.WriteIdle,
 		node:            o.Config.Node.Name,
-		nodeName:        []byte(o.Config.Node.Name),
 		clk:             o.Clock,
 		log:             o.Logger,
 		tokens:          usage.New(o.Tokenizer, o.Config.Limits.DefaultCompletion),
@@ -160,6 +161,7 @@ func New(o Options) (*Router, error) {
 		// ring; a standalone one owns everything.
 		clustered: o.Config.Node.Gossip != "",
 	}
+	r.tell = reqlog.New(r.node, o.Logger, r.clock, o.Config.Node.AccessLog)
 	r.watches.callGone = func(c any) { r.callGone(c.(*call)) }
 	r.watches.list.Clock = hangupClock
 	r.view.Clock = o.Clock
@@ -228,6 +230,7 @@ func (r *Router) Reload(cfg *config.Config) error {
 	// limiter.Tenant.Rebucket): what the cores count and the tickets of
 	// calls in flight carry over to the new bucket widths.
 	r.cores.Install(st, r.clock())
+	r.tell.SetAccess(cfg.Node.AccessLog)
 	var gone []*tenant.Tenant
 	for name, t := range prev.ByName {
 		if st.ByName[name] == nil {
@@ -314,6 +317,7 @@ func (r *Router) serverError(ctx *fasthttp.RequestCtx, err error) {
 func (r *Router) Handler(ctx *fasthttp.RequestCtx) {
 	path := ctx.Path()
 	if ep, ok := upstream.EndpointFor(path); ok {
+		r.tell.Begin(ctx)
 		if !ctx.IsPost() {
 			ctx.Response.Header.Set("Allow", "POST")
 			reply.Fail(ctx, fasthttp.StatusMethodNotAllowed, "invalid_request_error", "method_not_allowed", "Use POST.")
@@ -323,7 +327,8 @@ func (r *Router) Handler(ctx *fasthttp.RequestCtx) {
 			// Clients must not reuse a connection to a node about to go.
 			ctx.SetConnectionClose()
 		}
-		if r.serveAPI(ctx, ep) {
+		streaming := r.serveAPI(ctx, ep)
+		if r.tell.Done(ctx, streaming); streaming {
 			return // a stream finishes (and calls done) later
 		}
 		r.done()

@@ -43,7 +43,7 @@ func (r *Router) age() time.Duration { return time.Since(r.life.started) }
 // refuseCatchingUp answers a request that reached this node while it
 // catches up after a pause.
 func (r *Router) refuseCatchingUp(ctx *fasthttp.RequestCtx, hop bool) bool {
-	r.setNodeHeader(&ctx.Response.Header)
+	r.tell.SetNode(&ctx.Response.Header)
 	ctx.Response.Header.Set("Retry-After", "1")
 	if hop {
 		ctx.Response.Header.Set(hopsign.RefusedHeader, "not_ready")
@@ -62,7 +62,7 @@ func (r *Router) refuseCatchingUp(ctx *fasthttp.RequestCtx, hop bool) bool {
 // its full limit.
 func (r *Router) ownerRefused(ctx *fasthttp.RequestCtx, t *tenant.Tenant, owner, reason string) {
 	r.log.Warn("hop_refused_by_owner", "tenant", t.Name, "owner", owner, "reason", reason)
-	r.setNodeHeader(&ctx.Response.Header)
+	r.tell.SetNode(&ctx.Response.Header)
 	ctx.Response.Header.Set("Retry-After", "1")
 	reply.Fail(ctx, fasthttp.StatusServiceUnavailable, "server_error", "owner_unavailable",
 		fmt.Sprintf("The node enforcing this tenant's limits (%s) did not take the request (%s); nothing was admitted; retry in 1s.", owner, reason))

@@ -128,6 +128,15 @@ func (s *Set) Len() int { return s.n }
 // Label names level i in messages ("team <name>", "model <model>").
 func (s *Set) Label(i int) string { return s.l[i].e.Label }
 
+// Refuser is the entity whose limit refused a call of t: the level
+// refused names (1 + its index), or t itself (refused 0).
+func (s *Set) Refuser(t *tenant.Tenant, refused int) *tenant.Tenant {
+	if refused > 0 {
+		return s.l[refused-1].e
+	}
+	return t
+}
+
 // Limiter is the limiter level i counts the call on: its owner limiter or
 // its fallback share (nil: counted away).
 func (s *Set) Limiter(i int) *limiter.Tenant { return s.l[i].lim }

@@ -93,6 +93,9 @@ type Line struct {
 // Queue is the line of requests waiting for the budget on this node.
 func (b *Line) Queue() *queue.Queue { return b.line }
 
+// Limits are the budget's configured limits.
+func (b *Line) Limits() limiter.Limits { return b.limits }
+
 // What names the budget in a refusal: "upstream x", "model y".
 func (b *Line) What() string { return b.what }
 

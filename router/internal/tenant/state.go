@@ -130,6 +130,12 @@ const (
 	KindModel         // one of a tenant's [[tenants.model_limits]]
 )
 
+// KindName names the entity's kind in log lines: "tenant", "team",
+// "model".
+func (t *Tenant) KindName() string {
+	return [...]string{KindTenant: "tenant", KindTeam: "team", KindModel: "model"}[t.Kind]
+}
+
 // entityBuilder makes the entities of a new state, keeping the core (and
 // so the usage) of each one prev had under the same name.
 type entityBuilder struct {

@@ -70,6 +70,8 @@ type Tenant struct {
 	// Shadow: the tenant's limits are in shadow mode (router/shadow.go).
 	Shadow    bool
 	ShadowLog logmeter.Meter
+	// RefusedLog bounds the tenant's refused lines (package reqlog).
+	RefusedLog logmeter.Meter
 }
 
 // Core is what a tenant counts on this node. It is made at the tenant's
