@@ -139,7 +139,7 @@ func TestRefusedLineTenant(t *testing.T) {
 	if len(lines) != 1 {
 		t.Fatalf("%d refused lines, want 1: %s", len(lines), logs.String())
 	}
-	if d := hasFields(lines[0], map[string]any{"tenant": "acme", "level": "tenant", "by": "acme", "dimension": "requests",
+	if d := hasFields(lines[0], map[string]any{"tenant": "acme", "limit_level": "tenant", "by": "acme", "dimension": "requests",
 		"limit": 1.0, "used": 1.0, "request_id": "client-2", "status": 429.0, "code": "rate_limit_exceeded",
 		"queued_ms": -1.0, "not_logged": 0.0}); d != nil {
 		t.Errorf("refused line %v: %v", lines[0], d)
@@ -183,8 +183,8 @@ func TestRefusedLineLevels(t *testing.T) {
 		t.Fatalf("%d refused lines, want 2: %s", len(lines), logs.String())
 	}
 	want := []map[string]any{
-		{"tenant": "member", "level": "team", "by": "team/research", "limit": 1.0, "used": 1.0, "request_id": "member-2"},
-		{"tenant": "limited", "level": "model", "by": "limited/model/gpt-4o-mini", "limit": 1.0, "used": 1.0, "request_id": "limited-2"},
+		{"tenant": "member", "limit_level": "team", "by": "team/research", "limit": 1.0, "used": 1.0, "request_id": "member-2"},
+		{"tenant": "limited", "limit_level": "model", "by": "limited/model/gpt-4o-mini", "limit": 1.0, "used": 1.0, "request_id": "limited-2"},
 	}
 	for i, w := range want {
 		if d := hasFields(lines[i], w); d != nil {
@@ -211,8 +211,7 @@ func TestRefusedLineUpstream(t *testing.T) {
 	if len(lines) != 1 {
 		t.Fatalf("%d refused lines, want 1: %s", len(lines), logs.String())
 	}
-	t.Logf("%v", lines[0])
-	if d := hasFields(lines[0], map[string]any{"tenant": "acme", "level": "upstream", "by": "upstream/openai",
+	if d := hasFields(lines[0], map[string]any{"tenant": "acme", "limit_level": "upstream", "by": "upstream/openai",
 		"dimension": "requests", "limit": 1.0, "request_id": "up-2", "status": 429.0, "code": "rate_limit_exceeded"}); d != nil {
 		t.Errorf("refused line %v: %v", lines[0], d)
 	}

@@ -68,7 +68,9 @@ func (n *Node) SetID(req *fasthttp.RequestHeader, resp *fasthttp.ResponseHeader)
 func ID(resp *fasthttp.ResponseHeader) []byte { return resp.PeekBytes(hID) }
 
 // CopyID carries a request's id (on its answer, resp) on a request it
-// makes: a hop to the owner, the call to the provider.
+// makes: a hop to the owner, the call to the provider. A hop does not
+// sign it: it labels log lines only, and the owner checks it as it
+// checks a client's (SetID).
 func CopyID(to *fasthttp.RequestHeader, resp *fasthttp.ResponseHeader) {
 	if id := ID(resp); len(id) > 0 {
 		to.SetCanonical(hID, id)

@@ -90,7 +90,7 @@ func (n *Node) Refused(now int64, tenant *logmeter.Meter, ln *Line, resp *fastht
 		return
 	}
 	n.log.LogAttrs(context.Background(), slog.LevelInfo, "refused",
-		slog.String("tenant", ln.Tenant), slog.String("level", ln.Level), slog.String("by", ln.By),
+		slog.String("tenant", ln.Tenant), slog.String("limit_level", ln.Level), slog.String("by", ln.By),
 		slog.String("dimension", ln.Dimension.String()), slog.Int64("limit", ln.Limit), slog.Int64("used", ln.Used),
 		slog.Int64("retry_after_ms", ceilMs(ln.RetryAfter)), slog.Int64("queued_ms", queuedMs(&resp.Header)),
 		slog.String("request_id", string(ID(&resp.Header))),

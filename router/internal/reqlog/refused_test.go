@@ -64,7 +64,7 @@ func TestRefusedLineFields(t *testing.T) {
 	if len(got) != 1 {
 		t.Fatalf("%d lines, want 1", len(got))
 	}
-	want := map[string]any{"msg": "refused", "tenant": "acme", "level": "team", "by": "team/research", "dimension": "tokens",
+	want := map[string]any{"msg": "refused", "level": "INFO", "tenant": "acme", "limit_level": "team", "by": "team/research", "dimension": "tokens",
 		"limit": 1000.0, "used": 990.0, "retry_after_ms": 1501.0,
 		"request_id": "req-1", "status": 429.0, "code": "rate_limit_exceeded", "not_logged": 0.0}
 	for k, v := range want {
