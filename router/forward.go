@@ -84,10 +84,9 @@ func (r *Router) toOwner(ctx *fasthttp.RequestCtx, v *cluster.Lookup, owner stri
 	ctx.SetStatusCode(resp.StatusCode())
 	if bytes.HasPrefix(resp.Header.ContentType(), []byte("text/event-stream")) {
 		r.metrics.HopEnded(metrics.HopAnswered, took)
-		wd, a := reply.WriteDeadline(ctx, r.clientWriteIdle), reqlog.Of(ctx)
-		reply.SetStream(ctx, func(w *bufio.Writer) {
+		wd := reply.WriteDeadline(ctx, r.clientWriteIdle)
+		r.tell.SetStream(ctx, func(w *bufio.Writer) {
 			defer r.done()
-			defer r.tell.StreamDone(a)
 			defer wd.Done()
 			defer fasthttp.ReleaseResponse(resp)
 			reply.Relay(w, resp.BodyStream(), wd)

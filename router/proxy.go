@@ -651,7 +651,7 @@ func (r *Router) stream(ctx *fasthttp.RequestCtx, c *call, resp *fasthttp.Respon
 	ctx.Response.Header.Set("Cache-Control", "no-cache")
 	ctx.Response.Header.Set("X-Accel-Buffering", "no")
 	wd := reply.WriteDeadline(ctx, r.clientWriteIdle)
-	reply.SetStream(ctx, func(w *bufio.Writer) {
+	r.tell.SetStream(ctx, func(w *bufio.Writer) {
 		defer r.done()
 		defer wd.Done()
 		f := usage.NewFilter(c.counts(), c.prov.Kind)
@@ -700,7 +700,6 @@ func (r *Router) stream(ctx *fasthttp.RequestCtx, c *call, resp *fasthttp.Respon
 		complete := clientGone == nil && upstreamErr == nil && !f.Partial()
 		u, ok, completion := r.tokens.StreamUsage(c.counts(), f, complete)
 		r.finish(c, u, ok, completion)
-		r.tell.StreamDone(c.acc)
 		if !complete {
 			r.log.Info("stream_cut", "tenant", c.t.Name, "client_gone", clientGone != nil, "upstream_error", errString(upstreamErr))
 		}

@@ -1,22 +1,24 @@
 package reqlog
 
 import (
+	"bufio"
 	"context"
 	"log/slog"
 
 	"github.com/valyala/fasthttp"
 
 	"github.com/ringgate/ringgate/router/internal/hopsign"
+	"github.com/ringgate/ringgate/router/internal/reply"
 )
 
 // Access is one request's access line, filled in as the request goes:
 // made by Begin, its call's tenant and tokens noted by Call and Settled,
-// written by Done (or StreamDone, for a stream).
+// written by Done, or by SetStream when a stream ends.
 type Access struct {
 	start              int64
 	tenant, model      string
 	estimated, charged int64
-	// What a stream's answer said when its handler returned.
+	// What the answer said: as it was written, or as its stream started.
 	id, owner, code string
 	status          int
 	queued          int64
@@ -60,29 +62,43 @@ func (a *Access) Settled(estimated, charged int64) {
 	}
 }
 
-// Done writes ctx's access line, for an answer written whole; for a
-// stream (streaming) it keeps what the answer says, and StreamDone
-// writes the line when the stream ends.
+// Done writes ctx's access line, for an answer written whole; a stream's
+// (streaming) is SetStream's.
 func (n *Node) Done(ctx *fasthttp.RequestCtx, streaming bool) {
+	if a := Of(ctx); a != nil && !streaming {
+		n.answered(ctx, a)
+		n.write(a)
+	}
+}
+
+// SetStream makes fn's writes the answer's body (reply.SetStream) and,
+// with access lines on, writes the access line when fn returns, with what
+// the answer said as it started: fn runs beside the handler, which may
+// still change the answer meanwhile.
+func (n *Node) SetStream(ctx *fasthttp.RequestCtx, fn func(w *bufio.Writer)) {
 	a := Of(ctx)
 	if a == nil {
+		reply.SetStream(ctx, fn)
 		return
 	}
+	n.answered(ctx, a)
+	reply.SetStream(ctx, func(w *bufio.Writer) {
+		fn(w)
+		n.write(a)
+	})
+}
+
+// answered keeps on a what ctx's answer says.
+func (n *Node) answered(ctx *fasthttp.RequestCtx, a *Access) {
 	h := &ctx.Response.Header
 	a.id, a.owner, a.code = string(ID(h)), string(h.PeekBytes(hNode)), errorCode(&ctx.Response)
 	a.status = ctx.Response.StatusCode()
 	a.queued = queuedMs(h)
 	a.hop = len(ctx.Request.Header.Peek(hopsign.HopHeader)) > 0 || a.owner != string(n.Name)
-	if !streaming {
-		n.StreamDone(a)
-	}
 }
 
-// StreamDone writes a's line (Done kept what it says).
-func (n *Node) StreamDone(a *Access) {
-	if a == nil {
-		return
-	}
+// write writes a's line.
+func (n *Node) write(a *Access) {
 	n.log.LogAttrs(context.Background(), slog.LevelInfo, "access",
 		slog.String("request_id", a.id), slog.String("tenant", a.tenant), slog.String("model", a.model),
 		slog.Int("status", a.status), slog.String("code", a.code), slog.String("owner", a.owner),
