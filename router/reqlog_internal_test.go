@@ -244,9 +244,9 @@ func TestRequestIDReachesProvider(t *testing.T) {
 	}
 }
 
-// An edge hands a request to its tenant's owner, which refuses it: the
-// owner logs the refusal with the id the edge made, the edge logs none,
-// and the client gets that id.
+// An edge hands requests to their tenant's owner: the id the edge made,
+// or the client's, reaches the owner, which names the answer with it. The
+// owner logs its refusal under that id; the edge logs none.
 func TestRefusedOnTheOwnerAfterAHop(t *testing.T) {
 	tok := testTokenizer(t)
 	_, upAddr := startFake(t, fakeupstream.Options{CountTokens: tok.Count, CompletionMin: 5, CompletionMax: 5})
@@ -282,27 +282,34 @@ func TestRefusedOnTheOwnerAfterAHop(t *testing.T) {
 	v := View{Ring: rg, Members: []Member{{Name: "a", Addr: addrA, State: "active"}, {Name: "b", Addr: addrB, State: "active"}}}
 	a.SetView(v)
 	b.SetView(v)
-	if r := chat(t, addrA, tenant, "", false); r.status != http.StatusOK || r.node != "b" {
-		t.Fatalf("first request via the edge: %+v, want 200 from b", r)
+	first := chat(t, addrA, tenant, "", false)
+	if first.status != http.StatusOK || first.node != "b" || !strings.HasPrefix(first.id, "rg-") {
+		t.Fatalf("first request via the edge: %+v, want 200 from b with a made id", first)
 	}
-	r := chat(t, addrA, tenant, "", false)
-	if r.status != http.StatusTooManyRequests || r.node != "b" || !strings.HasPrefix(r.id, "rg-") {
-		t.Fatalf("second request via the edge: %+v, want 429 from b with a made id", r)
+	r := chat(t, addrA, tenant, "client-2", false)
+	if r.status != http.StatusTooManyRequests || r.node != "b" || r.id != "client-2" {
+		t.Fatalf("second request via the edge: %+v, want 429 from b with the client's id", r)
 	}
 	onB := logged(t, logsB, "refused")
-	if len(onB) != 1 || onB[0]["request_id"] != r.id || onB[0]["tenant"] != tenant {
-		t.Errorf("owner's refused lines %v, want one with request_id %q", onB, r.id)
+	if len(onB) != 1 || onB[0]["request_id"] != "client-2" || onB[0]["tenant"] != tenant {
+		t.Errorf("owner's refused lines %v, want one with request_id client-2", onB)
 	}
 	if onA := logged(t, logsA, "refused"); len(onA) != 0 {
 		t.Errorf("the edge logged %v, want no refused line: the owner decided", onA)
 	}
-	// Both nodes write the request's access line, under the one id.
+	// Both nodes write each request's access line, under its one id.
 	for name, logs := range map[string]*syncBuffer{"a": logsA, "b": logsB} {
 		acc := logged(t, logs, "access")
-		if len(acc) != 2 || hasFields(acc[1], map[string]any{"request_id": r.id, "status": 429.0, "owner": "b", "hop": true,
-			"code": "rate_limit_exceeded"}) != nil {
-			t.Errorf("%s's access lines %v, want 2, the second the refusal's under id %q", name, acc, r.id)
+		if len(acc) != 2 || hasFields(acc[0], map[string]any{"request_id": first.id, "status": 200.0, "owner": "b", "hop": true}) != nil ||
+			hasFields(acc[1], map[string]any{"request_id": "client-2", "status": 429.0, "owner": "b", "hop": true, "code": "rate_limit_exceeded"}) != nil {
+			t.Errorf("%s's access lines %v, want the two requests' under their ids", name, acc)
 		}
+	}
+	// The edge made the first id, not the owner: each node's ids have a
+	// prefix of their own.
+	direct := chat(t, addrB, tenant, "", false)
+	if prefix := func(id string) string { return id[:strings.LastIndexByte(id, '-')] }; prefix(direct.id) == prefix(first.id) {
+		t.Errorf("the id of the request via the edge, %q, was made by the owner (its own: %q)", first.id, direct.id)
 	}
 }
 
