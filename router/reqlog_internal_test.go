@@ -367,3 +367,58 @@ func TestAccessLog(t *testing.T) {
 		t.Errorf("%d access lines after access_log = false, want still 3", n)
 	}
 }
+
+// A request that waited in its tenant's line until its wait budget was
+// spent is refused with a line that says how long it waited, on the
+// node's clock.
+func TestRefusedLineAfterAWait(t *testing.T) {
+	clk := clockwork.NewFakeClockAt(someDay)
+	logs := &syncBuffer{}
+	r, cfg := testRouter(t, Options{Clock: clk, Logger: slog.New(slog.NewJSONHandler(logs, nil))})
+	cfg.Queue.InteractiveWait = 5 * time.Minute
+	cfg.Tenants = []config.Tenant{{Name: "acme", Keys: []string{"k"}, Concurrency: 1, Priority: config.PriorityInteractive}}
+	if err := r.Reload(cfg); err != nil {
+		t.Fatal(err)
+	}
+	r.SetView(View{Ring: ring.New(1, []string{"t"}), Members: []Member{{Name: "t", Addr: "127.0.0.1:1", State: "active"}}})
+	tn := r.state.Load().ByName["acme"]
+	if _, d := tn.Core().Lim.Admit(r.clock(), 1); !d.Allowed { // a call in flight holds the one slot
+		t.Fatalf("the first call was refused: %+v", d)
+	}
+	status := sendWhenQueued(t, r, tn)
+	clk.Advance(5 * time.Minute)
+	if s := <-status; s != http.StatusTooManyRequests {
+		t.Fatalf("status %d once the wait budget was spent, want 429", s)
+	}
+	lines := logged(t, logs, "refused")
+	if len(lines) != 1 {
+		t.Fatalf("%d refused lines, want 1: %s", len(lines), logs.String())
+	}
+	if d := hasFields(lines[0], map[string]any{"tenant": "acme", "limit_level": "tenant", "dimension": "concurrency",
+		"limit": 1.0, "used": 1.0, "queued_ms": 300_000.0, "status": 429.0}); d != nil {
+		t.Errorf("refused line %v: %v", lines[0], d)
+	}
+}
+
+// A request the node cannot read gets an id too: the client's, when its
+// headers were read.
+func TestRequestIDOnAnUnreadRequest(t *testing.T) {
+	_, up := startFake(t, fakeupstream.Options{})
+	_, addr, _ := toldRouter(t, up, func(c *config.Config) {
+		c.Limits.MaxBodyBytes = 100
+		c.Tenants = []config.Tenant{toldTenant("acme", 100)}
+	})
+	req, err := http.NewRequest(http.MethodPost, "http://"+addr+"/v1/chat/completions", strings.NewReader(strings.Repeat("x", 1000)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("X-Request-Id", "big-1")
+	resp, err := (&http.Client{Timeout: 10 * time.Second}).Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusRequestEntityTooLarge || resp.Header.Get("X-Request-Id") != "big-1" {
+		t.Errorf("status %d, x-request-id %q: want 413 with big-1", resp.StatusCode, resp.Header.Get("X-Request-Id"))
+	}
+}

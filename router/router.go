@@ -308,8 +308,9 @@ func (r *Router) bodyDeadline(h *fasthttp.RequestHeader) fasthttp.RequestConfig 
 }
 
 // serverError answers errors met before the handler runs
-// (reply.ReadError).
+// (reply.ReadError), with the request's id.
 func (r *Router) serverError(ctx *fasthttp.RequestCtx, err error) {
+	r.tell.SetID(&ctx.Request.Header, &ctx.Response.Header)
 	reply.ReadError(ctx, err, r.state.Load().Cfg.Limits.MaxBodyBytes)
 }
 
