@@ -709,6 +709,11 @@ func TestFingerprint(t *testing.T) {
 	if got := c.RestartOnly(a); len(got) != 0 {
 		t.Errorf("RestartOnly of a tenant change = %v, want none", got)
 	}
+	// A reload applies access_log: no restart needed.
+	d := parseOK("[node]\nname = \"a\"\nlisten = \"127.0.0.1:8081\"\naccess_log = true\n[limits]\nwindow = \"60s\"\n[[tenants]]\nname = \"x\"\nkeys = [\"k\"]\nrpm = 5\n")
+	if got := d.RestartOnly(a); !d.Node.AccessLog || len(got) != 0 {
+		t.Errorf("access_log %v, RestartOnly of it = %v, want true and none", d.Node.AccessLog, got)
+	}
 }
 
 func TestDefaults(t *testing.T) {
