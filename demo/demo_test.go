@@ -29,4 +29,9 @@ func TestDemoRuns(t *testing.T) {
 			t.Errorf("demo output lacks %q:\n%s", want, out.String())
 		}
 	}
+	// Every call's tokens are audited at its decision, found by the
+	// x-request-id the provider saw.
+	if strings.Contains(out.String(), "no decision on record") {
+		t.Errorf("calls at the provider unmatched to a decision:\n%s", out.String())
+	}
 }

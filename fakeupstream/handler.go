@@ -116,7 +116,7 @@ type request struct {
 }
 
 func (s *Server) serveAPI(ctx *fasthttp.RequestCtx) {
-	rec := &Record{Received: time.Now()}
+	rec := &Record{Received: time.Now(), RequestID: string(ctx.Request.Header.Peek("x-request-id"))}
 	s.enter()
 	streaming := false
 	completion := 0

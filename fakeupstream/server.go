@@ -53,6 +53,8 @@ type Options struct {
 // Record is what the server saw of one API request and what it answered.
 type Record struct {
 	Received time.Time `json:"received"`
+	// RequestID is the request's x-request-id header, if any.
+	RequestID string `json:"request_id,omitempty"`
 	Finished time.Time `json:"finished"` // zero while the request is in flight
 	Path     string    `json:"path"`
 	Model    string    `json:"model"`

@@ -129,7 +129,7 @@ type clCluster struct {
 
 // decide is every node's OnAdmit: the admissions as decided, stamped by
 // the clock the nodes share.
-func (c *clCluster) decide(tenant string, at int64) {
+func (c *clCluster) decide(tenant string, at int64, _ []byte) {
 	c.decidedMu.Lock()
 	defer c.decidedMu.Unlock()
 	if c.decidedAt == nil {

@@ -49,7 +49,7 @@ type Options struct {
 	DrainGrace time.Duration
 	// OnAdmit, if set, is told of every admission the node decides
 	// (router.Options.OnAdmit).
-	OnAdmit func(tenant string, at int64)
+	OnAdmit func(tenant string, at int64, requestID []byte)
 	// Source reads the config again, as the node was started from it
 	// (main: the file and the flags): SIGHUP and POST /admin/reload apply
 	// what it returns (ReloadFromSource). nil: POST /admin/reload answers

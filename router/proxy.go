@@ -456,7 +456,7 @@ func (r *Router) serveAdmitted(ctx *fasthttp.RequestCtx, c *call, shadowed bool)
 		return r.forward(ctx, c)
 	}
 	reply.SetRateHeaders(&ctx.Response.Header, &d)
-	r.admitted(c)
+	r.admitted(ctx, c)
 	if c.lim == t.Core().Fb.Made() {
 		c.fb = r.fb.Admitted(t, &c.tk, 0)
 	}
@@ -519,11 +519,11 @@ func (r *Router) redecideSpill(ctx *fasthttp.RequestCtx, ep upstream.Endpoint, s
 
 // admitted counts an admitted call (it goes upstream now) and tells the
 // OnAdmit hook.
-func (r *Router) admitted(c *call) {
+func (r *Router) admitted(ctx *fasthttp.RequestCtx, c *call) {
 	c.t.Counters().Allowed.Inc()
 	c.t.Counters().Reserved.Add(float64(c.res.Total))
 	if r.onAdmit != nil {
-		r.onAdmit(c.t.Name, r.clock())
+		r.onAdmit(c.t.Name, r.clock(), reqlog.ID(&ctx.Response.Header))
 	}
 }
 

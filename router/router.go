@@ -49,9 +49,10 @@ type Options struct {
 	// without a store (every budget on this node's strict share).
 	Leaser *lease.Leaser
 	// OnAdmit, if set, is told of every admission this node decides: the
-	// tenant and when (Clock), for an auditor that counts decisions
-	// rather than arrivals at the provider. It must not block.
-	OnAdmit func(tenant string, at int64)
+	// tenant, when (Clock) and the request's x-request-id (valid during
+	// the call only), for an auditor that counts decisions rather than
+	// arrivals at the provider. It must not block.
+	OnAdmit func(tenant string, at int64, requestID []byte)
 	// Dial, if set, connects to a peer within timeout instead of TCP: a
 	// test's in-memory network (package hop's Inmem).
 	Dial func(addr string, timeout time.Duration) (net.Conn, error)
@@ -71,7 +72,7 @@ type Router struct {
 	tokens          *usage.Tokens
 	metrics         *metrics.Metrics
 	adminServe      adminServe
-	onAdmit         func(tenant string, at int64)
+	onAdmit         func(tenant string, at int64, requestID []byte)
 
 	state   atomic.Pointer[tenant.State]
 	cores   *tenant.Cores // makes the tenants' cores on the config in force
