@@ -304,6 +304,8 @@ func (n *Node) restore() {
 	n.metrics.handedOff(a, a.Took)
 	n.log.Info("rebalance", "ring_version", 0, "members", []string{n.cfg.Node.Name}, "taken_over", len(n.tenants()),
 		"state", a.Counts(), "handoff_ms", a.Took.Milliseconds())
+	n.router.NoteRebalance(router.Rebalance{Members: []string{n.cfg.Node.Name}, TakenOver: len(n.tenants()),
+		State: a.Counts(), HandoffMs: a.Took.Milliseconds()})
 }
 
 // join makes the node a cluster member: unready until it has joined and
@@ -411,6 +413,9 @@ func (n *Node) onRing(from, to *ring.Ring) {
 		"handoff_ms", time.Since(start).Milliseconds(),
 		"took_ms", since.Milliseconds(),
 	)
+	n.router.NoteRebalance(router.Rebalance{RingVersion: to.Version(), Members: append([]string{}, to.Members()...),
+		Moved: len(moved), HandedOver: len(lost), TakenOver: len(gained), State: a.Counts(),
+		HandoffMs: time.Since(start).Milliseconds()})
 	if len(lost)+len(gained) >= bigConfig {
 		// The state of tens of thousands of tenants went through this
 		// node as messages: give their garbage back to the system now

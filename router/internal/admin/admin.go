@@ -1,10 +1,11 @@
 // Package admin answers the admin endpoints: /healthz, /readyz, /cluster,
-// /tenants/{name}, /teams/{name}, /upstreams, /admin/reload, /metrics and
-// Go's profiles. It owns their paths and methods, the access rule (the
+// /tenants/{name}, /teams/{name}, /upstreams, /admin/reload, /metrics,
+// Go's profiles, and the status page /ui (its files, package ui) with the
+// JSON it polls, /ui/state. It owns their paths and methods, the access rule (the
 // admin token, or a loopback caller when none is configured; a member's
 // signature for the views one member asks another for), asking the owner
-// of a tenant or team for its view and every member for its /upstreams,
-// and writing the JSON.
+// of a tenant or team for its view and every member for its /upstreams
+// and its part of /ui/state, and writing the JSON.
 //
 // It knows nothing of tenants, limits, rings or how a signature is made:
 // it reads the node's own views from a Source as plain status values, and
@@ -43,6 +44,10 @@ type Source interface {
 	// Cluster is /cluster; Upstreams this node's own /upstreams.
 	Cluster() status.Cluster
 	Upstreams() status.Upstreams
+	// UINode is this node's own part of /ui/state: the tenants it owns
+	// (owns says which) whose names contain filter, the busiest limit of
+	// them listed.
+	UINode(owns func(entity string) bool, filter string, limit int) status.UINode
 }
 
 // Peers is the cluster as the endpoints reach it.
@@ -105,7 +110,7 @@ func New(c Config) *Handler {
 // admin token, or a loopback caller when no token is configured.
 func (h *Handler) Serve(ctx *fasthttp.RequestCtx) {
 	path := string(ctx.Path())
-	if h.health(ctx, path) {
+	if h.health(ctx, path) || (string(ctx.Method()) == "GET" && uiAsset(ctx, path)) {
 		return
 	}
 	fromPeer, ok := h.admit(ctx, path)
@@ -128,6 +133,8 @@ func (h *Handler) Serve(ctx *fasthttp.RequestCtx) {
 		h.serveReload(ctx)
 	case path == "/upstreams":
 		h.serveUpstreams(ctx, local)
+	case path == "/ui/state":
+		h.serveUIState(ctx, local)
 	case strings.HasPrefix(path, "/teams/"):
 		serveEntity(h, ctx, "team", strings.TrimPrefix(path, "/teams/"), local, fromPeer, h.cfg.Source.Team)
 	default:
@@ -161,7 +168,7 @@ func (h *Handler) health(ctx *fasthttp.RequestCtx, path string) bool {
 // refusal itself. fromPeer: the request says it is a member's.
 func (h *Handler) admit(ctx *fasthttp.RequestCtx, path string) (fromPeer, ok bool) {
 	profiling := strings.HasPrefix(path, "/debug/pprof/")
-	if path != "/cluster" && path != "/metrics" && path != "/upstreams" && path != "/admin/reload" &&
+	if path != "/cluster" && path != "/metrics" && path != "/upstreams" && path != "/admin/reload" && path != "/ui/state" &&
 		!strings.HasPrefix(path, "/tenants/") && !strings.HasPrefix(path, "/teams/") && !profiling {
 		reply.Fail(ctx, fasthttp.StatusNotFound, "invalid_request_error", "not_found", "Unknown path "+path+".")
 		return false, false
@@ -178,10 +185,10 @@ func (h *Handler) admit(ctx *fasthttp.RequestCtx, path string) (fromPeer, ok boo
 	view := strings.HasPrefix(path, "/tenants/") || strings.HasPrefix(path, "/teams/")
 	fromPeer = len(ctx.Request.Header.Peek(hopsign.HopHeader)) > 0
 	switch {
-	case fromPeer && (view || path == "/upstreams"):
+	case fromPeer && (view || path == "/upstreams" || path == "/ui/state"):
 		// A node asking the owner for its view (fromOwner), or a member
-		// for its leases (peerUpstreams), signed with the cluster
-		// secret in place of the admin token.
+		// for its leases or its part of the status page (askMembers),
+		// signed with the cluster secret in place of the admin token.
 		if err := h.cfg.Peers.Verify(&ctx.Request); err != nil {
 			reply.Fail(ctx, fasthttp.StatusUnauthorized, "invalid_request_error", "invalid_peer_signature",
 				"Peer request refused: "+err.Error()+".")

@@ -36,10 +36,10 @@ func serveEntity[V any](h *Handler, ctx *fasthttp.RequestCtx, kind, name string,
 // answers with this node's view, ownerError saying why the owner's could
 // not be had ("" when this node owns it or local was asked).
 func (h *Handler) ownerView(ctx *fasthttp.RequestCtx, entity, name string, local, fromPeer bool) (owner, ownerError string, answered bool) {
-	owner = h.cfg.Peers.Owner(entity)
-	if owner == "" || owner == h.cfg.Node {
+	if h.owns(entity) {
 		return h.cfg.Node, "", false
 	}
+	owner = h.cfg.Peers.Owner(entity)
 	if fromPeer {
 		reply.Fail(ctx, fasthttp.StatusConflict, "invalid_request_error", "not_owner",
 			"By this node's ring, "+owner+" owns "+name+".")
@@ -50,6 +50,13 @@ func (h *Handler) ownerView(ctx *fasthttp.RequestCtx, entity, name string, local
 	}
 	ownerError = h.fromOwner(ctx, owner)
 	return owner, ownerError, ownerError == ""
+}
+
+// owns reports whether this node owns entity by its ring: it does
+// alone, before a ring names an owner.
+func (h *Handler) owns(entity string) bool {
+	owner := h.cfg.Peers.Owner(entity)
+	return owner == "" || owner == h.cfg.Node
 }
 
 // fromOwner answers a view of a tenant or team that owner, another node,
@@ -87,38 +94,63 @@ func (h *Handler) serveUpstreams(ctx *fasthttp.RequestCtx, local bool) {
 }
 
 // peerUpstreams asks every other member of the view for its own
-// /upstreams, all at once, each within OwnerViewTimeout: a member that
-// does not answer in time is listed with the error.
+// /upstreams (askMembers).
 func (h *Handler) peerUpstreams() []status.PeerUpstreams {
+	var out []status.PeerUpstreams
+	for _, a := range h.askMembers("/upstreams?local=1") {
+		p := status.PeerUpstreams{Node: a.node, Error: a.err}
+		var pv status.Upstreams
+		switch {
+		case a.err != "":
+		case json.Unmarshal(a.body, &pv) != nil:
+			p.Error = fmt.Sprintf("%s answered what is not its view: %.200s", a.node, a.body)
+		default:
+			p.Upstreams = pv.Upstreams
+		}
+		out = append(out, p)
+	}
+	return out
+}
+
+// answer is a member's answer to a question askMembers asked: its body, or
+// why there is none.
+type answer struct {
+	node string
+	body []byte
+	err  string
+}
+
+// askMembers asks every other member of the view for uri, all at once,
+// each within OwnerViewTimeout, and returns their answers sorted by name:
+// a member that does not answer 200 in time comes with the error. nil
+// before a view.
+func (h *Handler) askMembers(uri string) []answer {
 	v := h.cfg.Peers.View()
 	if v.Members == nil {
 		return nil
 	}
-	var out []status.PeerUpstreams
+	var out []answer
 	for _, m := range v.Members { // sorted by name
 		if m != h.cfg.Node {
-			out = append(out, status.PeerUpstreams{Node: m})
+			out = append(out, answer{node: m})
 		}
 	}
 	var wg sync.WaitGroup
 	for i := range out {
-		p := &out[i]
+		a := &out[i]
 		if !v.Signed {
-			p.Error = "no cluster secret to ask it with"
+			a.err = "no cluster secret to ask it with"
 			continue
 		}
 		wg.Go(func() {
-			code, body, err := v.Ask(v.Addrs[p.Node], p.Node, "/upstreams?local=1", OwnerViewTimeout)
-			var pv status.Upstreams
+			code, body, err := v.Ask(v.Addrs[a.node], a.node, uri, OwnerViewTimeout)
 			switch {
 			case err != nil:
-				p.Error = err.Error()
+				a.err = err.Error()
 			case code != fasthttp.StatusOK:
-				p.Error = fmt.Sprintf("%s answered %d: %.200s", p.Node, code, body)
-			case json.Unmarshal(body, &pv) != nil:
-				p.Error = fmt.Sprintf("%s answered what is not its view: %.200s", p.Node, body)
+				a.err = fmt.Sprintf("%s answered %d: %.200s", a.node, code, body)
 			default:
-				p.Upstreams = pv.Upstreams
+				a.body = body
 			}
 		})
 	}

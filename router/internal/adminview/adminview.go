@@ -34,6 +34,9 @@ type Source struct {
 	// LastReload is the outcome of the last reload, for /cluster; nil
 	// before one.
 	LastReload func() *status.Reload
+	// Rebalances are the last ring changes this node logged, oldest
+	// first; nil: none kept.
+	Rebalances func() []status.Rebalance
 }
 
 // Team finds the team named name: its entity, and the making of this
