@@ -5,7 +5,7 @@ GO ?= go
 # Debian keeps haproxy in sbin, which a user's PATH may lack.
 export PATH := $(PATH):/usr/sbin:/sbin
 
-.PHONY: test deps short lint soak bench-report bench-ab check unit e2e fuzz bench report build static docker-smoke cluster scale-up scale-down logs cluster-down
+.PHONY: test deps short lint soak bench-report bench-ab check unit e2e fuzz bench report build static docker-smoke ui-screenshot cluster scale-up scale-down logs cluster-down
 
 test: deps check unit e2e
 
@@ -28,6 +28,11 @@ unit:
 # Real processes: ringgate nodes behind HAProxy (TCP mode), with Redis.
 e2e:
 	@if [ -d e2e ]; then $(GO) test -race -count=1 -timeout 15m -tags e2e ./e2e/...; else echo "no e2e tests yet"; fi
+
+# docs/ui.png: the status page under the browser test's load, a few
+# tenants refused.
+ui-screenshot:
+	RINGGATE_UI_SCREENSHOT=docs/ui.png $(GO) test -count=1 -tags e2e -run TestUIInABrowser ./e2e/
 
 # Each fuzz target for FUZZTIME (their seed corpora run with every make
 # unit): request bodies of the four APIs, SSE usage, config, snapshots,

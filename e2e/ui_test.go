@@ -89,6 +89,7 @@ func TestUIInABrowser(t *testing.T) {
 		[...document.querySelectorAll('#tenants td.owner')].some(e => e.textContent === 'node-3')`)
 	checkOwnersShown(t, ctx, nodes[0])
 	if path := os.Getenv("RINGGATE_UI_SCREENSHOT"); path != "" {
+		waitFor(t, ctx, "small refused under the load", `document.querySelector('tr[data-tenant="small"]').classList.contains('at-limit')`)
 		screenshot(t, ctx, path)
 	}
 	if e := errs(); len(e) > 0 {

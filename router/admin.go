@@ -33,40 +33,16 @@ func (r *Router) serveAdmin(ctx *fasthttp.RequestCtx) {
 // adminServe is the admin endpoints' handler, made once, and the last
 // rebalances, which only the status page shows.
 type adminServe struct {
-	once    sync.Once
-	handler *admin.Handler
-
-	mu         sync.Mutex
-	rebalances []Rebalance // oldest first, at most keptRebalances
+	once       sync.Once
+	handler    *admin.Handler
+	rebalances adminview.Rebalances
 }
-
-// keptRebalances bounds the rebalances a node keeps for its status page.
-const keptRebalances = 20
 
 // Rebalance is one ring change as the node logged it.
 type Rebalance = status.Rebalance
 
-// NoteRebalance keeps a ring change the node logged for the status page,
-// stamped now by the router's clock, forgetting the oldest beyond
-// keptRebalances.
-func (r *Router) NoteRebalance(ev Rebalance) {
-	ev.At = time.Unix(0, r.clock()).UTC()
-	a := &r.adminServe
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	a.rebalances = append(a.rebalances, ev)
-	if n := len(a.rebalances); n > keptRebalances {
-		a.rebalances = append([]Rebalance(nil), a.rebalances[n-keptRebalances:]...)
-	}
-}
-
-// rebalances is a copy of the kept rebalances, oldest first.
-func (r *Router) rebalances() []Rebalance {
-	a := &r.adminServe
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	return append([]Rebalance(nil), a.rebalances...)
-}
+// NoteRebalance keeps a ring change the node logged for the status page.
+func (r *Router) NoteRebalance(ev Rebalance) { r.adminServe.rebalances.Note(ev, r.clock()) }
 
 // Member is one node as the admin API shows it.
 type Member = status.Member
@@ -119,7 +95,7 @@ func (r *Router) adminView() adminview.Source {
 		},
 		Draining:   r.life.drain.Draining,
 		LastReload: r.reloads.last.Load,
-		Rebalances: r.rebalances,
+		Rebalances: r.adminServe.rebalances.List,
 	}
 }
 

@@ -7,9 +7,10 @@ import (
 	"github.com/jonboulle/clockwork"
 
 	"github.com/ringgate/ringgate/config"
+	"github.com/ringgate/ringgate/router/internal/adminview"
 )
 
-// A node keeps its last keptRebalances ring changes for the status page,
+// A node keeps its last adminview.KeptRebalances ring changes for the status page,
 // oldest first, stamped by its clock.
 func TestNoteRebalanceKeepsTheLast(t *testing.T) {
 	cfg := config.Default()
@@ -23,11 +24,11 @@ func TestNoteRebalanceKeepsTheLast(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(r.Close)
-	for v := range uint64(keptRebalances + 5) {
+	for v := range uint64(adminview.KeptRebalances + 5) {
 		r.NoteRebalance(Rebalance{RingVersion: v + 1, Moved: 1})
 	}
-	got := r.rebalances()
-	if len(got) != keptRebalances || got[0].RingVersion != 6 || got[len(got)-1].RingVersion != keptRebalances+5 {
+	got := r.adminServe.rebalances.List()
+	if len(got) != adminview.KeptRebalances || got[0].RingVersion != 6 || got[len(got)-1].RingVersion != adminview.KeptRebalances+5 {
 		t.Fatalf("kept %d, from ring %d to %d", len(got), got[0].RingVersion, got[len(got)-1].RingVersion)
 	}
 	if !got[0].At.Equal(clk.Now()) {

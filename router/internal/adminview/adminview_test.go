@@ -86,3 +86,23 @@ func TestTenantAndTeam(t *testing.T) {
 		t.Fatal("a tenant found as a team")
 	}
 }
+
+// This node's part of /ui/state lists the tenants it owns whose names
+// match, busiest first, at most the limit, with how many matched; teams
+// are not tenants.
+func TestUINode(t *testing.T) {
+	cfg := config.Default()
+	cfg.Teams = []config.Team{{Name: "t", RPM: 10}}
+	cfg.Tenants = []config.Tenant{{Name: "x1", Keys: []string{"k1"}, RPM: 5, Team: "t"}, {Name: "x2", Keys: []string{"k2"}, RPM: 5},
+		{Name: "x3", Keys: []string{"k3"}, RPM: 5}, {Name: "y", Keys: []string{"ky"}, RPM: 5}}
+	s := source(t, cfg, nil)
+	s.Rebalances = func() []status.Rebalance { return []status.Rebalance{{RingVersion: 3}} }
+	notX3 := func(entity string) bool { return entity != "x3" }
+	p := s.UINode(notX3, "x", 1)
+	if p.Node != "a" || p.Matched != 2 || len(p.Tenants) != 1 || p.Tenants[0].Owner != "a" || len(p.Rebalances) != 1 {
+		t.Fatalf("owned x tenants, one listed: %+v", p)
+	}
+	if p = s.UINode(notX3, "", 10); p.Matched != 3 || len(p.Tenants) != 3 || p.Window != "1m0s" {
+		t.Fatalf("every owned tenant: %d matched, %d listed, window %q", p.Matched, len(p.Tenants), p.Window)
+	}
+}

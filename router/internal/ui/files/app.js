@@ -66,16 +66,21 @@ function drawTenants(s) {
     fmt(w.tokens) + " tokens, " + fmt(w.in_flight) + " in flight, " + fmt(w.queued) + " queued";
 }
 
+// left is what a lease holds of a dimension, "–" where the budget has no
+// limit on it.
+function left(limit, n) { return limit > 0 ? fmt(n) : "–"; }
+
 function budgetRows(node) {
   const rows = [];
   const add = (name, b) => {
     if (!b) return;
     const q = b.queue || { interactive: {}, batch: {} };
     rows.push(el("tr", {}, el("td", {}, name),
-      el("td", { class: "num" }, fmt(b.lease.left_requests)), el("td", { class: "num" }, fmt(b.lease.left_tokens)),
-      el("td", { class: "num" }, fmt(b.lease.slots_in_flight) + " / " + fmt(b.lease.slots_held)),
+      el("td", { class: "num" }, left(b.limits.requests, b.lease.left_requests)),
+      el("td", { class: "num" }, left(b.limits.tokens, b.lease.left_tokens)),
+      el("td", { class: "num" }, b.limits.concurrency > 0 ? fmt(b.lease.slots_in_flight) + " / " + fmt(b.lease.slots_held) : "–"),
       el("td", { class: "num" }, fmt((q.interactive.waiting || 0) + (q.batch.waiting || 0))),
-      el("td", {}, b.degraded ? "degraded" : "ok")));
+      el("td", { class: b.degraded ? "error" : "" }, b.degraded ? "degraded" : "ok")));
   };
   for (const u of node.upstreams || []) {
     add(u.name, u.budget);
@@ -104,7 +109,7 @@ function drawRebalances(s) {
     el("td", {}, new Date(r.at).toLocaleTimeString()), el("td", {}, node), el("td", { class: "num" }, r.ring_version),
     el("td", {}, (r.members || []).join(", ")), el("td", { class: "num" }, r.moved),
     el("td", { class: "num" }, r.taken_over), el("td", { class: "num" }, r.handed_over),
-    el("td", {}, Object.entries(r.state || {}).map(([k, v]) => k + " " + v).join(", "))));
+    el("td", {}, Object.entries(r.state || {}).filter(([, v]) => v > 0).map(([k, v]) => k.replaceAll("_", " ") + " " + v).join(", ") || "–")));
   document.querySelector("#rebalances tbody").replaceChildren(...rows);
 }
 
