@@ -23,6 +23,7 @@ function takeFragmentToken() {
   if (!m) return;
   sessionStorage.setItem(TOKEN_KEY, decodeURIComponent(m[1]));
   history.replaceState(null, "", location.pathname + location.search);
+  document.getElementById("auth").hidden = true;
 }
 
 // dim draws one window against its limit: a bar, "used / limit".
@@ -152,6 +153,8 @@ async function poll() {
 
 function start() {
   takeFragmentToken();
+  // A #token= link opened in a tab that shows the page already.
+  window.addEventListener("hashchange", takeFragmentToken);
   document.getElementById("auth").addEventListener("submit", ev => {
     ev.preventDefault();
     sessionStorage.setItem(TOKEN_KEY, document.getElementById("token").value.trim());
