@@ -110,7 +110,7 @@ func New(c Config) *Handler {
 // admin token, or a loopback caller when no token is configured.
 func (h *Handler) Serve(ctx *fasthttp.RequestCtx) {
 	path := string(ctx.Path())
-	if h.health(ctx, path) || (string(ctx.Method()) == "GET" && uiAsset(ctx, path)) {
+	if h.health(ctx, path) || h.uiAsset(ctx, path) {
 		return
 	}
 	fromPeer, ok := h.admit(ctx, path)
@@ -205,14 +205,18 @@ func (h *Handler) admit(ctx *fasthttp.RequestCtx, path string) (fromPeer, ok boo
 func (h *Handler) allowed(ctx *fasthttp.RequestCtx) bool {
 	token := h.cfg.Token()
 	if token == "" {
-		ip := ctx.RemoteIP()
-		return ip != nil && ip.IsLoopback()
+		return loopback(ctx)
 	}
 	got := ctx.Request.Header.Peek("Authorization")
 	if len(got) < 7 || !bytes.EqualFold(got[:7], []byte("Bearer ")) {
 		return false
 	}
 	return subtle.ConstantTimeCompare(bytes.TrimSpace(got[7:]), []byte(token)) == 1
+}
+
+func loopback(ctx *fasthttp.RequestCtx) bool {
+	ip := ctx.RemoteIP()
+	return ip != nil && ip.IsLoopback()
 }
 
 // serveReload answers POST /admin/reload: 200 with the version now

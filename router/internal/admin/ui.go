@@ -23,8 +23,7 @@ const (
 	maxUIFilter  = 200
 )
 
-// serveUIAsset answers the status page's shell: it holds no data (the
-// page's script asks /ui/state with the admin token), so it needs none.
+// serveUIAsset answers one of the status page's files.
 func serveUIAsset(ctx *fasthttp.RequestCtx, body []byte, contentType string) {
 	h := &ctx.Response.Header
 	h.Set("Content-Security-Policy", "default-src 'self'; img-src 'self' data:; frame-ancestors 'none'; base-uri 'none'; form-action 'none'")
@@ -107,12 +106,21 @@ func (h *Handler) mergeUI(parts []status.UINode, limit int) status.UI {
 	return out
 }
 
-// uiAsset reports whether path is one of the status page's files, and
-// answers it.
-func uiAsset(ctx *fasthttp.RequestCtx, path string) bool {
+// uiAsset answers the status page's files, and reports whether path was
+// one. They hold no data: with an admin token configured anyone may load
+// them (a browser cannot send the token on a navigation; the page's
+// script sends it with each question); without one, as for every admin
+// path, only a loopback caller.
+func (h *Handler) uiAsset(ctx *fasthttp.RequestCtx, path string) bool {
 	body, contentType, ok := ui.Asset(path)
-	if ok {
+	switch {
+	case !ok || string(ctx.Method()) != fasthttp.MethodGet:
+		return false
+	case h.cfg.Token() == "" && !loopback(ctx):
+		reply.Fail(ctx, fasthttp.StatusUnauthorized, "invalid_request_error", "invalid_admin_token",
+			"With no admin token configured, the status page answers loopback callers only.")
+	default:
 		serveUIAsset(ctx, body, contentType)
 	}
-	return ok
+	return true
 }

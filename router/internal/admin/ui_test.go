@@ -117,12 +117,18 @@ func TestUIStateLocalAndBadInput(t *testing.T) {
 }
 
 // /ui/state needs the admin token (or, without one, a loopback caller);
-// the page's files hold no data and need none.
+// the page's files hold no data and need no token, but without one
+// configured only a loopback caller gets them, as every admin path.
 func TestUIAuth(t *testing.T) {
 	f := &fakeNode{}
 	h := newHandler(f, "")
-	if code, body, _ := do(h, "GET", "/ui/state", "10.0.0.9"); code != 401 || errorCode(t, body) != "invalid_admin_token" {
-		t.Fatalf("no token configured, a remote caller: %d %s", code, body)
+	for _, p := range []string{"/ui/state", "/ui"} {
+		if code, body, _ := do(h, "GET", p, "10.0.0.9"); code != 401 || errorCode(t, body) != "invalid_admin_token" {
+			t.Fatalf("%s, no token configured, a remote caller: %d %s", p, code, body)
+		}
+	}
+	if code, _, _ := do(h, "GET", "/ui", "127.0.0.1"); code != 200 {
+		t.Fatalf("/ui, no token configured, a loopback caller: %d", code)
 	}
 	h = newHandler(f, "secret")
 	if code, body, _ := do(h, "GET", "/ui/state", "127.0.0.1"); code != 401 || errorCode(t, body) != "invalid_admin_token" {
