@@ -1,8 +1,9 @@
 // Package adminview builds what the admin endpoints show of this node:
-// /cluster, /upstreams, and this node's view of a tenant or a team, as
-// the values of package status, read from the tenant model (package
-// tenant: the config in force, its entities, their limiters and lines)
-// and the providers' budgets.
+// /cluster, /upstreams, this node's view of a tenant or a team, and its
+// part of the status page's /ui/state (with the last rebalances it
+// keeps), as the values of package status, read from the tenant model
+// (package tenant: the config in force, its entities, their limiters and
+// lines) and the providers' budgets.
 //
 // It owns the reading of those into their JSON shapes. It knows nothing of
 // requests, rings, hops or HTTP: what it needs of the node (its name, its

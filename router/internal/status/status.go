@@ -1,7 +1,8 @@
 // Package status holds what the admin endpoints answer: the JSON shapes
-// of /cluster, /tenants, /teams and /upstreams, and their making from the
-// limiter's, the queues' and the leases' figures. The shapes are the
-// operator's contract; the router fills them. It knows nothing of how
+// of /cluster, /tenants, /teams, /upstreams and /ui/state, and their
+// making from the limiter's, the queues' and the leases' figures, and the
+// one ordering of tenants by how busy they are (Busier). The shapes are
+// the operator's contract; the router fills them. It knows nothing of how
 // requests are decided.
 package status
 
