@@ -120,8 +120,7 @@ func (r *Router) movedOn(ctx *fasthttp.RequestCtx, t *tenant.Tenant, lim *limite
 // nodes: 503 with Retry-After. Nothing was admitted; the client retries.
 func (r *Router) refuseMoving(ctx *fasthttp.RequestCtx) bool {
 	r.tell.SetNode(&ctx.Response.Header)
-	ctx.Response.Header.Set("Retry-After", "1")
-	reply.Fail(ctx, fasthttp.StatusServiceUnavailable, "server_error", "tenant_moving",
+	reply.FailSoon(ctx, fasthttp.StatusServiceUnavailable, "server_error", "tenant_moving",
 		"This tenant's limits are moving between gateway nodes; retry in 1s.")
 	return false
 }

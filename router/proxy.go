@@ -170,16 +170,14 @@ func (r *Router) serveAPI(ctx *fasthttp.RequestCtx, ep upstream.Endpoint) bool {
 // on top of whoever owns the tenant.
 func (r *Router) refuseNotJoined(ctx *fasthttp.RequestCtx) bool {
 	r.tell.SetNode(&ctx.Response.Header)
-	ctx.Response.Header.Set("Retry-After", "1")
-	reply.Fail(ctx, fasthttp.StatusServiceUnavailable, "server_error", "not_ready",
+	reply.FailSoon(ctx, fasthttp.StatusServiceUnavailable, "server_error", "not_ready",
 		"This gateway node has not joined its cluster yet; retry in 1s.")
 	return false
 }
 
 func (r *Router) refuseZeroShare(ctx *fasthttp.RequestCtx, t *tenant.Tenant) bool {
 	r.tell.SetNode(&ctx.Response.Header)
-	ctx.Response.Header.Set("Retry-After", "1")
-	reply.Fail(ctx, fasthttp.StatusTooManyRequests, "requests", "rate_limit_exceeded",
+	reply.FailSoon(ctx, fasthttp.StatusTooManyRequests, "requests", "rate_limit_exceeded",
 		"The node enforcing this tenant's limits is unreachable and this node's share of them is zero. Please try again in 1s.")
 	r.tell.Refused(r.clock(), &t.RefusedLog, &reqlog.Line{Tenant: t.Name, Level: reqlog.FallbackShare, By: t.Name}, &ctx.Response)
 	return false
@@ -805,16 +803,12 @@ func (r *Router) settle(c *call, actual int, known, late bool) {
 }
 
 func (r *Router) upstreamFailed(ctx *fasthttp.RequestCtx, p *upstream.Provider, err error) {
-	if errors.Is(err, upstream.ErrTimeout) {
+	if reply.UpstreamFailed(ctx, p.Name, err) {
 		r.metrics.TimedOut(p.Name)
-		reply.Fail(ctx, fasthttp.StatusGatewayTimeout, "upstream_error", "upstream_timeout",
-			fmt.Sprintf("Upstream %q did not answer in time.", p.Name))
 		return
 	}
 	r.metrics.Failed(p.Name)
 	r.log.Warn("upstream", "upstream", p.Name, "error", err.Error())
-	reply.Fail(ctx, fasthttp.StatusBadGateway, "upstream_error", "upstream_unreachable",
-		fmt.Sprintf("Upstream %q failed: %v", p.Name, err))
 }
 
 func errString(err error) string {

@@ -48,10 +48,9 @@ type Options struct {
 	// Leaser keeps the node's part of the providers' limits; nil: one
 	// without a store (every budget on this node's strict share).
 	Leaser *lease.Leaser
-	// OnAdmit, if set, is told of every admission this node decides: the
-	// tenant, when (Clock) and the request's x-request-id (valid during
-	// the call only), for an auditor that counts decisions rather than
-	// arrivals at the provider. It must not block.
+	// OnAdmit, if set, is told of every admission this node decides (the
+	// tenant, when by Clock, the x-request-id valid during the call only),
+	// for an auditor of decisions rather than arrivals. It must not block.
 	OnAdmit func(tenant string, at int64, requestID []byte)
 	// Dial, if set, connects to a peer within timeout instead of TCP: a
 	// test's in-memory network (package hop's Inmem).

@@ -44,11 +44,10 @@ func (r *Router) age() time.Duration { return time.Since(r.life.started) }
 // catches up after a pause.
 func (r *Router) refuseCatchingUp(ctx *fasthttp.RequestCtx, hop bool) bool {
 	r.tell.SetNode(&ctx.Response.Header)
-	ctx.Response.Header.Set("Retry-After", "1")
 	if hop {
 		ctx.Response.Header.Set(hopsign.RefusedHeader, "not_ready")
 	}
-	reply.Fail(ctx, fasthttp.StatusServiceUnavailable, "server_error", "not_ready",
+	reply.FailSoon(ctx, fasthttp.StatusServiceUnavailable, "server_error", "not_ready",
 		"This gateway node was paused and is catching up with its cluster; retry in 1s.")
 	return false
 }
@@ -63,7 +62,6 @@ func (r *Router) refuseCatchingUp(ctx *fasthttp.RequestCtx, hop bool) bool {
 func (r *Router) ownerRefused(ctx *fasthttp.RequestCtx, t *tenant.Tenant, owner, reason string) {
 	r.log.Warn("hop_refused_by_owner", "tenant", t.Name, "owner", owner, "reason", reason)
 	r.tell.SetNode(&ctx.Response.Header)
-	ctx.Response.Header.Set("Retry-After", "1")
-	reply.Fail(ctx, fasthttp.StatusServiceUnavailable, "server_error", "owner_unavailable",
+	reply.FailSoon(ctx, fasthttp.StatusServiceUnavailable, "server_error", "owner_unavailable",
 		fmt.Sprintf("The node enforcing this tenant's limits (%s) did not take the request (%s); nothing was admitted; retry in 1s.", owner, reason))
 }

@@ -13,6 +13,7 @@ package reply
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strconv"
 	"time"
@@ -163,6 +164,24 @@ func setRetryAfter(h *fasthttp.ResponseHeader, d time.Duration) {
 
 func roundUp(d time.Duration) time.Duration {
 	return (d + time.Millisecond - 1).Truncate(time.Millisecond)
+}
+
+// FailSoon is Fail for a refusal that passes in a moment, before anything
+// was admitted: the client retries after Retry-After's one second.
+func FailSoon(ctx *fasthttp.RequestCtx, status int, typ, code, message string) {
+	ctx.Response.Header.Set("Retry-After", "1")
+	Fail(ctx, status, typ, code, message)
+}
+
+// UpstreamFailed answers a call the provider (name) did not answer: 504
+// when it timed out, 502 else. It reports whether it timed out.
+func UpstreamFailed(ctx *fasthttp.RequestCtx, name string, err error) (timedOut bool) {
+	if errors.Is(err, upstream.ErrTimeout) {
+		Fail(ctx, fasthttp.StatusGatewayTimeout, "upstream_error", "upstream_timeout", fmt.Sprintf("Upstream %q did not answer in time.", name))
+		return true
+	}
+	Fail(ctx, fasthttp.StatusBadGateway, "upstream_error", "upstream_unreachable", fmt.Sprintf("Upstream %q failed: %v", name, err))
+	return false
 }
 
 // JSON answers with v as JSON.

@@ -1,12 +1,16 @@
 package reply
 
 import (
+	"errors"
+	"fmt"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/valyala/fasthttp"
 
 	"github.com/ringgate/ringgate/limiter"
+	"github.com/ringgate/ringgate/upstream"
 )
 
 // TestAppendReset: the reset headers read like OpenAI's ("1s", "6m0s",
@@ -47,5 +51,29 @@ func TestRateHeadersDoNotAllocate(t *testing.T) {
 	}
 	if got := string(h.Peek("x-ratelimit-reset-tokens")); got != "1m1.234s" {
 		t.Errorf("reset-tokens %q", got)
+	}
+}
+
+func TestFailSoonAndUpstreamFailed(t *testing.T) {
+	var ctx fasthttp.RequestCtx
+	FailSoon(&ctx, fasthttp.StatusServiceUnavailable, "server_error", "not_ready", "retry")
+	if ctx.Response.StatusCode() != 503 || string(ctx.Response.Header.Peek("Retry-After")) != "1" ||
+		!strings.Contains(string(ctx.Response.Body()), `"code":"not_ready"`) {
+		t.Errorf("FailSoon: %d %q %s", ctx.Response.StatusCode(), ctx.Response.Header.Peek("Retry-After"), ctx.Response.Body())
+	}
+	for _, tc := range []struct {
+		err    error
+		status int
+		code   string
+	}{
+		{fmt.Errorf("dial: %w", upstream.ErrTimeout), 504, "upstream_timeout"},
+		{errors.New("connection refused"), 502, "upstream_unreachable"},
+	} {
+		var ctx fasthttp.RequestCtx
+		timedOut := UpstreamFailed(&ctx, "up", tc.err)
+		if timedOut != (tc.status == 504) || ctx.Response.StatusCode() != tc.status ||
+			!strings.Contains(string(ctx.Response.Body()), `"code":"`+tc.code+`"`) {
+			t.Errorf("UpstreamFailed(%v) = %v: %d %s", tc.err, timedOut, ctx.Response.StatusCode(), ctx.Response.Body())
+		}
 	}
 }
