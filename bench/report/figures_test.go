@@ -85,7 +85,7 @@ func TestSpliceReadme(t *testing.T) {
 	if err := os.WriteFile(path, []byte(before), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	block := readmeBlock("head\n", "| lat |\n", "acc\n", [][2]string{{"what", "1 ns"}})
+	block := readmeBlock("head\n", "| lat |\n", "acc\n")
 	for range 2 { // again: the markers are kept
 		if err := spliceReadme(path, block); err != nil {
 			t.Fatal(err)

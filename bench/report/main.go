@@ -146,7 +146,7 @@ func run(out, readme string, quick, withFigures bool) error {
 		return err
 	}
 	took := time.Since(started)
-	if err := writeReport(filepath.Join(out, "report.md"), lat, acc, rates, f, quick, took); err != nil {
+	if err := writeReport(filepath.Join(out, "report.md"), lat, acc, rates, f, rows, quick, took); err != nil {
 		return err
 	}
 	if readme == "" {
@@ -155,7 +155,7 @@ func run(out, readme string, quick, withFigures bool) error {
 	head := madeBy(quick, took) + " Full report: [docs/bench/report.md](docs/bench/report.md).\n\n" +
 		"Latency in ms: ringgate on 3 nodes with Redis, a Redis Lua call per request, per-node limits without coordination, a bare fasthttp proxy (the floor), and direct.\n"
 	intro := fmt.Sprintf("%d tenants at twice their limit of %d per %v window, through scale-up, drain, rolling restart and kill -9:", tenants, tenantLimit, window)
-	return spliceReadme(readme, readmeBlock(head, latencyTable(lat, rates), intro+"\n\n"+accuracyTable(acc), rows))
+	return spliceReadme(readme, readmeBlock(head, latencyTable(lat, rates), intro+"\n\n"+accuracyTable(acc)))
 }
 
 // accuracyOnly runs the accuracy scenario for sys alone and prints what

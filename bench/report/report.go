@@ -9,7 +9,7 @@ import (
 
 // writeReport writes the tables, the charts' links and what made them,
 // and the figures of the benchmarks and report tests when f is not nil.
-func writeReport(path string, lat []latencyRow, acc []accuracy, rates []int, f *figures, quick bool, took time.Duration) error {
+func writeReport(path string, lat []latencyRow, acc []accuracy, rates []int, f *figures, rows [][2]string, quick bool, took time.Duration) error {
 	var b strings.Builder
 	w := func(format string, args ...any) { fmt.Fprintf(&b, format, args...) }
 	w("# ringgate against the alternatives\n\n")
@@ -32,6 +32,7 @@ func writeReport(path string, lat []latencyRow, acc []accuracy, rates []int, f *
 	w("Utilisation is what each tenant's whole %v windows after the first (tumbling, from the start) held at the provider against its limit, the mean over tenants and windows and the emptiest one: the tenant is sent twice its limit throughout, so a window below 1.00 is what a gateway held back that the promise allowed, and the emptiest says what the worst change cost.\n\n", window)
 	w("%s\n", killNote)
 	if f != nil {
+		w("\n## Headline figures\n\n%s", rowsTable(rows))
 		w("\n## Hot paths and scale\n\nEvery `go test -bench` line of this run (%s):\n\n", benchCommands())
 		w("%s", f.benchTable())
 		for _, t := range reportTests {
