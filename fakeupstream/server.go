@@ -54,10 +54,10 @@ type Options struct {
 type Record struct {
 	Received time.Time `json:"received"`
 	// RequestID is the request's x-request-id header, if any.
-	RequestID string `json:"request_id,omitempty"`
-	Finished time.Time `json:"finished"` // zero while the request is in flight
-	Path     string    `json:"path"`
-	Model    string    `json:"model"`
+	RequestID string    `json:"request_id,omitempty"`
+	Finished  time.Time `json:"finished"` // zero while the request is in flight
+	Path      string    `json:"path"`
+	Model     string    `json:"model"`
 	// User is the body's "user" field (OpenAI) or metadata.user_id
 	// (Anthropic).
 	User string `json:"user"`
