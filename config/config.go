@@ -581,9 +581,11 @@ func (c *Config) Fingerprint() string {
 	return hex.EncodeToString(h.Sum(nil)[:6])
 }
 
-// RestartOnly names the tables of c that differ from running's where a
-// reload applies nothing: what is read at start only ([node] but its
-// body_grace, body_min_rate and access_log, [cluster], [redis]). A reload
+// RestartOnly names what differs between c and running that a reload does
+// not apply, being read at start only: the tables [node] (but its
+// body_grace, body_min_rate and access_log), [cluster] and [redis], and
+// the keys limits.max_body_bytes (the server's body cap) and
+// limits.default_completion (the token estimator's first guess). A reload
 // that changes them runs on the old values until a restart.
 func (c *Config) RestartOnly(running *Config) []string {
 	var out []string
@@ -598,6 +600,12 @@ func (c *Config) RestartOnly(running *Config) []string {
 	}
 	if !reflect.DeepEqual(c.Redis, running.Redis) {
 		out = append(out, "redis")
+	}
+	if c.Limits.MaxBodyBytes != running.Limits.MaxBodyBytes {
+		out = append(out, "limits.max_body_bytes")
+	}
+	if c.Limits.DefaultCompletion != running.Limits.DefaultCompletion {
+		out = append(out, "limits.default_completion")
 	}
 	return out
 }

@@ -714,6 +714,12 @@ func TestFingerprint(t *testing.T) {
 	if got := d.RestartOnly(a); !d.Node.AccessLog || len(got) != 0 {
 		t.Errorf("access_log %v, RestartOnly of it = %v, want true and none", d.Node.AccessLog, got)
 	}
+	// The body cap and the first completion guess are read at start: a
+	// reload names them rather than drop them silently.
+	e := parseOK("[node]\nname = \"a\"\nlisten = \"127.0.0.1:8081\"\n[limits]\nwindow = \"60s\"\nmax_body_bytes = 1000\ndefault_completion = 7\n[[tenants]]\nname = \"x\"\nkeys = [\"k\"]\nrpm = 5\n")
+	if got := e.RestartOnly(a); strings.Join(got, ",") != "limits.max_body_bytes,limits.default_completion" {
+		t.Errorf("RestartOnly of [limits] max_body_bytes and default_completion = %v", got)
+	}
 }
 
 func TestDefaults(t *testing.T) {

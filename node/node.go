@@ -558,7 +558,7 @@ func (n *Node) ReloadFromSource(trigger string) router.ReloadResult {
 			logWarnings(n.log, next.Warnings(), startOnly)
 			if len(restart) > 0 {
 				n.log.Warn("reload", "trigger", trigger, "restart_required", restart,
-					"detail", "these tables changed in the file and are read at start only: their old values stay until a restart")
+					"detail", "these tables or keys changed in the file and are read at start only: their old values stay until a restart")
 			}
 		}
 	}
