@@ -508,8 +508,9 @@ var (
 		[]byte("Te"), []byte("Trailer"), []byte("Upgrade"), []byte("Content-Length"), []byte("Content-Encoding"),
 		[]byte("Date"), []byte("Server"), []byte("Set-Cookie"), []byte("Alt-Svc"),
 		// The gateway names itself: a provider that is another ringgate
-		// does not.
-		[]byte("X-Ringgate-Node"),
+		// does not. It names the request too: the id the client sent or
+		// the node made stays the one its logs and the client know.
+		[]byte("X-Ringgate-Node"), []byte("X-Request-Id"),
 	}
 	// hopByLen are hopHeaders by their length.
 	hopByLen = func() (by [len("Transfer-Encoding") + 1][][]byte) {

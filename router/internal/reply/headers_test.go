@@ -23,11 +23,11 @@ func TestCopyHeadersKeepsTheMessagesOwn(t *testing.T) {
 			"x-ratelimit-remaining-requests: 3\r\nX-RateLimit-Limit-Requests: 9\r\nopenai-processing-ms: 12\r\nx-request-id: r1\r\n" +
 			"retry-after: 7\r\nx-ringgate-node: upstream\r\nalt-svc: h3\r\nx_under_score: u\r\nvary: Origin\r\n" +
 			"upgrade: h2c\r\nte: trailers\r\nproxy-connection: close\r\nx-ratelimit: no-dash\r\ncontent-length: 2\r\n\r\n{}",
-		kept: map[string]string{"Content-Type": "application/json", "Openai-Processing-Ms": "12", "X-Request-Id": "r1",
+		kept: map[string]string{"Content-Type": "application/json", "Openai-Processing-Ms": "12",
 			"Retry-After": "7", "X_under_score": "u", "Vary": "Origin", "X-Ratelimit": "no-dash"},
 		gone: map[string]string{"Content-Encoding": "", "Set-Cookie": "", "Server": "", "Keep-Alive": "", "Alt-Svc": "",
 			"Upgrade": "", "Te": "", "Proxy-Connection": "", "X-Ratelimit-Remaining-Requests": "",
-			"X-Ratelimit-Limit-Requests": "10", "X-Ringgate-Node": "n1"},
+			"X-Ratelimit-Limit-Requests": "10", "X-Ringgate-Node": "n1", "X-Request-Id": "rg-1"},
 	}, {
 		answer: "HTTP/1.1 429 Too Many Requests\r\nContent-Type: text/event-stream; charset=utf-8\r\nTransfer-Encoding: chunked\r\n" +
 			"Trailer: X-Usage\r\nConnection: close\r\nX-Stainless-Thing: s\r\n\r\n2\r\n{}\r\n0\r\nX-Usage: 5\r\n\r\n",
@@ -40,6 +40,7 @@ func TestCopyHeadersKeepsTheMessagesOwn(t *testing.T) {
 		}
 		var out fasthttp.Response
 		SetNode(&out.Header, []byte("n1"))
+		out.Header.Set("X-Request-Id", "rg-1")             // the request's, named before
 		out.Header.Set("X-Ratelimit-Limit-Requests", "10") // ringgate's own, set before
 		CopyHeaders(&out.Header, &up.Header)
 		for name, want := range tc.kept {
