@@ -128,6 +128,7 @@ func (r *Router) serveAPI(ctx *fasthttp.RequestCtx, ep upstream.Endpoint) bool {
 			"Missing or unknown API key. Send it as 'Authorization: Bearer <key>'.")
 		return false
 	}
+	reqlog.Call(ctx, t.Name, "") // an edge's access line names the tenant it hands on
 	if r.catchingUp() {
 		// Woken from a pause: no decision on the ring it had (wake.go).
 		return r.refuseCatchingUp(ctx, hop)

@@ -300,8 +300,8 @@ func TestRefusedOnTheOwnerAfterAHop(t *testing.T) {
 	// Both nodes write each request's access line, under its one id.
 	for name, logs := range map[string]*syncBuffer{"a": logsA, "b": logsB} {
 		acc := logged(t, logs, "access")
-		if len(acc) != 2 || hasFields(acc[0], map[string]any{"request_id": first.id, "status": 200.0, "owner": "b", "hop": true}) != nil ||
-			hasFields(acc[1], map[string]any{"request_id": "client-2", "status": 429.0, "owner": "b", "hop": true, "code": "rate_limit_exceeded"}) != nil {
+		if len(acc) != 2 || hasFields(acc[0], map[string]any{"request_id": first.id, "status": 200.0, "owner": "b", "hop": true, "tenant": tenant}) != nil ||
+			hasFields(acc[1], map[string]any{"request_id": "client-2", "status": 429.0, "owner": "b", "hop": true, "code": "rate_limit_exceeded", "tenant": tenant}) != nil {
 			t.Errorf("%s's access lines %v, want the two requests' under their ids", name, acc)
 		}
 	}
