@@ -801,6 +801,13 @@ func TestClusterFallbackZeroShare(t *testing.T) {
 	if recs := c.records("tiny"); len(recs) != 0 {
 		t.Fatalf("a zero share let %d requests reach the provider", len(recs))
 	}
+	// The edge decided: its refused line says which limit and when to
+	// retry, as the answer did (Retry-After 1).
+	refused := linesOf(e.log.entries(), "refused")
+	if len(refused) == 0 || refused[0]["limit_level"] != "fallback_share" || refused[0]["dimension"] != "requests" ||
+		refused[0]["retry_after_ms"] != 1000.0 || refused[0]["tenant"] != "tiny" {
+		t.Errorf("the edge's refused lines %v, want fallback_share on requests, retry after 1000 ms", refused)
+	}
 }
 
 // A client that hangs up on the edge while its request waits at the owner

@@ -180,7 +180,7 @@ func (r *Router) refuseZeroShare(ctx *fasthttp.RequestCtx, t *tenant.Tenant) boo
 	r.tell.SetNode(&ctx.Response.Header)
 	reply.FailSoon(ctx, fasthttp.StatusTooManyRequests, "requests", "rate_limit_exceeded",
 		"The node enforcing this tenant's limits is unreachable and this node's share of them is zero. Please try again in 1s.")
-	r.tell.Refused(r.clock(), &t.RefusedLog, &reqlog.Line{Tenant: t.Name, Level: reqlog.FallbackShare, By: t.Name}, &ctx.Response)
+	r.tell.Refused(r.clock(), &t.RefusedLog, &reqlog.Line{Tenant: t.Name, Level: reqlog.FallbackShare, By: t.Name, Dimension: limiter.Requests, RetryAfter: time.Second}, &ctx.Response)
 	return false
 }
 
