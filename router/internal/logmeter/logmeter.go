@@ -16,10 +16,12 @@ type Meter struct {
 }
 
 // Allow reports whether a line may be written at now (ns), at most one an
-// every, and how many were not written since the last one.
+// every, and how many were not written since the last one. A clock that
+// stepped back (a wall clock set) starts a new period: the lines are not
+// muted until it catches up with the last.
 func (m *Meter) Allow(now int64, every time.Duration) (bool, int64) {
 	last := m.Last.Load()
-	if now-last < int64(every) || !m.Last.CompareAndSwap(last, now) {
+	if (now >= last && now-last < int64(every)) || !m.Last.CompareAndSwap(last, now) {
 		m.Mute.Add(1)
 		return false, 0
 	}

@@ -121,10 +121,11 @@ type nodeCap struct {
 
 // allow reports whether a line may be written at now. Two callers that
 // see a new second together may both reset it: a second then holds a few
-// lines more than NodeLines, never many.
+// lines more than NodeLines, never many. Any other second than the one
+// counted is a new one, so a clock set back does not mute the node.
 func (c *nodeCap) allow(now int64) bool {
 	s := now / int64(time.Second)
-	if cur := c.sec.Load(); s > cur && c.sec.CompareAndSwap(cur, s) {
+	if cur := c.sec.Load(); s != cur && c.sec.CompareAndSwap(cur, s) {
 		c.n.Store(0)
 	}
 	return c.n.Add(1) <= NodeLines

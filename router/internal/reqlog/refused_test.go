@@ -113,6 +113,26 @@ func TestRefusedNodeBound(t *testing.T) {
 	}
 }
 
+// A wall clock set back does not mute the lines until it catches up: a
+// step back starts a new period, for a tenant and for the node.
+func TestRefusedAfterTheClockStepsBack(t *testing.T) {
+	n, buf, clk := newNode(false)
+	clk.ns = int64(10 * time.Hour)
+	meters := make([]logmeter.Meter, NodeLines)
+	resp := refusal("r")
+	for i := range meters {
+		n.Refused(clk.now(), &meters[i], &Line{Tenant: fmt.Sprint("t", i)}, resp)
+	}
+	if got := lines(t, buf); len(got) != NodeLines {
+		t.Fatalf("%d lines before the step, want %d", len(got), NodeLines)
+	}
+	clk.ns -= int64(time.Hour)
+	n.Refused(clk.now(), &meters[0], &Line{Tenant: "t0"}, resp)
+	if got := lines(t, buf); len(got) != 1 {
+		t.Fatalf("%d lines after the clock stepped back an hour, want 1", len(got))
+	}
+}
+
 // A refusal not written costs no allocation: a flood of them must not
 // feed the collector.
 func TestRefusedMutedAllocatesNothing(t *testing.T) {
