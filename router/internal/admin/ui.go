@@ -75,8 +75,9 @@ func (h *Handler) serveUIState(ctx *fasthttp.RequestCtx, local bool) {
 
 // mergeUI is the cluster's /ui/state from the members' parts: their
 // tenants together, busiest first, a tenant two members say they own (a
-// ring change under way) shown once, as the owner by this node's ring
-// sees it.
+// ring change under way) shown and counted once, as the owner by this
+// node's ring sees it. A duplicate outside the parts' lists stays in the
+// totals: nothing names it.
 func (h *Handler) mergeUI(parts []status.UINode, limit int) status.UI {
 	out := status.UI{Cluster: h.cfg.Source.Cluster(), Tenants: []status.Tenant{}}
 	at := map[string]int{}
@@ -86,13 +87,17 @@ func (h *Handler) mergeUI(parts []status.UINode, limit int) status.UI {
 		out.Totals.Sum(p.Totals)
 		for _, t := range p.Tenants {
 			j, seen := at[t.Name]
-			switch {
-			case !seen:
+			if !seen {
 				at[t.Name] = len(out.Tenants)
 				out.Tenants = append(out.Tenants, t)
-			case h.cfg.Peers.Owner(t.Name) == t.Owner:
-				out.Tenants[j] = t
+				continue
 			}
+			dropped := t
+			if h.cfg.Peers.Owner(t.Name) == t.Owner {
+				dropped, out.Tenants[j] = out.Tenants[j], t
+			}
+			out.Totals.Remove(status.UsageOfTenant(dropped), dropped.Queued)
+			out.TenantsMatched--
 		}
 		p.Tenants, p.Matched, p.Totals = nil, 0, status.Totals{}
 	}

@@ -96,6 +96,18 @@ func TestUIStateMergesTheMembersBounded(t *testing.T) {
 	if json.Unmarshal([]byte(body), &s) != nil || code != 200 || len(s.Tenants) != 5 || s.Tenants[0].Name != "b-hot" || s.Tenants[1].Name != "a1299" {
 		t.Fatalf("limit and filter: %d %.300s", code, body)
 	}
+	// Mid ring change b claims a4999 too (its ring moved it, this node's
+	// did not): shown once, as this node's ring names its owner, and
+	// counted once.
+	f.answers["b"] = `{"node":"b","matched":1,"totals":{"requests":7},"tenants":[{"name":"a4999","owner":"b","requests":{"used":7,"limit":50000}}]}`
+	code, body, _ = do(h, "GET", "/ui/state", "127.0.0.1")
+	if json.Unmarshal([]byte(body), &s) != nil || code != 200 || *s.Matched != fakeTenants ||
+		s.Totals.Requests != int64(fakeTenants*(fakeTenants-1)/2) {
+		t.Fatalf("a tenant two members claim: %d matched, totals %d: %.300s", *s.Matched, s.Totals.Requests, body)
+	}
+	if tn := s.Tenants[0]; tn.Name != "a4999" || tn.Owner != "a" || tn.Requests.Used != 4999 {
+		t.Fatalf("a4999 shown as %+v, want a's", tn)
+	}
 }
 
 // A member asking, with the cluster's signature, gets this node's own part

@@ -54,6 +54,14 @@ func (t *Totals) Add(u Usage, queued int64) {
 	t.Queued += queued
 }
 
+// Remove takes a tenant's usage and queue out again.
+func (t *Totals) Remove(u Usage, queued int64) {
+	t.Requests -= u.Requests.Used
+	t.Tokens -= u.Tokens.Used
+	t.InFlight -= u.InFlight.Used
+	t.Queued -= queued
+}
+
 // Sum adds another's totals.
 func (t *Totals) Sum(o Totals) {
 	t.Requests += o.Requests
