@@ -21,7 +21,13 @@ function fmt(n) { return Number(n || 0).toLocaleString("en-US"); }
 function takeFragmentToken() {
   const m = location.hash.match(/token=([^&]+)/);
   if (!m) return;
-  sessionStorage.setItem(TOKEN_KEY, decodeURIComponent(m[1]));
+  let token = m[1];
+  try {
+    token = decodeURIComponent(token);
+  } catch (e) {
+    // A malformed escape: the token as written; a wrong one gets the form.
+  }
+  sessionStorage.setItem(TOKEN_KEY, token);
   history.replaceState(null, "", location.pathname + location.search);
   document.getElementById("auth").hidden = true;
 }
