@@ -159,7 +159,12 @@ func RefuseBudget(ctx *fasthttp.RequestCtx, d *lease.Decision, what string) {
 // 1) and retry-after-ms.
 func setRetryAfter(h *fasthttp.ResponseHeader, d time.Duration) {
 	h.Set("Retry-After", strconv.FormatInt(max(1, int64((d+time.Second-1)/time.Second)), 10))
-	h.Set("retry-after-ms", strconv.FormatInt(int64((d+time.Millisecond-1)/time.Millisecond), 10))
+	h.Set("retry-after-ms", strconv.FormatInt(CeilMs(d), 10))
+}
+
+// CeilMs is d in whole milliseconds, rounded up, as retry-after-ms says it.
+func CeilMs(d time.Duration) int64 {
+	return int64((d + time.Millisecond - 1) / time.Millisecond)
 }
 
 func roundUp(d time.Duration) time.Duration {

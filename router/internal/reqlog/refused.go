@@ -12,6 +12,7 @@ import (
 	"github.com/ringgate/ringgate/lease"
 	"github.com/ringgate/ringgate/limiter"
 	"github.com/ringgate/ringgate/router/internal/logmeter"
+	"github.com/ringgate/ringgate/router/internal/reply"
 )
 
 const (
@@ -92,7 +93,7 @@ func (n *Node) Refused(now int64, tenant *logmeter.Meter, ln *Line, resp *fastht
 	n.log.LogAttrs(context.Background(), slog.LevelInfo, "refused",
 		slog.String("tenant", ln.Tenant), slog.String("limit_level", ln.Level), slog.String("by", ln.By),
 		slog.String("dimension", ln.Dimension.String()), slog.Int64("limit", ln.Limit), slog.Int64("used", ln.Used),
-		slog.Int64("retry_after_ms", ceilMs(ln.RetryAfter)), slog.Int64("queued_ms", queuedMs(&resp.Header)),
+		slog.Int64("retry_after_ms", reply.CeilMs(ln.RetryAfter)), slog.Int64("queued_ms", queuedMs(&resp.Header)),
 		slog.String("request_id", string(ID(&resp.Header))),
 		slog.Int("status", resp.StatusCode()), slog.String("code", errorCode(resp)), slog.Int64("not_logged", muted))
 }
@@ -107,11 +108,6 @@ func queuedMs(h *fasthttp.ResponseHeader) int64 {
 }
 
 var hQueued = []byte("X-Ringgate-Queued-Ms")
-
-// ceilMs is d in milliseconds rounded up, as retry-after-ms says it.
-func ceilMs(d time.Duration) int64 {
-	return int64((d + time.Millisecond - 1) / time.Millisecond)
-}
 
 // nodeCap counts the lines of one second of the node's clock.
 type nodeCap struct {
