@@ -288,7 +288,7 @@ func TestIsHopHeader(t *testing.T) {
 		{"te", true}, {"Trailer", true}, {"Upgrade", true}, {"Content-Length", true}, {"Content-Encoding", true},
 		{"Date", true}, {"Server", true}, {"Set-Cookie", true}, {"Alt-Svc", true},
 		{"X-Ratelimit-Limit-Requests", true}, {"x-ratelimit-", true}, {"x-RateLimit-Reset-Tokens", true},
-		{"Content-Type", false}, {"X-Request-Id", false}, {"Openai-Processing-Ms", false}, {"Retry-After", false},
+		{"Content-Type", false}, {"X-Request-Id", true}, {"Openai-Processing-Ms", false}, {"Retry-After", false},
 		{"", false}, {"T", false}, {"Tee", false}, {"x-ratelimit", false}, {"Connections", false},
 		{"Transfer-Encodings", false}, {"Cache-Control", false}, {"x-ringgate-node", true}, {"X-Ringgate-Hop", false},
 	} {
